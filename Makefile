@@ -1,0 +1,96 @@
+# cohost: a Lua-scriptable server host on native coroutines.
+# Targets: all (default), test, run, bench, install, clean.
+
+# == USER SETTINGS (override on the command line: make CC=clang) ==========
+CC      ?= gcc
+CXX     ?= g++
+OPT     ?= -O2 -g
+ARCH    ?= $(shell uname -m)
+PREFIX  ?= /usr/local
+PORT    ?= 8080
+# == END OF USER SETTINGS ==================================================
+
+B := build
+WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
+CFLAGS  := $(OPT) -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer $(WARN) \
+           -MMD -MP -iquote runtime
+LDLIBS  := -ldl -lpthread
+
+ifeq ($(ARCH),x86_64)
+ASM_SRC := asm/switch_x86_64_sysv.S
+else
+$(error cohost: no context switch for ARCH=$(ARCH) yet; see asm/)
+endif
+
+# The runtime library. Order does not matter; hook.c is pulled into every
+# program because sched.c references ch_hook_init.
+RUNTIME_SRC := runtime/panic.c runtime/stack.c runtime/fault.c \
+               runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
+               runtime/pool.c runtime/hook.c
+RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
+LIB := $(B)/libcohost.a
+
+# C tests: one binary per spec/c/test_<mod>.c, cmocka from Debian.
+CTEST_SRC := $(wildcard spec/c/test_*.c)
+CTEST_BIN := $(CTEST_SRC:spec/c/%.c=$(B)/spec/%)
+CTEST_LIBS := -lcmocka -lhiredis -lcrypto
+
+# Benchmarks: every scripts/bench/*.c links the runtime; *.cpp links
+# boost.context (a shim for comparison only).
+BENCH_C   := $(wildcard scripts/bench/*.c)
+BENCH_CXX := $(wildcard scripts/bench/*.cpp)
+BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
+             $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
+
+.PHONY: all deps test run bench install clean
+
+all: $(LIB)
+
+deps:
+	@bash scripts/deps.sh test
+
+$(B)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/%.o: %.S
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(RUNTIME_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/spec/%: spec/c/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
+
+$(B)/bench/%: scripts/bench/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDLIBS) -lm
+
+$(B)/bench/%: scripts/bench/%.cpp
+	@mkdir -p $(@D)
+	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context
+
+test: deps
+	@$(MAKE) --no-print-directory all $(CTEST_BIN)
+	@bash scripts/test.sh
+
+run: deps all
+	@echo "cohost: make run serves examples once the host exists (issue 3)"
+
+bench:
+	@bash scripts/deps.sh bench
+	@$(MAKE) --no-print-directory all $(BENCH_BIN)
+	@bash scripts/bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

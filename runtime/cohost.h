@@ -1,0 +1,178 @@
+/*
+** cohost runtime: native coroutines on mmap'd stacks, one epoll scheduler per
+** thread, timers, and libc hooks that turn blocking socket calls made inside
+** a coroutine into waits on the scheduler. Link with
+**   build/libcohost.a -ldl -lpthread
+** and the hooks are active: read(2) on a socket inside a coroutine parks the
+** coroutine instead of the thread.
+**
+** Conventions: functions return 0 (or a value >= 0) on success and -errno
+** on failure; nothing here prints. A function whose comment starts with
+** "Yields." may switch to another coroutine before it returns. Every
+** scheduler is per thread and created on first use; coroutines never move
+** between threads.
+*/
+#ifndef CH_COHOST_H
+#define CH_COHOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ch_coro;   /* a coroutine (opaque) */
+struct ch_sched;  /* a thread's scheduler (opaque) */
+
+/* -- Coroutines ---------------------------------------------------------- */
+
+/* Creates a READY coroutine running fn(arg) on this thread's scheduler.
+** Returns its id (> 0) or -errno (-ENOMEM when no stack can be had). Works
+** before ch_run and from inside coroutines. */
+int ch_spawn(void (*fn)(void *), void *arg);
+
+/* Runs this thread's scheduler until no coroutine and no timer is left, or
+** until ch_stop. Returns 0, -EDEADLK when called from a coroutine, or
+** -errno if the scheduler cannot be created. May be called again later. */
+int ch_run(void);
+
+/* Makes the running ch_run return once the current batch has run; the
+** coroutines stay where they are for the next ch_run. */
+void ch_stop(void);
+
+/* Yields. Puts the caller at the back of the ready queue. Outside a
+** coroutine it does nothing. */
+void ch_yield(void);
+
+/* Yields. Sleeps ms milliseconds (0 is ch_yield). Returns 0, or -ECANCELED
+** when the coroutine was cancelled. Outside a coroutine it sleeps the
+** thread. */
+int ch_sleep_ms(int64_t ms);
+
+/* Yields. Waits until fd is ready for events (POLLIN, POLLOUT, or both).
+** timeout_ms < 0 waits forever. Returns the ready poll events (> 0), 0 on
+** timeout, -EBADF if fd is closed meanwhile, -ECANCELED if cancelled,
+** -EPERM if epoll cannot watch fd (a regular file), -EINVAL outside a
+** coroutine. The fd is registered once and stays registered until close. */
+int ch_wait_fd(int fd, int events, int64_t timeout_ms);
+
+/* Id of the running coroutine, or 0 outside one. */
+int ch_self(void);
+
+/* The running coroutine, or NULL outside one. */
+struct ch_coro *ch_current(void);
+
+/* Id of c. */
+int ch_coro_id(const struct ch_coro *c);
+
+/* -- Parking: the primitive under semaphores, channels and joins --------- */
+
+/* Yields. Parks the running coroutine until ch_unpark or timeout_ms (< 0:
+** never). Returns the value given to ch_unpark, -ETIMEDOUT, or -ECANCELED.
+** -EINVAL outside a coroutine. */
+int ch_park(int64_t timeout_ms);
+
+/* Makes the parked coroutine c READY; its ch_park returns value (>= 0).
+** Returns 0, or -EALREADY if c is not parked (woken before, or running).
+** Must be called on c's own thread (see ch_post for others). */
+int ch_unpark(struct ch_coro *c, int value);
+
+/* Cancels c: its current or next blocking wait returns -ECANCELED (hooks
+** fail with errno ECANCELED). The flag stays set. */
+void ch_cancel(struct ch_coro *c);
+
+/* Non-zero if c was cancelled. */
+int ch_cancelled(const struct ch_coro *c);
+
+/* -- Per-coroutine settings ---------------------------------------------- */
+
+/* Stack size for coroutines spawned from now on by this thread, rounded up
+** to pages; 0 restores the default (256 KiB). Minimum 16 KiB. */
+int ch_set_stack_size(size_t bytes);
+
+/* An opaque pointer the embedder keeps per coroutine (the Lua host keeps the
+** coroutine's lua_State there). */
+void ch_coro_set_udata(struct ch_coro *c, void *udata);
+void *ch_coro_udata(const struct ch_coro *c);
+
+/* Whether hooks may park this coroutine (default 1). With 0 the hooks act
+** like plain libc, blocking the thread. */
+void ch_coro_set_may_yield(struct ch_coro *c, int on);
+
+/* A decision hook asked only when a hooked call on a coroutine that may
+** yield would block: return non-zero to park, 0 to block like libc. Used by
+** the Lua host to refuse parking inside FFI calls and finalizers. One per
+** process; NULL removes it. */
+void ch_set_yield_check(int (*check)(struct ch_coro *c));
+
+/* Called on the resumed coroutine right after every switch back into it,
+** before control returns to its code. One per process; NULL removes it. */
+void ch_set_resume_hook(void (*hook)(struct ch_coro *c));
+
+/* -- Timers -------------------------------------------------------------- */
+
+/* A timer embedded in the caller's own struct. Callbacks run on the
+** scheduler's own stack between coroutines and must not yield. */
+struct ch_timer {
+  uint64_t when_ns;               /* deadline, CLOCK_MONOTONIC ns; read-only */
+  uint64_t seq;                   /* start order, breaks ties; read-only */
+  void (*cb)(struct ch_timer *t); /* run on expiry; owner: caller */
+  uint32_t heap_index;            /* 0 when stopped; owner: runtime */
+};
+
+/* Arms t to call cb after ms milliseconds on this thread's scheduler;
+** restarting an armed timer moves it. Timers with equal deadlines fire in
+** the order they were started. An armed timer keeps ch_run running.
+** O(log n). Returns 0 or -ENOMEM. */
+int ch_timer_start(struct ch_timer *t, int64_t ms, void (*cb)(struct ch_timer *t));
+
+/* Disarms t; its callback will not run. Stopping a stopped timer is fine.
+** O(log n). */
+void ch_timer_stop(struct ch_timer *t);
+
+/* Monotonic time in nanoseconds. */
+uint64_t ch_now_ns(void);
+
+/* -- Threads ------------------------------------------------------------- */
+
+/* This thread's scheduler, created on first use; NULL if it cannot be. */
+struct ch_sched *ch_sched_self(void);
+
+/* Runs fn(arg) on s's thread, from its loop, soon. Safe from any thread
+** (wakes s through an eventfd). Returns 0 or -ENOMEM. */
+int ch_post(struct ch_sched *s, void (*fn)(void *), void *arg);
+
+/* Yields. Runs fn(arg) on the runtime's thread pool and returns when it is
+** done, parking only this coroutine meanwhile: for calls that cannot be
+** made non-blocking (getaddrinfo, fsync, regular-file I/O). Outside a
+** coroutine fn runs inline. Returns 0 (fn done) or -ENOMEM; not
+** cancellable, since fn cannot be interrupted. */
+int ch_pool_call(void (*fn)(void *), void *arg);
+
+/* -- Statistics ---------------------------------------------------------- */
+
+struct ch_stats {
+  uint64_t coros;          /* live coroutines */
+  uint64_t ready;          /* READY or NEW, queued to run */
+  uint64_t waiting;        /* parked on fds or ch_park */
+  uint64_t sleeping;       /* parked on a timer only */
+  uint64_t spawned;        /* total ever spawned on this scheduler */
+  uint64_t switches;       /* context switches */
+  uint64_t timers;         /* armed timers, including coroutine timeouts */
+  uint64_t stacks_free;    /* stacks kept in the pool */
+  uint64_t stack_bytes;    /* address space of all stacks of this thread */
+};
+
+/* Fills *st for this thread's scheduler. Returns 0 or -errno. */
+int ch_stats(struct ch_stats *st);
+
+/* Exit status of a process whose coroutine hit its stack guard; the runtime
+** prints "coroutine <id> stack overflow (guard hit at <addr>)" first. */
+#define CH_EXIT_STACK_OVERFLOW 86
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,60 @@
+/*
+** Per-fd state the hooks and the scheduler share: what kind of file an fd
+** is, the O_NONBLOCK the user sees versus the one the kernel has, socket
+** timeouts, its epoll registration and the coroutines waiting on it.
+** Entries live in a two-level table of lazily allocated chunks, so memory
+** follows the fds in use, with no fixed maximum below 2^24.
+*/
+#ifndef CH_FD_H
+#define CH_FD_H
+
+#include <stdint.h>
+
+struct ch_coro;
+struct ch_sched;
+
+enum ch_fd_kind {
+  CH_FD_UNKNOWN = 0,        /* not classified yet */
+  CH_FD_SOCKET,             /* the runtime may make it non-blocking */
+  CH_FD_PIPE,               /* a pipe this process made: same as a socket */
+  CH_FD_WAITFIRST,          /* inherited pipe, FIFO or tty: may be shared with
+                            ** other processes, so its flags are never touched;
+                            ** hooks wait for readiness, then call libc */
+  CH_FD_OTHER               /* regular file, directory, ...: pass through */
+};
+
+/* One coroutine waiting for one direction of one fd. */
+struct ch_waiter {
+  struct ch_waiter *next, *prev;  /* links in the fd's readers or writers */
+  struct ch_coro *coro;           /* who to wake */
+  int fd;                         /* the fd waited on */
+  short events;                   /* POLLIN or POLLOUT (one direction) */
+  short revents;                  /* poll events seen; POLLNVAL when closed */
+};
+
+struct ch_fd {
+  uint8_t kind;             /* enum ch_fd_kind */
+  uint8_t user_nonblock;    /* O_NONBLOCK as the user set it */
+  uint8_t sys_nonblock;     /* the runtime set O_NONBLOCK in the kernel */
+  uint8_t stream;           /* SOCK_STREAM or pipe: writes may be partial */
+  uint8_t registered;       /* in the epoll set of sched_id */
+  uint32_t gen;             /* bumped when the fd is closed or reused */
+  int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
+  int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */
+  uint64_t sched_id;        /* scheduler whose epoll holds it */
+  struct ch_waiter *readers;  /* coroutines waiting for POLLIN */
+  struct ch_waiter *writers;  /* coroutines waiting for POLLOUT */
+};
+
+/* The entry of fd, allocating its chunk; NULL if fd is out of range or
+** memory is short (callers then pass straight through). */
+struct ch_fd *ch_fd_get(int fd);
+
+/* The entry of fd if its chunk exists, else NULL. Never allocates. */
+struct ch_fd *ch_fd_peek(int fd);
+
+/* Forgets everything about fd (a new file got its number): bumps gen so
+** stale epoll events are dropped. Waiters must have been woken first. */
+void ch_fd_reset(struct ch_fd *f);
+
+#endif

@@ -1,0 +1,160 @@
+/*
+** Coroutine stacks: slabs, guards and the per-thread pool. See stack.h for
+** the layout. Slabs are never unmapped: a pool only grows, and gives memory
+** back with madvise instead, so no munmap happens in steady state.
+*/
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "stack.h"
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102  /* Linux 6.13 uapi; Debian 12's headers predate it */
+#endif
+
+struct ch_slab {
+  char *base;               /* start of the mapping (first guard) */
+  size_t stride;            /* guard + stack size */
+  uint32_t n;               /* stacks in this slab */
+  _Atomic int owner[CH_STACK_PER_SLAB]; /* coroutine id per stack, 0 if free */
+  struct ch_slab *next;     /* process-wide list, read by the fault handler */
+};
+
+/* All slabs of all threads. Prepend-only, so the SIGSEGV handler can walk
+** it without a lock. */
+static _Atomic(struct ch_slab *) slabs;
+
+/* -1 unknown, 1 MADV_GUARD_INSTALL works, 0 fall back to mprotect. */
+static _Atomic int light_guards = -1;
+
+static size_t page_round(size_t n)
+{
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  return (n + pg - 1) & ~(pg - 1);
+}
+
+static int guard(char *lo)
+{
+  int light = atomic_load(&light_guards);
+  if (light != 0) {
+    if (madvise(lo, CH_STACK_GUARD, MADV_GUARD_INSTALL) == 0) {
+      atomic_store(&light_guards, 1);
+      return 0;
+    }
+    if (light == 1 || errno != EINVAL) return -errno;
+    atomic_store(&light_guards, 0);   /* kernel without guard regions */
+  }
+  return mprotect(lo, CH_STACK_GUARD, PROT_NONE) == 0 ? 0 : -errno;
+}
+
+static int slab_new(struct ch_stack_class *c, struct ch_stack_pool *p)
+{
+  size_t stride = CH_STACK_GUARD + c->size;
+  size_t len = stride * CH_STACK_PER_SLAB;
+  struct ch_slab *s = calloc(1, sizeof *s);
+  if (!s) return -ENOMEM;
+  /* MAP_NORESERVE: address space only; pages are committed as touched. */
+  char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+  if (m == MAP_FAILED) { free(s); return -ENOMEM; }
+  for (uint32_t i = 0; i < CH_STACK_PER_SLAB; i++) {
+    int r = guard(m + i * stride);
+    if (r < 0) { munmap(m, len); free(s); return r; }
+  }
+  if (c->cap < c->nfree + CH_STACK_PER_SLAB) {
+    size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
+    while (cap < c->nfree + CH_STACK_PER_SLAB) cap *= 2;
+    struct ch_stack *f = realloc(c->free, cap * sizeof *f);
+    if (!f) { munmap(m, len); free(s); return -ENOMEM; }
+    c->free = f;
+    c->cap = cap;
+  }
+  s->base = m;
+  s->stride = stride;
+  s->n = CH_STACK_PER_SLAB;
+  s->next = atomic_load(&slabs);
+  while (!atomic_compare_exchange_weak(&slabs, &s->next, s)) {}
+  /* Push in reverse so the lowest stack is handed out first. Fresh stacks
+  ** count as given back: none of their pages is resident yet. */
+  for (uint32_t i = CH_STACK_PER_SLAB; i-- > 0;) {
+    struct ch_stack *st = &c->free[c->nfree++];
+    st->base = m + i * stride + CH_STACK_GUARD;
+    st->size = c->size;
+    st->slab = s;
+    st->index = i;
+  }
+  p->bytes += len;
+  return 0;
+}
+
+static struct ch_stack_class *class_of(struct ch_stack_pool *p, size_t size)
+{
+  for (int i = 0; i < CH_STACK_CLASSES; i++)
+    if (p->cls[i].size == size) return &p->cls[i];
+  for (int i = 0; i < CH_STACK_CLASSES; i++)
+    if (p->cls[i].size == 0) { p->cls[i].size = size; return &p->cls[i]; }
+  return NULL;
+}
+
+int ch_stack_new(struct ch_stack_pool *p, size_t size, struct ch_stack *st)
+{
+  if (size < CH_STACK_MIN) size = CH_STACK_MIN;
+  size = page_round(size);
+  struct ch_stack_class *c = class_of(p, size);
+  if (!c) return -EINVAL;   /* more distinct sizes than classes */
+  if (c->nfree == 0) {
+    int r = slab_new(c, p);
+    if (r < 0) return r;
+  }
+  *st = c->free[--c->nfree];
+  if (c->resident > 0) c->resident--;   /* the warm ones sit on top */
+  return 0;
+}
+
+void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
+{
+  struct ch_stack_class *c = class_of(p, st->size);
+  ch_stack_set_owner(st, 0);
+  if (c->nfree == c->cap) {
+    size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
+    struct ch_stack *f = realloc(c->free, cap * sizeof *f);
+    if (!f) return;   /* leak the stack rather than fail a free */
+    c->free = f;
+    c->cap = cap;
+  }
+  /* Keep the top CH_STACK_WATERMARK free stacks warm; deeper ones give
+  ** their pages back. The madvise costs a system call, paid only above the
+  ** watermark, i.e. after a burst of coroutines has ended. */
+  if (c->resident >= CH_STACK_WATERMARK)
+    madvise(st->base, st->size, MADV_DONTNEED);
+  else
+    c->resident++;
+  c->free[c->nfree++] = *st;
+}
+
+void ch_stack_set_owner(const struct ch_stack *st, int id)
+{
+  atomic_store_explicit(&st->slab->owner[st->index], id, memory_order_relaxed);
+}
+
+int ch_stack_guard_owner(const void *addr)
+{
+  const char *a = addr;
+  for (struct ch_slab *s = atomic_load(&slabs); s; s = s->next) {
+    if (a < s->base || a >= s->base + s->stride * s->n) continue;
+    size_t i = (size_t)(a - s->base) / s->stride;
+    size_t off = (size_t)(a - s->base) % s->stride;
+    if (off >= CH_STACK_GUARD) return 0;   /* inside a stack, not a guard */
+    int id = atomic_load_explicit(&s->owner[i], memory_order_relaxed);
+    return id > 0 ? id : -1;
+  }
+  return 0;
+}
+
+int ch_stack_light_guards(void)
+{
+  return atomic_load(&light_guards) == 1;
+}
