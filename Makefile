@@ -30,6 +30,16 @@ RUNTIME_SRC := runtime/panic.c runtime/stack.c runtime/fault.c \
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a
 
+# The host: LuaJIT embedding and the Lua bindings. -rdynamic exports the
+# lua_* API and the hooks to C modules the scripts load (LuaSocket's
+# core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
+HOST_SRC := host/main.c host/log.c host/task.c host/ljvm.c \
+            host/lib_task.c host/lib_sys.c host/lib_socket.c
+HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+HOST := $(B)/cohost
+
 # C tests: one binary per spec/c/test_<mod>.c, cmocka from Debian.
 CTEST_SRC := $(wildcard spec/c/test_*.c)
 CTEST_BIN := $(CTEST_SRC:spec/c/%.c=$(B)/spec/%)
@@ -44,7 +54,7 @@ BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
 
 .PHONY: all deps test run bench install clean
 
-all: $(LIB)
+all: $(LIB) $(HOST)
 
 deps:
 	@bash scripts/deps.sh test
@@ -56,6 +66,14 @@ $(B)/%.o: %.c
 $(B)/%.o: %.S
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/host/%.o: host/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
+	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
+
+$(HOST): $(HOST_OBJ) $(LIB)
+	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS) -lm
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@
@@ -86,9 +104,12 @@ bench:
 	@bash scripts/bench/run.sh
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
+	  $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/cohost/lua/cohost
+	install -m 755 $(HOST) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 lua/cohost/*.lua $(DESTDIR)$(PREFIX)/share/cohost/lua/cohost/
 
 clean:
 	rm -rf $(B)

@@ -119,11 +119,15 @@ struct ch_timer {
   uint64_t seq;                   /* start order, breaks ties; read-only */
   void (*cb)(struct ch_timer *t); /* run on expiry; owner: caller */
   uint32_t heap_index;            /* 0 when stopped; owner: runtime */
+  uint8_t weak;                   /* 1: does not keep ch_run running (libuv's
+                                  ** uv_unref), e.g. idle-connection expiry;
+                                  ** set before starting; owner: caller */
 };
 
 /* Arms t to call cb after ms milliseconds on this thread's scheduler;
 ** restarting an armed timer moves it. Timers with equal deadlines fire in
-** the order they were started. An armed timer keeps ch_run running.
+** the order they were started. An armed timer keeps ch_run running
+** unless t->weak.
 ** O(log n). Returns 0 or -ENOMEM. */
 int ch_timer_start(struct ch_timer *t, int64_t ms, void (*cb)(struct ch_timer *t));
 

@@ -242,6 +242,7 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   if (!self) return -EINVAL;
   if (self->cancelled && !uncancellable) return -ECANCELED;
   self->timer.cb = park_timeout;
+  self->timer.weak = 0;
   if (deadline_ns && ch_timerq_add(&s->timers, &self->timer, deadline_ns) < 0)
     return -ENOMEM;
   self->uncancellable = (uint8_t)uncancellable;
@@ -534,8 +535,9 @@ int ch_run(void)
     ch_timerq_expire(&s->timers, ch_now_ns());
     run_batch(s);
     if (s->stopping) break;
-    /* With no coroutine left, every armed timer is a ch_timer_start one. */
-    if (s->nlive == 0 && s->timers.n == 0 && !s->ready_head) {
+    /* With no coroutine left, every armed timer is a ch_timer_start one;
+    ** weak ones do not count. */
+    if (s->nlive == 0 && s->timers.n == s->timers.nweak && !s->ready_head) {
       pthread_mutex_lock(&s->post_lock);
       int posts = s->posts != NULL;
       pthread_mutex_unlock(&s->post_lock);

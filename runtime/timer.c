@@ -47,7 +47,7 @@ static void sift_down(struct ch_timerq *q, uint32_t i)
 void ch_timerq_init(struct ch_timerq *q)
 {
   q->heap = NULL;
-  q->n = q->cap = 0;
+  q->n = q->cap = q->nweak = 0;
   q->seq = 0;
 }
 
@@ -70,6 +70,7 @@ int ch_timerq_add(struct ch_timerq *q, struct ch_timer *t, uint64_t when_ns)
   }
   t->when_ns = when_ns;
   t->seq = q->seq++;
+  q->nweak += t->weak;
   put(q, ++q->n, t);
   sift_up(q, q->n);
   return 0;
@@ -80,6 +81,7 @@ void ch_timerq_del(struct ch_timerq *q, struct ch_timer *t)
   uint32_t i = t->heap_index;
   if (!i) return;
   t->heap_index = 0;
+  q->nweak -= t->weak;
   struct ch_timer *last = q->heap[q->n--];
   if (i > q->n) return;   /* t was the last slot */
   put(q, i, last);

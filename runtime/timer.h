@@ -10,6 +10,7 @@
 struct ch_timerq {
   struct ch_timer **heap;   /* 1-based: heap[1] is the earliest */
   uint32_t n;               /* armed timers */
+  uint32_t nweak;           /* armed timers with weak set */
   uint32_t cap;             /* slots allocated, including heap[0] */
   uint64_t seq;             /* next start number */
 };
