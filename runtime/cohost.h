@@ -53,9 +53,18 @@ int ch_sleep_ms(int64_t ms);
 /* Yields. Waits until fd is ready for events (POLLIN, POLLOUT, or both).
 ** timeout_ms < 0 waits forever. Returns the ready poll events (> 0), 0 on
 ** timeout, -EBADF if fd is closed meanwhile, -ECANCELED if cancelled,
-** -EPERM if epoll cannot watch fd (a regular file), -EINVAL outside a
-** coroutine. The fd is registered once and stays registered until close. */
+** -EPERM if fd is not ready and epoll cannot watch it, -EINVAL outside a
+** coroutine. Returns at once if fd is ready already (a regular file always
+** is, as poll(2) says). Ready events are
+** those asked for plus POLLERR and POLLHUP, as poll(2) reports them. The fd
+** is registered once and stays registered until close. */
 int ch_wait_fd(int fd, int events, int64_t timeout_ms);
+
+/* Yields. ch_wait_fd for a caller that has just seen EAGAIN on fd: skips
+** the readiness check (one poll(2)) that ch_wait_fd makes first. Sound
+** because the fd is registered edge-triggered: any readiness after that
+** EAGAIN is an edge, and a first registration reports the current state. */
+int ch_wait_fd_again(int fd, int events, int64_t timeout_ms);
 
 /* Id of the running coroutine, or 0 outside one. */
 int ch_self(void);

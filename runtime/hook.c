@@ -231,7 +231,7 @@ static int fd_wait(int fd, short ev, int timeout_ms, uint64_t *deadline, int coo
   }
   struct ch_coro *c = coop ? ch_current() : NULL;
   if (c && ch_sched_may_park(c)) {
-    int r = ch_wait_fd(fd, ev, left);
+    int r = ch_wait_fd_again(fd, ev, left);
     if (r > 0) return 0;
     if (r == 0) { errno = EAGAIN; return -1; }
     if (r != -EPERM) { errno = -r; return -1; }

@@ -375,12 +375,10 @@ int ch_sched_wait(struct ch_waiter *w, int n, int64_t timeout_ms)
   return r;
 }
 
-int ch_wait_fd(int fd, int events, int64_t timeout_ms)
+static int wait_fd(int fd, int events, int64_t timeout_ms)
 {
   struct ch_waiter w[2];
   int n = 0;
-  if (!ch_current()) return -EINVAL;
-  if (fd < 0) return -EBADF;
   memset(w, 0, sizeof w);
   if (events & POLLIN) { w[n].fd = fd; w[n].events = POLLIN; n++; }
   if (events & POLLOUT) { w[n].fd = fd; w[n].events = POLLOUT; n++; }
@@ -391,7 +389,31 @@ int ch_wait_fd(int fd, int events, int64_t timeout_ms)
   int rev = 0;
   for (int i = 0; i < n; i++) rev |= w[i].revents;
   if (rev & POLLNVAL) return -EBADF;
-  return rev;
+  /* Report what was asked for plus errors, as poll(2) does. */
+  return rev & (events | POLLERR | POLLHUP);
+}
+
+int ch_wait_fd(int fd, int events, int64_t timeout_ms)
+{
+  if (!ch_current()) return -EINVAL;
+  if (fd < 0) return -EBADF;
+  /* Edge-triggered epoll reports changes, not states: data already there
+  ** would never wake us, so look first (one poll(2), through the hook,
+  ** which does not park with timeout 0). */
+  struct pollfd p = { fd, (short)(events & (POLLIN | POLLOUT)), 0 };
+  int r = poll(&p, 1, 0);
+  if (r > 0) {
+    if (p.revents & POLLNVAL) return -EBADF;
+    return p.revents & (events | POLLERR | POLLHUP);
+  }
+  return wait_fd(fd, events, timeout_ms);
+}
+
+int ch_wait_fd_again(int fd, int events, int64_t timeout_ms)
+{
+  if (!ch_current()) return -EINVAL;
+  if (fd < 0) return -EBADF;
+  return wait_fd(fd, events, timeout_ms);
 }
 
 /* Wakes every waiter in a list with the poll events seen. */

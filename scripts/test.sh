@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs every C test binary (build/spec/test_*), prints its output and sums
+# cmocka's counts. The last line printed is exactly "N passed, N failed".
+# Exits non-zero if anything failed. `make test` builds the binaries first.
+#
+# A binary that crashes, hangs past its timeout or exits non-zero without a
+# summary counts as at least 1 failed: its tests that never reported are
+# failed, since they did not pass.
+set -u
+
+cd "$(dirname "$0")/.."
+
+TIMEOUT=${TIMEOUT:-300}   # seconds per binary; the slowest takes a few
+
+passed=0
+failed=0
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# The number in the first match of an extended regex ending in [0-9]+, or
+# empty. Not anchored: stdout and stderr lines may share a line.
+count() { grep -oE "$1" "$out" | head -1 | grep -oE '[0-9]+$'; }
+
+shopt -s nullglob
+bins=(build/spec/test_*)
+if [ ${#bins[@]} -eq 0 ]; then
+  echo "test.sh: no test binaries in build/spec (run make test)" >&2
+  failed=1
+fi
+
+for bin in "${bins[@]}"; do
+  [ -x "$bin" ] || continue
+  echo "== $bin"
+  # cmocka prints progress on stdout and its summary on stderr: merge them.
+  CMOCKA_MESSAGE_OUTPUT=stdout timeout "$TIMEOUT" "$bin" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+
+  total=$(count '\[==========\] Running [0-9]+')
+  p=$(count '\[  PASSED  \] [0-9]+')
+  f=$(count '\[  FAILED  \] [0-9]+')
+  if grep -qE '\[==========\] [0-9]+ test\(s\) run' "$out"; then
+    # cmocka finished: trust its summary (no FAILED line means none).
+    p=${p:-0}
+    f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+      echo "test.sh: $bin exited $rc after a clean summary" >&2
+      f=1
+    fi
+  else
+    # Crashed or timed out mid-run: count what reported, fail the rest.
+    p=$(grep -cE '^\[       OK \] ' "$out")
+    skipped=$(grep -cE '^\[  SKIPPED \] [^0-9]' "$out")
+    total=${total:-0}
+    f=$(( total - p - skipped ))
+    [ "$f" -ge 1 ] || f=1
+    if [ "$rc" -eq 124 ]; then
+      echo "test.sh: $bin timed out after ${TIMEOUT}s" >&2
+    else
+      echo "test.sh: $bin ended abnormally (status $rc)" >&2
+    fi
+  fi
+  passed=$(( passed + p ))
+  failed=$(( failed + f ))
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,257 @@
+/*
+** Tests of coroutine stacks: the guard turns an overflow into a named
+** diagnostic and a distinct exit status, other faults are left alone, and
+** stacks are pooled and reused.
+**
+** Faults are provoked in a child process that re-executes this binary with
+** a mode argument, handled in main() before cmocka starts. A plain fork
+** would not do: cmocka replaces the SIGSEGV handler around every test with
+** its own (installed with signal(), without SA_ONSTACK), so inside a test
+** the runtime's handler is not the one the kernel would call.
+*/
+#include "helpers.h"
+
+#include <poll.h>
+#include <sys/prctl.h>
+
+/* -- Child modes ------------------------------------------------------------ */
+
+#define MAX_DEPTH 1000000L  /* 1 GiB of 1 KiB frames: far past any stack */
+
+/* Recurses until the guard stops it. The frame's buffer is volatile and its
+** address escapes into the next call, so the compiler can neither drop the
+** frame nor turn the recursion into a loop. Bounded by MAX_DEPTH so that a
+** missing guard ends in a distinct exit status instead of running away. */
+static __attribute__((noinline)) long recurse(long depth, volatile char *prev) {
+  volatile char buf[1024];
+  buf[0] = (char)depth;
+  buf[sizeof buf - 1] = prev ? prev[0] : 0;
+  if (depth >= MAX_DEPTH) return depth;
+  long r = recurse(depth + 1, buf);
+  __asm__ volatile("" : : : "memory");
+  return r + buf[sizeof buf - 1];
+}
+
+static void overflow_main(void *arg) {
+  (void)arg;
+  volatile char top = 0;
+  /* The top of this coroutine's stack, for the parent to bound the
+  ** reported guard address. */
+  dprintf(1, "top=%p\n", (void *)&top);
+  recurse(0, &top);
+  _exit(3);  /* not reached when the guard works */
+}
+
+static void idle_main(void *arg) {
+  (void)arg;
+  ch_sleep_ms(10);
+}
+
+static int overflow_child(void) {
+  /* A first coroutine that does nothing wrong, so the faulting one is not
+  ** simply the first id: the report must name the right coroutine. */
+  if (ch_spawn(idle_main, NULL) <= 0) return 5;
+  int id = ch_spawn(overflow_main, NULL);
+  if (id <= 0) return 5;
+  dprintf(1, "id=%d\n", id);
+  ch_run();
+  return 4;  /* ch_run returned: the overflow went unnoticed */
+}
+
+static void segv_main(void *arg) {
+  (void)arg;
+  /* An ordinary bad pointer; volatile so the compiler cannot see it. */
+  volatile int *volatile bad = (volatile int *)(uintptr_t)16;
+  *bad = 1;
+  _exit(3);
+}
+
+static int segv_child(void) {
+  if (ch_spawn(segv_main, NULL) <= 0) return 5;
+  ch_run();
+  return 4;
+}
+
+static void noop(void *arg) { (void)arg; }
+
+/* Prints the flags of the SIGSEGV and SIGBUS handlers the runtime left
+** installed after running a coroutine. */
+static int sigaction_child(void) {
+  if (ch_spawn(noop, NULL) <= 0) return 5;
+  if (ch_run() != 0) return 6;
+  int sigs[2] = { SIGSEGV, SIGBUS };
+  for (int i = 0; i < 2; i++) {
+    struct sigaction sa;
+    if (sigaction(sigs[i], NULL, &sa) != 0) return 7;
+    int dfl = !(sa.sa_flags & SA_SIGINFO) &&
+              (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN);
+    dprintf(1, "sig%d installed=%d onstack=%d\n", sigs[i], !dfl,
+            (sa.sa_flags & SA_ONSTACK) != 0);
+  }
+  return 0;
+}
+
+/* -- Running a child ------------------------------------------------------- */
+
+struct child { char out[4096], err[4096]; int status; };
+
+/* Runs this binary with mode as argv[1], capturing stdout and stderr.
+** Reads with raw system calls: the hooks are not what is tested here. */
+static void run_child(const char *mode, struct child *c) {
+  memset(c, 0, sizeof *c);
+  int po[2], pe[2];
+  assert_int_equal(pipe2(po, O_CLOEXEC), 0);
+  assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    /* Only async-signal-safe calls between fork and exec. */
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    struct rlimit no_core = { 0, 0 };
+    setrlimit(RLIMIT_CORE, &no_core);  /* the segv child must not dump core */
+    execl("/proc/self/exe", "/proc/self/exe", mode, (char *)NULL);
+    _exit(127);
+  }
+  close(po[1]);
+  close(pe[1]);
+  size_t no = 0, ne = 0;
+  int open_fds = 2;
+  double deadline = th_now_ms() + 20000;  /* the child needs well under 1 s */
+  while (open_fds > 0 && th_now_ms() < deadline) {
+    struct pollfd p[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
+    long rc = syscall(SYS_poll, p, 2, 1000);
+    if (rc < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; i++) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char *buf = i ? c->err : c->out;
+      size_t *len = i ? &ne : &no;
+      size_t cap = (i ? sizeof c->err : sizeof c->out) - 1;
+      char scratch[512];
+      long n = syscall(SYS_read, p[i].fd, *len < cap ? buf + *len : scratch,
+                       *len < cap ? cap - *len : sizeof scratch);
+      if (n > 0 && *len < cap) *len += (size_t)n;
+      if (n <= 0) {
+        close(i ? pe[0] : po[0]);
+        if (i) pe[0] = -1; else po[0] = -1;
+        open_fds--;
+      }
+    }
+  }
+  if (po[0] >= 0) close(po[0]);
+  if (pe[0] >= 0) close(pe[0]);
+  if (open_fds > 0) kill(pid, SIGKILL);
+  assert_int_equal(waitpid(pid, &c->status, 0), pid);
+}
+
+/* -- Tests ------------------------------------------------------------------- */
+
+static void test_stack_overflow_prints_diagnostic_and_exits_with_distinct_code(
+    void **state) {
+  (void)state;
+  struct child c;
+  run_child("--overflow-child", &c);
+  if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != CH_EXIT_STACK_OVERFLOW)
+    fail_msg("child status 0x%x (exited=%d code=%d signaled=%d sig=%d), stderr: %s",
+             c.status, WIFEXITED(c.status), WEXITSTATUS(c.status),
+             WIFSIGNALED(c.status), WIFSIGNALED(c.status) ? WTERMSIG(c.status) : 0,
+             c.err);
+  int id = 0;
+  void *top = NULL;
+  const char *p = strstr(c.out, "id=");
+  assert_non_null(p);
+  assert_int_equal(sscanf(p, "id=%d", &id), 1);
+  p = strstr(c.out, "top=");
+  assert_non_null(p);
+  assert_int_equal(sscanf(p, "top=%p", &top), 1);
+
+  char want[64];
+  snprintf(want, sizeof want, "coroutine %d stack overflow (guard hit at 0x", id);
+  p = strstr(c.err, want);
+  if (!p) fail_msg("stderr lacks \"%s...)\": %s", want, c.err);
+  unsigned long long addr = 0;
+  char close_paren = 0;
+  assert_int_equal(sscanf(p + strlen(want), "%llx%c", &addr, &close_paren), 2);
+  assert_int_equal(close_paren, ')');
+  /* The fault is below the coroutine's first frame, within a stack's
+  ** reach (default 256 KiB + the guard; 2 MiB leaves room for layout). */
+  uintptr_t t = (uintptr_t)top;
+  assert_true(addr < t);
+  assert_true(t - addr < 2u * 1024 * 1024);
+}
+
+static void test_fault_outside_a_guard_is_not_reported_as_overflow(void **state) {
+  (void)state;
+  struct child c;
+  run_child("--segv-child", &c);
+  assert_null(strstr(c.err, "stack overflow"));
+  /* The runtime's handler passes the fault on: the default action kills. */
+  if (!WIFSIGNALED(c.status) || WTERMSIG(c.status) != SIGSEGV)
+    fail_msg("child status 0x%x, want death by SIGSEGV; stderr: %s", c.status, c.err);
+}
+
+static void test_runtime_fault_handlers_run_on_the_alternate_stack(void **state) {
+  (void)state;
+  struct child c;
+  run_child("--sigaction-child", &c);
+  assert_true(WIFEXITED(c.status));
+  assert_int_equal(WEXITSTATUS(c.status), 0);
+  char want[64];
+  /* SIGSEGV must be caught (the guard report needs it), on the altstack. */
+  snprintf(want, sizeof want, "sig%d installed=1 onstack=1", SIGSEGV);
+  if (!strstr(c.out, want)) fail_msg("want \"%s\", child said: %s", want, c.out);
+  /* SIGBUS is optional, but if installed it must use SA_ONSTACK too. */
+  snprintf(want, sizeof want, "sig%d installed=1 onstack=0", SIGBUS);
+  if (strstr(c.out, want)) fail_msg("SIGBUS handler without SA_ONSTACK: %s", c.out);
+}
+
+/* Touches 16 KiB of its stack: a fresh stack would fault in 4 pages. */
+static void touch_stack(void *arg) {
+  (void)arg;
+  volatile char buf[16 * 1024];
+  for (size_t i = 0; i < sizeof buf; i += 512) buf[i] = (char)i;
+}
+
+#define REUSE 10000
+
+static void test_stacks_are_reused_so_mappings_stay_flat(void **state) {
+  (void)state;
+  /* Warm up: the pool, slab and scheduler exist after this. */
+  for (int i = 0; i < 100; i++) {
+    assert_true(ch_spawn(touch_stack, NULL) > 0);
+    th_run();
+  }
+  struct ch_stats st0, st1;
+  assert_int_equal(ch_stats(&st0), 0);
+  long maps0 = th_count_maps(), faults0 = th_minor_faults();
+  for (int i = 0; i < REUSE; i++) {
+    int id = ch_spawn(touch_stack, NULL);
+    if (id <= 0) fail_msg("spawn %d: %d", i, id);
+    th_run();
+  }
+  long maps1 = th_count_maps(), faults1 = th_minor_faults();
+  assert_int_equal(ch_stats(&st1), 0);
+  /* One coroutine at a time: no new mapping, no new address space ... */
+  if (maps1 - maps0 > 2) fail_msg("maps grew from %ld to %ld", maps0, maps1);
+  assert_int_equal(st1.stack_bytes, st0.stack_bytes);
+  assert_true(st1.stacks_free >= 1);
+  /* ... and no fresh pages: a new stack per coroutine would fault at least
+  ** REUSE * 4 times (40,000); a reused warm one hardly at all. */
+  if (faults1 - faults0 >= REUSE / 5)
+    fail_msg("%ld minor faults over %d spawns: stacks not reused warm",
+             faults1 - faults0, REUSE);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--overflow-child") == 0) return overflow_child();
+  if (argc > 1 && strcmp(argv[1], "--segv-child") == 0) return segv_child();
+  if (argc > 1 && strcmp(argv[1], "--sigaction-child") == 0) return sigaction_child();
+  th_main_init();
+  const struct CMUnitTest tests[] = {
+    TH_TEST(test_stack_overflow_prints_diagnostic_and_exits_with_distinct_code),
+    TH_TEST(test_fault_outside_a_guard_is_not_reported_as_overflow),
+    TH_TEST(test_runtime_fault_handlers_run_on_the_alternate_stack),
+    TH_TEST(test_stacks_are_reused_so_mappings_stay_flat),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

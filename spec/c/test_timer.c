@@ -1,0 +1,341 @@
+/*
+** Tests of timers (struct ch_timer embedded in the caller's struct) and of
+** the sleeps built on them: order, cancellation, restart, and that nothing
+** fires early.
+*/
+#include "helpers.h"
+
+/* The item a timer is embedded in, found back from the timer pointer. */
+struct item {
+  struct ch_timer t;
+  uint32_t idx;
+  uint8_t cancelled;        /* the test stopped it; it must never fire */
+  uint8_t fired;
+};
+
+#define ITEM_OF(tp) ((struct item *)((char *)(tp) - offsetof(struct item, t)))
+
+/* A small deterministic PRNG (xorshift32), so a failing order is
+** reproducible run after run. */
+static uint32_t rng_state = 2463534242u;
+static uint32_t rng(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 17;
+  rng_state ^= rng_state << 5;
+  return rng_state;
+}
+
+/* -- 1,000,000 timers --------------------------------------------------------- */
+
+#define NTIMERS 1000000
+
+static struct item *items;
+static size_t nfired, cancelled_fired, double_fired, early, order_errors;
+static uint64_t last_when, last_seq;
+
+static void million_cb(struct ch_timer *t) {
+  struct item *it = ITEM_OF(t);
+  if (it->cancelled) cancelled_fired++;
+  if (it->fired) double_fired++;
+  it->fired = 1;
+  if (ch_now_ns() < t->when_ns) early++;
+  /* Deadline order, ties broken by start order: (when_ns, seq) never goes
+  ** backwards from one firing to the next. */
+  if (nfired > 0 && (t->when_ns < last_when ||
+                     (t->when_ns == last_when && t->seq < last_seq)))
+    order_errors++;
+  last_when = t->when_ns;
+  last_seq = t->seq;
+  nfired++;
+  /* Every 7th firing also stops a timer that is still armed, exercising
+  ** removal from the middle of a large heap while it drains. */
+  if (it->idx % 7 == 0 && it->idx + 1 < NTIMERS) {
+    struct item *next = &items[it->idx + 1];
+    if (!next->fired && !next->cancelled) {
+      ch_timer_stop(&next->t);
+      next->cancelled = 1;
+    }
+  }
+}
+
+static void test_million_timers_fire_in_deadline_order_and_cancelled_never_fire(
+    void **state) {
+  (void)state;
+  items = calloc(NTIMERS, sizeof *items);
+  assert_non_null(items);
+  nfired = cancelled_fired = double_fired = early = order_errors = 0;
+  last_when = last_seq = 0;
+  rng_state = 2463534242u;
+
+  for (uint32_t i = 0; i < NTIMERS; i++) {
+    items[i].idx = i;
+    /* Random deadlines 0..200 ms: many land in the same millisecond. */
+    int rc = ch_timer_start(&items[i].t, (int64_t)(rng() % 201), million_cb);
+    if (rc != 0) fail_msg("ch_timer_start #%u: %d", i, rc);
+  }
+  /* seq records start order. */
+  for (uint32_t i = 1; i < NTIMERS; i++)
+    if (items[i].t.seq <= items[i - 1].t.seq)
+      fail_msg("seq not increasing at %u", i);
+  /* Every 3rd is stopped before it can fire. */
+  size_t stopped = 0;
+  for (uint32_t i = 0; i < NTIMERS; i += 3) {
+    ch_timer_stop(&items[i].t);
+    items[i].cancelled = 1;
+    stopped++;
+    if (items[i].t.heap_index != 0) fail_msg("heap_index %u after stop", i);
+  }
+  struct ch_stats st;
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(st.timers, NTIMERS - stopped);
+
+  double t0 = th_now_ms();
+  th_run();  /* armed timers keep ch_run running; it returns when all fired */
+  double ms = th_now_ms() - t0;
+
+  size_t cancelled = 0, missing = 0, armed = 0;
+  for (uint32_t i = 0; i < NTIMERS; i++) {
+    if (items[i].cancelled) cancelled++;
+    else if (!items[i].fired) missing++;
+    if (items[i].t.heap_index != 0) armed++;
+  }
+  free(items);
+  assert_int_equal(cancelled_fired, 0);
+  assert_int_equal(double_fired, 0);
+  assert_int_equal(missing, 0);
+  assert_int_equal(nfired + cancelled, NTIMERS);
+  assert_int_equal(order_errors, 0);
+  assert_int_equal(early, 0);
+  assert_int_equal(armed, 0);
+  assert_true(ms < 20000);  /* generous; about 1 s expected */
+}
+
+/* -- Equal deadlines ------------------------------------------------------------ */
+
+#define NEQUAL 1000
+static uint32_t equal_order[NEQUAL];
+static size_t nequal;
+
+static void equal_cb(struct ch_timer *t) {
+  if (nequal < NEQUAL) equal_order[nequal++] = ITEM_OF(t)->idx;
+}
+
+static void test_timers_with_equal_delay_fire_in_start_order(void **state) {
+  (void)state;
+  static struct item eq[NEQUAL];
+  memset(eq, 0, sizeof eq);
+  nequal = 0;
+  for (uint32_t i = 0; i < NEQUAL; i++) {
+    eq[i].idx = i;
+    assert_int_equal(ch_timer_start(&eq[i].t, 30, equal_cb), 0);
+  }
+  th_run();
+  assert_int_equal(nequal, NEQUAL);
+  for (uint32_t i = 0; i < NEQUAL; i++) assert_int_equal(equal_order[i], i);
+}
+
+/* -- Start, stop, restart ----------------------------------------------------------- */
+
+static int simple_fired;
+static uint64_t simple_fired_at;
+
+static void simple_cb(struct ch_timer *t) {
+  (void)t;
+  simple_fired++;
+  simple_fired_at = ch_now_ns();
+}
+
+static void test_armed_timer_keeps_run_running_until_it_fires(void **state) {
+  (void)state;
+  struct ch_timer t;
+  memset(&t, 0, sizeof t);
+  simple_fired = 0;
+  double t0 = th_now_ms();
+  assert_int_equal(ch_timer_start(&t, 50, simple_cb), 0);
+  assert_true(t.heap_index != 0);
+  th_run();
+  double ms = th_now_ms() - t0;
+  assert_int_equal(simple_fired, 1);
+  assert_int_equal(t.heap_index, 0);
+  assert_true(ms >= 49.0);
+  assert_true(ms < 1000.0);
+}
+
+static void test_stopped_timer_never_fires(void **state) {
+  (void)state;
+  struct ch_timer t;
+  memset(&t, 0, sizeof t);
+  simple_fired = 0;
+  assert_int_equal(ch_timer_start(&t, 20, simple_cb), 0);
+  ch_timer_stop(&t);
+  assert_int_equal(t.heap_index, 0);
+  double t0 = th_now_ms();
+  th_run();  /* nothing armed: returns at once */
+  assert_true(th_now_ms() - t0 < 15);
+  th_thread_sleep_ms(30);
+  th_run();
+  assert_int_equal(simple_fired, 0);
+}
+
+static void test_stopping_a_stopped_or_unstarted_timer_is_harmless(void **state) {
+  (void)state;
+  struct ch_timer t;
+  memset(&t, 0, sizeof t);
+  ch_timer_stop(&t);  /* never started */
+  simple_fired = 0;
+  assert_int_equal(ch_timer_start(&t, 1, simple_cb), 0);
+  ch_timer_stop(&t);
+  ch_timer_stop(&t);  /* twice */
+  th_run();
+  assert_int_equal(simple_fired, 0);
+  struct ch_stats st;
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(st.timers, 0);
+}
+
+static void test_restarting_an_armed_timer_moves_it(void **state) {
+  (void)state;
+  struct ch_timer t;
+  memset(&t, 0, sizeof t);
+  simple_fired = 0;
+  double t0 = th_now_ms();
+  assert_int_equal(ch_timer_start(&t, 5000, simple_cb), 0);
+  assert_int_equal(ch_timer_start(&t, 20, simple_cb), 0);  /* earlier */
+  th_run();
+  double ms = th_now_ms() - t0;
+  assert_int_equal(simple_fired, 1);
+  assert_true(ms >= 19.0 && ms < 2000.0);
+
+  /* And later: restarting a near timer far out delays it. */
+  simple_fired = 0;
+  t0 = th_now_ms();
+  assert_int_equal(ch_timer_start(&t, 10, simple_cb), 0);
+  assert_int_equal(ch_timer_start(&t, 80, simple_cb), 0);
+  th_run();
+  ms = th_now_ms() - t0;
+  assert_int_equal(simple_fired, 1);
+  assert_true(ms >= 79.0);
+}
+
+struct periodic { struct ch_timer t; int n; };
+
+static void periodic_cb(struct ch_timer *t) {
+  struct periodic *p = (struct periodic *)t;  /* t is the first member */
+  /* A callback may start its own timer again. */
+  if (++p->n < 5) CHECK_EQ(ch_timer_start(t, 10, periodic_cb), 0);
+}
+
+static void test_callback_may_restart_its_own_timer(void **state) {
+  (void)state;
+  struct periodic p;
+  memset(&p, 0, sizeof p);
+  double t0 = th_now_ms();
+  assert_int_equal(ch_timer_start(&p.t, 10, periodic_cb), 0);
+  th_run();
+  assert_int_equal(p.n, 5);
+  assert_true(th_now_ms() - t0 >= 49.0);
+}
+
+/* -- Sleeps --------------------------------------------------------------------------- */
+
+struct nap { int64_t ms; int rc; double slept; };
+
+static void napper(void *arg) {
+  struct nap *n = arg;
+  double t0 = th_now_ms();
+  n->rc = ch_sleep_ms(n->ms);
+  n->slept = th_now_ms() - t0;
+}
+
+static void test_sleep_ms_sleeps_at_least_the_time_asked(void **state) {
+  (void)state;
+  struct nap naps[] = { { 1, -1, 0 }, { 10, -1, 0 }, { 55, -1, 0 }, { 120, -1, 0 } };
+  for (size_t i = 0; i < sizeof naps / sizeof naps[0]; i++)
+    assert_true(ch_spawn(napper, &naps[i]) > 0);
+  double t0 = th_now_ms();
+  th_run();
+  double total = th_now_ms() - t0;
+  for (size_t i = 0; i < sizeof naps / sizeof naps[0]; i++) {
+    assert_int_equal(naps[i].rc, 0);
+    if (naps[i].slept < (double)naps[i].ms)
+      fail_msg("ch_sleep_ms(%lld) slept %.3f ms", (long long)naps[i].ms, naps[i].slept);
+    assert_true(naps[i].slept < (double)naps[i].ms + 500.0);
+  }
+  /* They slept concurrently: the total is the longest, not the sum. */
+  assert_true(total < 120.0 + 55.0 + 10.0);
+}
+
+static char zero_order[16];
+static int zero_len;
+
+static void zero_sleeper(void *arg) {
+  for (int i = 0; i < 3; i++) {
+    if (zero_len < 15) zero_order[zero_len++] = (char)(intptr_t)arg;
+    ch_sleep_ms(0);  /* same as ch_yield */
+  }
+}
+
+static void test_sleep_ms_zero_yields(void **state) {
+  (void)state;
+  memset(zero_order, 0, sizeof zero_order);
+  zero_len = 0;
+  assert_true(ch_spawn(zero_sleeper, (void *)(intptr_t)'a') > 0);
+  assert_true(ch_spawn(zero_sleeper, (void *)(intptr_t)'b') > 0);
+  th_run();
+  assert_string_equal(zero_order, "ababab");
+}
+
+static int wake_order[100];
+static int nwake;
+
+static void staggered_sleeper(void *arg) {
+  int i = (int)(intptr_t)arg;
+  ch_sleep_ms((100 - i) * 2);  /* the last spawned wakes first */
+  if (nwake < 100) wake_order[nwake++] = i;
+}
+
+static void test_sleepers_wake_in_deadline_order(void **state) {
+  (void)state;
+  nwake = 0;
+  for (int i = 0; i < 100; i++)
+    assert_true(ch_spawn(staggered_sleeper, (void *)(intptr_t)i) > 0);
+  th_run();
+  assert_int_equal(nwake, 100);
+  for (int k = 0; k < 100; k++) assert_int_equal(wake_order[k], 99 - k);
+}
+
+static void test_sleep_ms_outside_a_coroutine_sleeps_the_thread(void **state) {
+  (void)state;
+  double t0 = th_now_ms();
+  assert_int_equal(ch_sleep_ms(30), 0);
+  double ms = th_now_ms() - t0;
+  assert_true(ms >= 30.0 && ms < 1000.0);
+}
+
+static void test_now_ns_advances_with_real_time(void **state) {
+  (void)state;
+  uint64_t a = ch_now_ns();
+  th_thread_sleep_ms(20);
+  uint64_t b = ch_now_ns();
+  assert_true(b - a >= 20u * 1000000u);
+  assert_true(b - a < 2000u * 1000000u);
+}
+
+int main(void) {
+  th_main_init();
+  const struct CMUnitTest tests[] = {
+    TH_TEST(test_million_timers_fire_in_deadline_order_and_cancelled_never_fire),
+    TH_TEST(test_timers_with_equal_delay_fire_in_start_order),
+    TH_TEST(test_armed_timer_keeps_run_running_until_it_fires),
+    TH_TEST(test_stopped_timer_never_fires),
+    TH_TEST(test_stopping_a_stopped_or_unstarted_timer_is_harmless),
+    TH_TEST(test_restarting_an_armed_timer_moves_it),
+    TH_TEST(test_callback_may_restart_its_own_timer),
+    TH_TEST(test_sleep_ms_sleeps_at_least_the_time_asked),
+    TH_TEST(test_sleep_ms_zero_yields),
+    TH_TEST(test_sleepers_wake_in_deadline_order),
+    TH_TEST(test_sleep_ms_outside_a_coroutine_sleeps_the_thread),
+    TH_TEST(test_now_ns_advances_with_real_time),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
