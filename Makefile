@@ -45,6 +45,11 @@ CTEST_SRC := $(wildcard spec/c/test_*.c)
 CTEST_BIN := $(CTEST_SRC:spec/c/%.c=$(B)/spec/%)
 CTEST_LIBS := -lcmocka -lhiredis -lcrypto
 
+# Lua C modules used only by specs: spec/mod/<name>.c -> build/spec/mod/<name>.so,
+# found through package.cpath; the lua_* API and hooks come from build/cohost.
+SPECMOD_SRC := $(wildcard spec/mod/*.c)
+SPECMOD_SO  := $(SPECMOD_SRC:spec/mod/%.c=$(B)/spec/mod/%.so)
+
 # Benchmarks: every scripts/bench/*.c links the runtime; *.cpp links
 # boost.context (a shim for comparison only).
 BENCH_C   := $(wildcard scripts/bench/*.c)
@@ -83,6 +88,10 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
+$(B)/spec/mod/%.so: spec/mod/%.c
+	@mkdir -p $(@D)
+	$(CC) $(OPT) -std=gnu11 -D_GNU_SOURCE -fPIC -shared $(WARN) $(LUAJIT_CFLAGS) $< -o $@
+
 $(B)/bench/%: scripts/bench/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDLIBS) -lm
@@ -92,11 +101,12 @@ $(B)/bench/%: scripts/bench/%.cpp
 	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTEST_BIN)
+	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(SPECMOD_SO)
 	@bash scripts/test.sh
 
 run: deps all
-	@echo "cohost: make run serves examples once the host exists (issue 3)"
+	@echo "cohost: serving examples/echo.lua on port $(PORT) (try: nc 127.0.0.1 $(PORT)); Ctrl-C stops"
+	$(HOST) examples/echo.lua $(PORT)
 
 bench:
 	@bash scripts/deps.sh bench

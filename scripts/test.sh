@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every C test binary (build/spec/test_*), prints its output and sums
-# cmocka's counts. The last line printed is exactly "N passed, N failed".
+# Runs every C test binary (build/spec/test_*) and every Lua spec
+# (spec/*_spec.lua, with busted inside build/cohost), prints their output
+# and sums their counts. The last line printed is exactly "N passed, N failed".
 # Exits non-zero if anything failed. `make test` builds the binaries first.
 #
 # A binary that crashes, hangs past its timeout or exits non-zero without a
@@ -58,6 +59,41 @@ for bin in "${bins[@]}"; do
       echo "test.sh: $bin timed out after ${TIMEOUT}s" >&2
     else
       echo "test.sh: $bin ended abnormally (status $rc)" >&2
+    fi
+  fi
+  passed=$(( passed + p ))
+  failed=$(( failed + f ))
+done
+
+# Lua specs: busted runs inside build/cohost, one process per spec file so
+# a crash costs one file, not the suite. Errors count as failures.
+specs=(spec/*_spec.lua)
+if [ ${#specs[@]} -gt 0 ] && [ ! -x build/cohost ]; then
+  echo "test.sh: build/cohost is missing: Lua specs not run" >&2
+  failed=$(( failed + 1 ))
+fi
+for spec in "${specs[@]}"; do
+  [ -x build/cohost ] || break
+  echo "== $spec"
+  timeout "$TIMEOUT" build/cohost /usr/bin/busted -o plainTerminal "$spec" >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  line=$(grep -E '^[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$out" | tail -1)
+  if [ -n "$line" ]; then
+    nums=($(echo "$line" | grep -oE '[0-9]+' | head -3))
+    p=${nums[0]}
+    f=$(( nums[1] + nums[2] ))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+      echo "test.sh: $spec exited $rc after a clean summary" >&2
+      f=1
+    fi
+  else
+    p=0
+    f=1
+    if [ "$rc" -eq 124 ]; then
+      echo "test.sh: $spec timed out after ${TIMEOUT}s" >&2
+    else
+      echo "test.sh: $spec ended abnormally (status $rc)" >&2
     fi
   fi
   passed=$(( passed + p ))

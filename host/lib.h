@@ -1,0 +1,12 @@
+/* The host's C modules, preloaded by main.c as cohost.core.<mod>. Each is
+** internal: the Lua modules under lua/cohost/ are the documented face. */
+#ifndef CH_LIB_H
+#define CH_LIB_H
+
+#include <lua.h>
+
+int luaopen_cohost_core_task(lua_State *L);     /* lib_task.c */
+int luaopen_cohost_core_sys(lua_State *L);      /* lib_sys.c */
+int luaopen_cohost_core_socket(lua_State *L);   /* lib_socket.c */
+
+#endif

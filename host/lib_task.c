@@ -1,0 +1,325 @@
+/*
+** cohost.core.task: light threads and the wait queue that semaphores and
+** channels (the lua/cohost modules) are built on. Internal: lua/cohost/init.lua
+** is the documented face.
+*/
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "host.h"
+#include "lib.h"
+
+#define THREAD_MT "cohost.thread"
+#define WAITQ_MT  "cohost.waitq"
+
+/* -- Threads -------------------------------------------------------------- */
+
+struct handle {
+  struct ch_task *t;            /* NULL once waited for or collected */
+};
+
+static struct handle *check_handle(lua_State *L, int i)
+{
+  return luaL_checkudata(L, i, THREAD_MT);
+}
+
+static struct ch_worker *worker(lua_State *L)
+{
+  struct ch_worker *w = ch_worker_self;
+  if (!w) luaL_error(L, "cohost: not inside a cohost worker");
+  return w;
+}
+
+/* Spawns fn(...) as a task; daemon tasks are cancelled when shutdown
+** starts (timers), the others get the shutdown timeout. */
+static int spawn(lua_State *L, int daemon)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  struct ch_worker *w = worker(L);
+  int nargs = lua_gettop(L) - 1;
+  struct handle *h = lua_newuserdata(L, sizeof *h);
+  h->t = NULL;
+  luaL_getmetatable(L, THREAD_MT);
+  lua_setmetatable(L, -2);
+  lua_insert(L, 1);   /* handle below fn and args */
+  struct ch_task *t = ch_task_new(w, daemon ? "timer" : "thread");
+  if (!t) return luaL_error(L, "no memory");
+  t->daemon = (uint8_t)daemon;
+  lua_xmove(L, t->T, nargs + 1);
+  if (w->stopping && daemon) t->status = CH_TASK_KILLED;
+  if (ch_task_spawn(t, nargs) < 0) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "no memory");
+    return 2;
+  }
+  t->refs++;
+  h->t = t;
+  return 1;   /* the handle */
+}
+
+static int l_spawn(lua_State *L) { return spawn(L, 0); }
+static int l_spawn_daemon(lua_State *L) { return spawn(L, 1); }
+
+static int handle_gc(lua_State *L)
+{
+  struct handle *h = check_handle(L, 1);
+  if (h->t) { ch_task_release(h->t); h->t = NULL; }
+  return 0;
+}
+
+static int finished(const struct ch_task *t)
+{
+  return t->status >= CH_TASK_DONE;
+}
+
+/* Pushes ok, results... of a finished task and lets go of it. */
+static int collect(lua_State *L, struct handle *h)
+{
+  struct ch_task *t = h->t;
+  int n = t->nresults;
+  luaL_checkstack(L, n + 1, "too many results");
+  if (t->status == CH_TASK_DONE) {
+    lua_pushboolean(L, 1);
+    lua_xmove(t->T, L, n);
+  } else {
+    lua_pushboolean(L, 0);
+    if (t->status == CH_TASK_KILLED) lua_pushliteral(L, "killed");
+    else if (n > 0) lua_xmove(t->T, L, 1);   /* the error value, unchanged */
+    else lua_pushnil(L);
+    n = 1;
+  }
+  h->t = NULL;
+  ch_task_release(t);
+  return n + 1;
+}
+
+static void drop_waiter(struct ch_task *t, struct ch_coro *c)
+{
+  for (int i = 0; i < t->nwaiters; i++)
+    if (t->waiters[i] == c) {
+      t->waiters[i] = t->waiters[--t->nwaiters];
+      return;
+    }
+}
+
+/* Yields. wait(t1, ...) -> ok, results... of the first to finish. */
+static int l_wait(lua_State *L)
+{
+  int n = lua_gettop(L);
+  if (n == 0) return luaL_error(L, "bad argument #1 to 'wait' (thread expected)");
+  struct ch_coro *self = ch_current();
+  for (;;) {
+    int live = 0;
+    for (int i = 1; i <= n; i++) {
+      struct handle *h = check_handle(L, i);
+      if (!h->t) continue;
+      if (finished(h->t)) return collect(L, h);
+      if (h->t->coro == self) return luaL_error(L, "cannot wait for the current thread");
+      live++;
+    }
+    if (!live) {
+      lua_pushnil(L);
+      lua_pushliteral(L, "already waited or killed");
+      return 2;
+    }
+    if (!self) return luaL_error(L, "cohost.wait outside a coroutine");
+    ch_task_check_cancel(L);
+    int room = 1;
+    for (int i = 1; i <= n; i++) {
+      struct ch_task *t = check_handle(L, i)->t;
+      if (!t) continue;
+      if (t->nwaiters == (int)(sizeof t->waiters / sizeof t->waiters[0])) room = 0;
+      else t->waiters[t->nwaiters++] = self;
+    }
+    /* More waiters than slots on one thread: poll at 1 ms rather than
+    ** fail; rare, and documented. */
+    int r = ch_park(room ? -1 : 1);
+    for (int i = 1; i <= n; i++) {
+      struct ch_task *t = check_handle(L, i)->t;
+      if (t) drop_waiter(t, self);
+    }
+    if (r == -ECANCELED) ch_task_check_cancel(L);
+  }
+}
+
+/* kill(t) -> true, or nil, err. The thread sees a "cancelled" error raised
+** from the call it is blocked in (or its next blocking call). */
+static int l_kill(lua_State *L)
+{
+  struct handle *h = check_handle(L, 1);
+  struct ch_task *t = h->t;
+  if (!t || finished(t)) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "already waited or killed");
+    return 2;
+  }
+  if (t->coro == ch_current()) return luaL_error(L, "cannot kill the current thread");
+  if (t->status == CH_TASK_NEW) t->status = CH_TASK_KILLED;
+  else ch_cancel(t->coro);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int handle_tostring(lua_State *L)
+{
+  struct handle *h = check_handle(L, 1);
+  lua_pushfstring(L, "cohost.thread: %p", (void *)h);
+  return 1;
+}
+
+/* -- Sleeping ------------------------------------------------------------- */
+
+/* Yields. sleep(seconds): 0 yields to the others. */
+static int l_sleep(lua_State *L)
+{
+  lua_Number s = luaL_checknumber(L, 1);
+  if (s < 0 || s != s) return luaL_argerror(L, 1, "non-negative number expected");
+  ch_task_check_cancel(L);
+  struct ch_coro *c = ch_current();
+  int64_t ms = (int64_t)ceil(s * 1000);
+  if (c && !ch_task_may_park(c)) {   /* a finalizer or FFI callback */
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+    return 0;
+  }
+  int r = ch_sleep_ms(ms);
+  if (r == -ECANCELED) ch_task_check_cancel(L);
+  return 0;
+}
+
+/* -- Wait queues ---------------------------------------------------------- */
+
+/* A FIFO of parked coroutines. Nodes live on the waiters' own stacks and
+** unlink themselves when they wake, whatever woke them. */
+struct wnode {
+  struct ch_coro *c;
+  struct wnode *prev, *next;
+  int signalled;
+};
+
+struct waitq {
+  struct wnode *head, *tail;
+};
+
+static struct waitq *check_waitq(lua_State *L, int i)
+{
+  return luaL_checkudata(L, i, WAITQ_MT);
+}
+
+static int l_waitq(lua_State *L)
+{
+  struct waitq *q = lua_newuserdata(L, sizeof *q);
+  q->head = q->tail = NULL;
+  luaL_getmetatable(L, WAITQ_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+/* Yields. q:wait([timeout_s]) -> true, or nil, "timeout". */
+static int waitq_wait(lua_State *L)
+{
+  struct waitq *q = check_waitq(L, 1);
+  lua_Number s = luaL_optnumber(L, 2, -1);
+  struct ch_coro *c = ch_current();
+  if (!c) return luaL_error(L, "wait outside a coroutine");
+  ch_task_check_cancel(L);
+  if (!ch_task_may_park(c)) return luaL_error(L, "cannot wait here (finalizer or FFI callback)");
+  struct wnode n = { c, q->tail, NULL, 0 };
+  if (q->tail) q->tail->next = &n;
+  else q->head = &n;
+  q->tail = &n;
+  int r = ch_park(s < 0 ? -1 : (int64_t)ceil(s * 1000));
+  if (!n.signalled) {   /* timeout or cancel: still queued */
+    if (n.prev) n.prev->next = n.next;
+    else q->head = n.next;
+    if (n.next) n.next->prev = n.prev;
+    else q->tail = n.prev;
+  }
+  if (n.signalled) { lua_pushboolean(L, 1); return 1; }
+  if (r == -ECANCELED) ch_task_check_cancel(L);
+  lua_pushnil(L);
+  lua_pushliteral(L, "timeout");
+  return 2;
+}
+
+static int wake(struct waitq *q)
+{
+  struct wnode *n = q->head;
+  if (!n) return 0;
+  q->head = n->next;
+  if (q->head) q->head->prev = NULL;
+  else q->tail = NULL;
+  n->signalled = 1;
+  ch_unpark(n->c, 0);
+  return 1;
+}
+
+/* q:signal() wakes the longest waiter; returns true if there was one. */
+static int waitq_signal(lua_State *L)
+{
+  lua_pushboolean(L, wake(check_waitq(L, 1)));
+  return 1;
+}
+
+/* q:broadcast() wakes all; returns how many. */
+static int waitq_broadcast(lua_State *L)
+{
+  struct waitq *q = check_waitq(L, 1);
+  int n = 0;
+  while (wake(q)) n++;
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+static int waitq_len(lua_State *L)
+{
+  int n = 0;
+  for (struct wnode *w = check_waitq(L, 1)->head; w; w = w->next) n++;
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+/* -- Module --------------------------------------------------------------- */
+
+static const luaL_Reg thread_methods[] = {
+  { "__gc", handle_gc },
+  { "__tostring", handle_tostring },
+  { NULL, NULL }
+};
+
+static const luaL_Reg waitq_methods[] = {
+  { "wait", waitq_wait },
+  { "signal", waitq_signal },
+  { "broadcast", waitq_broadcast },
+  { "__len", waitq_len },
+  { NULL, NULL }
+};
+
+static const luaL_Reg task_funcs[] = {
+  { "spawn", l_spawn },
+  { "spawn_daemon", l_spawn_daemon },
+  { "wait", l_wait },
+  { "kill", l_kill },
+  { "sleep", l_sleep },
+  { "waitq", l_waitq },
+  { NULL, NULL }
+};
+
+int luaopen_cohost_core_task(lua_State *L)
+{
+  luaL_newmetatable(L, THREAD_MT);
+  luaL_register(L, NULL, thread_methods);
+  lua_pop(L, 1);
+  luaL_newmetatable(L, WAITQ_MT);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, -2, "__index");
+  luaL_register(L, NULL, waitq_methods);
+  lua_pop(L, 1);
+  lua_newtable(L);
+  luaL_register(L, NULL, task_funcs);
+  return 1;
+}

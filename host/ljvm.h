@@ -1,0 +1,75 @@
+/*
+** What the host needs from LuaJIT's internals: the offsets of this LuaJIT
+** build (verified at start-up), the "inside a classic C function" marker,
+** and the decision whether a hook may park the running coroutine.
+**
+** A hook may park a coroutine only while the VM is running a classic
+** lua_CFunction (cohost's own bindings, C modules such as LuaSocket):
+** never inside an FFI call (interpreted or on a JIT trace), an FFI
+** callback, a __gc finalizer or a debug hook. Elsewhere it blocks like libc.
+*/
+#ifndef CH_LJVM_H
+#define CH_LJVM_H
+
+#include <lua.h>
+
+struct ch_coro;
+struct ch_ljvm_mark;   /* one per active classic C call, on its C frame */
+
+/* Why ch_ljvm_may_park said no: struct ch_ljvm_coro.refused. */
+enum ch_ljvm_why {
+  CH_LJVM_OK,          /* it said yes */
+  CH_LJVM_NOT_CFUNC,   /* no classic C function on top: an FFI call or built-in */
+  CH_LJVM_TRACE,       /* on a JIT trace: an FFI call from compiled code */
+  CH_LJVM_BUSY,        /* the VM is in the GC, the recorder or a trace exit */
+  CH_LJVM_GC,          /* inside a __gc finalizer */
+  CH_LJVM_HOOK,        /* inside a debug hook or jit.attach handler */
+  CH_LJVM_CALLBACK,    /* an FFI callback is below */
+  CH_LJVM_STACK        /* Lua frames not understood, or over 8 threads deep */
+};
+
+/* Per-coroutine state. The host embeds it as the FIRST member of the
+** struct it hands to ch_coro_set_udata, so ch_coro_udata(c) points to it. */
+struct ch_ljvm_coro {
+  lua_State *L;                /* the coroutine's own Lua thread; owner: host */
+  struct ch_ljvm_mark *top;    /* innermost classic C call or NULL; owner: ljvm */
+  int refused;                 /* enum ch_ljvm_why of the last decision; owner: ljvm */
+  int trace;                   /* vmstate at a TRACE or BUSY refusal */
+};
+
+/* Checks that this LuaJIT build has the layout the host was written for,
+** by probing L (hooks, C calls, a thread, a finalizer, an FFI callback and
+** a JIT trace), then turns the wrapper on for every classic C function of
+** L's universe. Call once per lua_State universe, after luaL_openlibs (it
+** needs require "ffi"). Returns 0, or -1 with *why saying what did not
+** match: the host must refuse to start then. */
+int ch_ljvm_init(lua_State *L, const char **why);
+
+/* Clears v for a coroutine about to run Lua thread L. */
+void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
+
+/* The C function wrapper (LUAJIT_MODE_WRAPCFUNC) installed by ch_ljvm_init:
+** marks the running coroutine "inside classic C function f" while f runs,
+** error unwinding included. About 40 instructions per call. Public only
+** so that ch_ljvm_init and tests can name it. */
+int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
+
+/* The yield check (ch_set_yield_check): non-zero when c may park here,
+** i.e. c runs no Lua at all, or its innermost marked classic C function
+** is the top frame, the VM is in C and not on a trace, in no finalizer or
+** hook, and no FFI callback is below. Costs a walk of the Lua frames:
+** roughly 100 + 10 per frame instructions when it says yes. */
+int ch_ljvm_may_park(struct ch_coro *c);
+
+/* After ch_ljvm_may_park(c) said no: a one-line reason naming the Lua call
+** site ("inside a __gc finalizer at app.lua:12"), or NULL when that reason
+** and site were reported before in this process (so hosts log it once).
+** Reads the Lua stack, allocates nothing. The text stays valid until the
+** next call on this thread. */
+const char *ch_ljvm_refusal(struct ch_coro *c);
+
+/* The resume hook (ch_set_resume_hook): makes LuaJIT's current-thread
+** pointer name the Lua thread c was running when it parked. One store. */
+void ch_ljvm_resumed(struct ch_coro *c);
+
+#endif

@@ -1,0 +1,404 @@
+/*
+** cohost: the program. Parses the command line, starts one worker per
+** thread (each with its own scheduler and lua_State), runs the script's
+** main chunk as a task on every worker, and turns SIGINT/SIGTERM into an
+** orderly shutdown. Shape after luajit.c and Lua's lua.c.
+*/
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <luajit.h>
+
+#include "host.h"
+#include "lib.h"
+#include "lib_socket.h"
+
+#define COHOST_VERSION "0.1.0"
+
+#ifndef COHOST_LUA_DIR
+#define COHOST_LUA_DIR "/usr/local/share/cohost/lua"   /* make install's */
+#endif
+
+struct ch_options ch_opts = {
+  .workers = 1,
+  .shutdown_timeout_ms = 10000,
+  .log_level = CH_LOG_NOTICE,
+};
+
+static const char *script;        /* NULL with -e only */
+static char **script_argv;        /* script arguments */
+static int script_argc;
+static const char *chunks[16];    /* -e CHUNK, in order */
+static int nchunks;
+static char **all_argv;           /* for arg[-n] */
+static int script_index;          /* argv index of the script */
+static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+
+static struct ch_worker *workers;
+static _Atomic int exit_code;
+
+/* Every C module, preloaded as cohost.core.<name>, as linit.c does. */
+static const luaL_Reg preloads[] = {
+  { "cohost.core.task", luaopen_cohost_core_task },
+  { "cohost.core.sys", luaopen_cohost_core_sys },
+  { "cohost.core.socket", luaopen_cohost_core_socket },
+  { NULL, NULL }
+};
+
+/* -- Command line --------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+  fprintf(f,
+    "usage: cohost [options] script.lua [args...]\n"
+    "Runs script.lua on native coroutines: its main chunk runs once per worker\n"
+    "and may listen, connect and sleep.\n\n"
+    "  -w, --workers N|auto       worker threads (default 1; auto = one per CPU)\n"
+    "      --stack-size BYTES     coroutine stack size, K/M suffix (default 256K)\n"
+    "      --max-connections N    per worker; more are closed at once (default 0 = no limit)\n"
+    "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT (default 10)\n"
+    "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
+    "  -e CHUNK                   run CHUNK before the script (repeatable)\n"
+    "      --check                load and compile the script only\n"
+    "  -v, --version              print the version\n"
+    "  -h, --help                 print this help\n");
+}
+
+static void die(const char *fmt, const char *arg)
+{
+  fprintf(stderr, "cohost: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  exit(2);
+}
+
+static long parse_size(const char *s)
+{
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || v < 0) die("bad size '%s'", s);
+  if (*end == 'k' || *end == 'K') { v *= 1024; end++; }
+  else if (*end == 'm' || *end == 'M') { v *= 1024 * 1024; end++; }
+  if (*end) die("bad size '%s'", s);
+  return (long)v;
+}
+
+static int cpu_count(void)
+{
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+/* Value of an option: "--opt=value" or the next argument. */
+static const char *value(int argc, char **argv, int *i, const char *opt)
+{
+  const char *eq = strchr(argv[*i], '=');
+  if (eq && argv[*i][1] == '-') return eq + 1;
+  if (*i + 1 >= argc) die("option %s needs a value", opt);
+  return argv[++*i];
+}
+
+static int is(const char *arg, const char *name)
+{
+  size_t n = strlen(name);
+  return !strncmp(arg, name, n) && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static int parse_args(int argc, char **argv, int *check)
+{
+  int i;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-' || !strcmp(a, "-")) break;
+    if (!strcmp(a, "--")) { i++; break; }
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); exit(0); }
+    else if (!strcmp(a, "-v") || !strcmp(a, "--version")) {
+      printf("cohost %s (%s)\n", COHOST_VERSION, LUAJIT_VERSION);
+      exit(0);
+    } else if (!strcmp(a, "-w") || is(a, "--workers")) {
+      const char *v = value(argc, argv, &i, "--workers");
+      ch_opts.workers = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      if (ch_opts.workers < 1 || ch_opts.workers > 1024) die("bad worker count '%s'", v);
+    } else if (is(a, "--stack-size")) {
+      ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
+    } else if (is(a, "--max-connections")) {
+      ch_opts.max_connections = atoi(value(argc, argv, &i, "--max-connections"));
+    } else if (is(a, "--shutdown-timeout")) {
+      ch_opts.shutdown_timeout_ms = (int)(atof(value(argc, argv, &i, "--shutdown-timeout")) * 1000);
+    } else if (is(a, "--log-level")) {
+      const char *v = value(argc, argv, &i, "--log-level");
+      if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+    } else if (!strcmp(a, "-e")) {
+      if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
+      chunks[nchunks++] = value(argc, argv, &i, "-e");
+    } else if (!strcmp(a, "--check")) {
+      *check = 1;
+    } else {
+      die("unknown option '%s' (cohost --help lists them)", a);
+    }
+  }
+  if (i < argc) {
+    script = argv[i];
+    script_index = i;
+    script_argv = argv + i + 1;
+    script_argc = argc - i - 1;
+  } else {
+    script_index = argc;
+  }
+  return 0;
+}
+
+/* lua/ beside the binary's directory (a build tree: build/cohost and
+** lua/), else the installed copy. */
+static void find_lua_dir(void)
+{
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      char probe[PATH_MAX + 32];
+      if (snprintf(lua_dir, sizeof lua_dir, "%s/../lua", exe) < (int)sizeof lua_dir &&
+          snprintf(probe, sizeof probe, "%s/cohost/init.lua", lua_dir) < (int)sizeof probe &&
+          access(probe, R_OK) == 0)
+        return;
+    }
+  }
+  snprintf(lua_dir, sizeof lua_dir, "%s", COHOST_LUA_DIR);
+}
+
+/* -- Lua states ----------------------------------------------------------- */
+
+static void set_path(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "path");
+  lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", lua_dir, lua_dir, lua_tostring(L, -1));
+  lua_setfield(L, -3, "path");
+  lua_pop(L, 1);
+  lua_getfield(L, -1, "preload");
+  for (const luaL_Reg *r = preloads; r->name; r++) {
+    lua_pushcfunction(L, r->func);
+    lua_setfield(L, -2, r->name);
+  }
+  lua_pop(L, 2);
+}
+
+/* arg as luajit sets it: arg[0] the script, arg[1..] its arguments,
+** arg[-1..] the interpreter and options. */
+static void set_arg(lua_State *L)
+{
+  lua_createtable(L, script_argc, script_index + 1);
+  for (int i = 0; all_argv[i]; i++) {
+    lua_pushstring(L, all_argv[i]);
+    lua_rawseti(L, -2, i - script_index);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static lua_State *new_state(void)
+{
+  lua_State *L = luaL_newstate();
+  if (!L) return NULL;
+  luaL_openlibs(L);
+  const char *why = NULL;
+  if (ch_ljvm_init(L, &why) < 0) {
+    fprintf(stderr, "cohost: this LuaJIT build is not the one cohost was verified on: %s\n", why);
+    exit(1);
+  }
+  set_path(L);
+  set_arg(L);
+  return L;
+}
+
+/* -- Workers -------------------------------------------------------------- */
+
+int ch_worker_count(void)
+{
+  return ch_opts.workers;
+}
+
+void ch_worker_exit(int code)
+{
+  fflush(NULL);
+  _exit(code);
+}
+
+static void stop_expired(struct ch_timer *tm)
+{
+  struct ch_worker *w = (struct ch_worker *)((char *)tm - offsetof(struct ch_worker, stop_timer));
+  int n = 0;
+  for (struct ch_task *t = w->tasks; t; t = t->next) {
+    if (t->coro) ch_cancel(t->coro);
+    else if (t->status == CH_TASK_NEW) t->status = CH_TASK_KILLED;
+    n++;
+  }
+  if (n) ch_log(CH_LOG_WARN, "shutdown timeout: cancelling %d task%s", n, n == 1 ? "" : "s");
+}
+
+void ch_worker_shutdown(struct ch_worker *w)
+{
+  if (w->stopping) return;
+  w->stopping = 1;
+  ch_log(CH_LOG_INFO, "shutting down");
+  ch_socket_close_all(w);
+  for (struct ch_task *t = w->tasks; t; t = t->next) {
+    if (!t->daemon) continue;
+    if (t->coro) ch_cancel(t->coro);
+    else if (t->status == CH_TASK_NEW) t->status = CH_TASK_KILLED;
+  }
+  ch_task_stop_if_idle(w);
+  if (w->tasks) ch_timer_start(&w->stop_timer, ch_opts.shutdown_timeout_ms, stop_expired);
+}
+
+void ch_task_stop_if_idle(struct ch_worker *w)
+{
+  if (w->stopping && !w->tasks) ch_timer_stop(&w->stop_timer);
+}
+
+/* Loads the -e chunks and the script onto a task and runs it. */
+static void main_task(void *p)
+{
+  struct ch_worker *w = p;
+  struct ch_task *t = ch_task_new(w, "main");
+  if (!t) { exit_code = 1; return; }
+  lua_State *T = t->T;
+  /* One function runs every -e chunk, then the script with its args. */
+  static const char runner[] =
+    "local chunks, script = ...\n"
+    "for i = 1, #chunks do assert(loadstring(chunks[i], '=(command line)'))() end\n"
+    "if script then\n"
+    "  local f, err = loadfile(script ~= '-' and script or nil)\n"
+    "  if not f then error(err, 0) end\n"
+    "  return f(select(3, ...))\n"
+    "end\n";
+  if (luaL_loadbuffer(T, runner, sizeof runner - 1, "=cohost")) {
+    ch_log(CH_LOG_ERR, "%s", lua_tostring(T, -1));
+    exit_code = 1;
+    ch_task_release(t);
+    return;
+  }
+  lua_createtable(T, nchunks, 0);
+  for (int i = 0; i < nchunks; i++) {
+    lua_pushstring(T, chunks[i]);
+    lua_rawseti(T, -2, i + 1);
+  }
+  if (script) lua_pushstring(T, script);
+  else lua_pushnil(T);
+  for (int i = 0; i < script_argc; i++) lua_pushstring(T, script_argv[i]);
+  ch_task_run(t, 2 + script_argc);
+  if (t->status != CH_TASK_DONE) {
+    exit_code = 1;
+    ch_worker_shutdown(w);
+  }
+  ch_task_release(t);
+}
+
+static void *worker_main(void *p)
+{
+  struct ch_worker *w = p;
+  ch_worker_self = w;
+  w->sched = ch_sched_self();
+  if (!w->sched) { fprintf(stderr, "cohost: cannot create a scheduler\n"); exit(1); }
+  if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
+    die("bad stack size%s", "");
+  w->L = new_state();
+  if (!w->L) die("cannot create a Lua state%s", "");
+  if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
+  int r = ch_run();
+  if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
+  return NULL;
+}
+
+/* -- Signals -------------------------------------------------------------- */
+
+static void post_shutdown(void *p)
+{
+  ch_worker_shutdown(p);
+}
+
+/* A thread of its own takes SIGINT and SIGTERM (blocked everywhere else)
+** and asks each worker, through its scheduler, to shut down. A second
+** signal ends the process at once. */
+static void *signal_main(void *p)
+{
+  sigset_t *set = p;
+  int sig, seen = 0;
+  for (;;) {
+    if (sigwait(set, &sig) != 0) continue;
+    if (seen++) {
+      fprintf(stderr, "cohost: second signal %d, exiting now\n", sig);
+      ch_worker_exit(1);
+    }
+    for (int i = 0; i < ch_opts.workers; i++)
+      if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
+  }
+  return NULL;
+}
+
+/* -- main ----------------------------------------------------------------- */
+
+static int check_only(void)
+{
+  lua_State *L = luaL_newstate();
+  if (!script) die("--check needs a script%s", "");
+  if (luaL_loadfile(L, strcmp(script, "-") ? script : NULL)) {
+    fprintf(stderr, "cohost: %s\n", lua_tostring(L, -1));
+    return 1;
+  }
+  printf("cohost: %s: syntax OK\n", script);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  int check = 0;
+  all_argv = argv;
+  parse_args(argc, argv, &check);
+  if (check) return check_only();
+  if (!script && nchunks == 0) { usage(stderr); return 2; }
+  find_lua_dir();
+
+  signal(SIGPIPE, SIG_IGN);   /* a peer that leaves must not kill us */
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, NULL);   /* inherited by every thread */
+
+  workers = calloc((size_t)ch_opts.workers, sizeof *workers);
+  if (!workers) die("no memory%s", "");
+  for (int i = 0; i < ch_opts.workers; i++) workers[i].id = i;
+  pthread_t sig_thread;
+  if (pthread_create(&sig_thread, NULL, signal_main, &set) != 0) die("cannot start the signal thread%s", "");
+  pthread_detach(sig_thread);
+
+  ch_set_yield_check(ch_task_may_park);
+  ch_set_resume_hook(ch_ljvm_resumed);
+
+  /* Worker 0 runs on the main thread; the others on their own. */
+  pthread_t *threads = calloc((size_t)ch_opts.workers, sizeof *threads);
+  for (int i = 1; i < ch_opts.workers; i++)
+    if (pthread_create(&threads[i], NULL, worker_main, &workers[i]) != 0)
+      die("cannot start worker threads%s", "");
+  worker_main(&workers[0]);
+  for (int i = 1; i < ch_opts.workers; i++) pthread_join(threads[i], NULL);
+  fflush(NULL);
+  /* No lua_close: other threads' states and parked coroutines may still
+  ** reference memory; the kernel reclaims it all at once. */
+  _exit(exit_code);
+}

@@ -1,0 +1,192 @@
+/*
+** Tasks: one Lua thread on one native coroutine. Every task runs its
+** function under lua_pcall on its own lua_newthread, so a Lua error never
+** unwinds across a stack switch; an uncaught one is logged with its
+** traceback and ends that task only. Lua threads are recycled through a
+** per-worker pool: a thread whose pcall returned is as good as new.
+*/
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "host.h"
+
+#define IDLE_MAX 1024   /* Lua threads kept for reuse per worker */
+
+__thread struct ch_worker *ch_worker_self;
+
+/* -- The live list -------------------------------------------------------- */
+
+static void link_task(struct ch_worker *w, struct ch_task *t)
+{
+  t->prev = NULL;
+  t->next = w->tasks;
+  if (w->tasks) w->tasks->prev = t;
+  w->tasks = t;
+}
+
+static void unlink_task(struct ch_worker *w, struct ch_task *t)
+{
+  if (t->prev) t->prev->next = t->next;
+  else if (w->tasks == t) w->tasks = t->next;
+  if (t->next) t->next->prev = t->prev;
+  t->prev = t->next = NULL;
+}
+
+/* -- Creation ------------------------------------------------------------- */
+
+struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
+{
+  struct ch_task *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  lua_State *L = w->L;
+  if (w->nidle) {
+    t->ref = w->idle[--w->nidle];
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->ref);
+    t->T = lua_tothread(L, -1);
+    lua_pop(L, 1);
+  } else {
+    t->T = lua_newthread(L);
+    t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  t->w = w;
+  t->name = name;
+  t->status = CH_TASK_NEW;
+  t->refs = 1;   /* the runner's */
+  ch_ljvm_coro_init(&t->vm, t->T);
+  link_task(w, t);
+  return t;
+}
+
+static void task_free(struct ch_task *t)
+{
+  struct ch_worker *w = t->w;
+  lua_settop(t->T, 0);
+  if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
+    int cap = w->idle_cap ? w->idle_cap * 2 : 64;
+    int *idle = realloc(w->idle, (size_t)cap * sizeof *idle);
+    if (idle) { w->idle = idle; w->idle_cap = cap; }
+  }
+  if (w->nidle < w->idle_cap) w->idle[w->nidle++] = t->ref;
+  else luaL_unref(w->L, LUA_REGISTRYINDEX, t->ref);
+  free(t);
+}
+
+void ch_task_release(struct ch_task *t)
+{
+  if (--t->refs == 0) task_free(t);
+}
+
+/* -- Running -------------------------------------------------------------- */
+
+struct ch_task *ch_task_current(void)
+{
+  struct ch_coro *c = ch_current();
+  return c ? ch_coro_udata(c) : NULL;
+}
+
+/* Message handler of every task's pcall: runs where the error was raised,
+** with the stack intact, so the traceback names the real frames. It logs
+** and returns the error value unchanged, for cohost.wait. */
+static int on_error(lua_State *L)
+{
+  struct ch_task *t = ch_task_current();
+  if (t && t->coro && ch_cancelled(t->coro)) {
+    ch_log(CH_LOG_INFO, "%s cancelled", t->name);
+    return 1;
+  }
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
+    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  ch_log(CH_LOG_ERR, "%s error: %s", t ? t->name : "lua", lua_tostring(L, -1));
+  lua_settop(L, 1);
+  return 1;
+}
+
+void ch_task_run(struct ch_task *t, int nargs)
+{
+  struct ch_coro *c = ch_current();
+  lua_State *T = t->T;
+  int base = lua_gettop(T) - nargs - 1;   /* below the function */
+  t->coro = c;
+  ch_coro_set_udata(c, t);
+  if (t->status == CH_TASK_KILLED) {   /* killed before it ever ran */
+    lua_settop(T, base);
+    t->nresults = 0;
+  } else {
+    t->status = CH_TASK_RUNNING;
+    lua_pushcfunction(T, on_error);
+    lua_insert(T, base + 1);
+    int r = lua_pcall(T, nargs, LUA_MULTRET, base + 1);
+    lua_remove(T, base + 1);
+    t->nresults = lua_gettop(T) - base;
+    t->status = r == 0 ? CH_TASK_DONE : ch_cancelled(c) ? CH_TASK_KILLED : CH_TASK_FAILED;
+  }
+  for (int i = 0; i < t->nwaiters; i++) ch_unpark(t->waiters[i], 0);
+  t->nwaiters = 0;
+  ch_coro_set_udata(c, NULL);
+  t->coro = NULL;
+  unlink_task(t->w, t);
+  ch_task_stop_if_idle(t->w);
+}
+
+static void task_main(void *p)
+{
+  struct ch_task *t = p;
+  ch_task_run(t, t->nargs);
+  ch_task_release(t);
+}
+
+int ch_task_spawn(struct ch_task *t, int nargs)
+{
+  t->nargs = nargs;
+  int id = ch_spawn(task_main, t);
+  if (id < 0) {
+    unlink_task(t->w, t);
+    t->status = CH_TASK_FAILED;
+    task_free(t);
+  }
+  return id;
+}
+
+/* -- Waiting -------------------------------------------------------------- */
+
+int ch_task_may_park(struct ch_coro *c)
+{
+  if (ch_ljvm_may_park(c)) return 1;
+  const char *why = ch_ljvm_refusal(c);
+  if (why) ch_log(CH_LOG_WARN, "a blocking call cannot park here and blocks the worker: %s", why);
+  return 0;
+}
+
+void ch_task_check_cancel(lua_State *L)
+{
+  struct ch_coro *c = ch_current();
+  if (c && ch_cancelled(c)) {
+    lua_pushliteral(L, "cancelled");
+    lua_error(L);
+  }
+}
+
+int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms)
+{
+  struct ch_coro *c = ch_current();
+  ch_task_check_cancel(L);
+  if (c && ch_task_may_park(c)) {
+    int r = ch_wait_fd_again(fd, events, timeout_ms);
+    if (r == -ECANCELED) ch_task_check_cancel(L);
+    if (r == -EBADF) return POLLNVAL;
+    return r < 0 ? POLLERR : r;   /* the retried call reports the error */
+  }
+  /* Not a place to park (a finalizer, an FFI callback): block like libc. */
+  struct pollfd p = { fd, (short)events, 0 };
+  int r;
+  while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {}
+  return r > 0 ? p.revents : r == 0 ? 0 : POLLERR;
+}

@@ -1,0 +1,48 @@
+-- cohost: the Lua API. Sockets follow OpenResty's cosocket names and
+-- error strings; threads, timers and semaphores follow ngx.thread,
+-- ngx.timer and ngx.semaphore. Every blocking call parks only the calling
+-- coroutine. See docs/lua-api.md.
+local task = require "cohost.core.task"
+local sys = require "cohost.core.sys"
+local socket = require "cohost.core.socket"
+
+local M = {}
+
+M.version = "0.1.0"
+
+-- Log levels, as ngx.ERR ... ngx.DEBUG.
+M.ERR, M.WARN, M.NOTICE, M.INFO, M.DEBUG = 1, 2, 3, 4, 5
+
+-- Sockets.
+M.tcp = socket.tcp
+M.udp = socket.udp
+M.listen = socket.listen
+
+-- Time. sleep(seconds) parks the caller; sleep(0) lets the others run.
+M.sleep = task.sleep
+M.now = sys.now
+M.time = sys.time
+M.monotonic = sys.monotonic
+
+-- Light threads: spawn(fn, ...) -> thread; wait(t1, ...) -> ok, results...
+-- of the first to finish (false, err if it failed); kill(t).
+M.spawn = task.spawn
+M.wait = task.wait
+M.kill = task.kill
+
+-- log(level, ...): level is M.ERR .. M.DEBUG or a name ("err", "info").
+M.log = sys.log
+
+M.worker_id = sys.worker_id
+M.worker_count = sys.worker_count
+M.stats = sys.stats
+
+-- exit(code): ends the process now. shutdown(): stops the way SIGTERM does.
+M.exit = sys.exit
+M.shutdown = sys.shutdown
+
+M.timer = require "cohost.timer"
+M.semaphore = require "cohost.semaphore"
+M.channel = require("cohost.channel").new
+
+return M
