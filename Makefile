@@ -45,6 +45,10 @@ CTEST_SRC := $(wildcard spec/c/test_*.c)
 CTEST_BIN := $(CTEST_SRC:spec/c/%.c=$(B)/spec/%)
 CTEST_LIBS := -lcmocka -lhiredis -lcrypto
 
+# The LuaJIT VM-state probe: host/ljvm.c under 100 coroutines per scenario
+# (parking in classic C calls, never in FFI calls, finalizers, callbacks).
+LJVM_PROBE := $(B)/spec/ljvm_probe
+
 # Lua C modules used only by specs: spec/mod/<name>.c -> build/spec/mod/<name>.so,
 # found through package.cpath; the lua_* API and hooks come from build/cohost.
 SPECMOD_SRC := $(wildcard spec/mod/*.c)
@@ -88,6 +92,11 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
+$(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/ljvm.c host/ljvm.h $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) -rdynamic \
+	  spec/c/ljvm_probe/probe.c host/ljvm.c -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS)
+
 $(B)/spec/mod/%.so: spec/mod/%.c
 	@mkdir -p $(@D)
 	$(CC) $(OPT) -std=gnu11 -D_GNU_SOURCE -fPIC -shared $(WARN) $(LUAJIT_CFLAGS) $< -o $@
@@ -101,7 +110,7 @@ $(B)/bench/%: scripts/bench/%.cpp
 	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(SPECMOD_SO)
+	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO)
 	@bash scripts/test.sh
 
 run: deps all

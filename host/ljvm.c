@@ -15,7 +15,7 @@
 ** instructions per C call and the decision is only asked after EAGAIN.
 */
 #ifndef __EXCEPTIONS
-#error "host/ljvm.c needs -fexceptions: ch_ljvm_wrap unmarks in a cleanup handler that LuaJIT's error unwinding must run"
+#error "host/ljvm.c needs -fexceptions: LuaJIT's error unwinding must run ch_ljvm_wrap's cleanup"
 #endif
 
 #include <pthread.h>
@@ -66,9 +66,9 @@
 #define CH_LJVM_TTHREAD      UINT64_C(0x1fff9)   /* ~LJ_TTHREAD, 17 bits */
 #define CH_LJVM_TFUNC        UINT64_C(0x1fff7)   /* ~LJ_TFUNC */
 
-#define FIELD(p, ofs, type)  (*(type *)((char *)(p) + (ofs)))
+#define CH_LJVM_FIELD(p, ofs, type)  (*(type *)((char *)(p) + (ofs)))
 
-static char *gstate(lua_State *L) { return FIELD(L, CH_LJVM_L_GLREF, char *); }
+static char *gstate(lua_State *L) { return CH_LJVM_FIELD(L, CH_LJVM_L_GLREF, char *); }
 
 /* -- The marker ----------------------------------------------------------- */
 
@@ -99,7 +99,7 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
   struct ch_ljvm_coro *v = c ? ch_coro_udata(c) : NULL;
   if (!v) return f(L);   /* not a Lua task: nothing to mark */
   struct ch_ljvm_mark m __attribute__((cleanup(unmark))) =
-    { v->top, v, L, FIELD(L, CH_LJVM_L_CFRAME, void *) };
+    { v->top, v, L, CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) };
   v->top = &m;
   return f(L);   /* the cleanup keeps this from being a tail call */
 }
@@ -110,14 +110,14 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
 ** Returns 1 if one of them is the continuation frame of an FFI callback, 0
 ** if none is, -1 if the frames do not look sane. With levels, counts the
 ** levels lua_getstack would see (for the start-up probe). Read-only; about
-** 15 instructions a frame. Sound whenever L is not running a trace (on a
+** 12 instructions a frame. Sound whenever L is not running a trace (on a
 ** trace L->base is stale). */
 static inline __attribute__((always_inline)) int walk(lua_State *L, int *levels)
 {
-  const uint64_t *stack = FIELD(L, CH_LJVM_L_STACK, const uint64_t *);
-  const uint64_t *top = FIELD(L, CH_LJVM_L_TOP, const uint64_t *);
+  const uint64_t *stack = CH_LJVM_FIELD(L, CH_LJVM_L_STACK, const uint64_t *);
+  const uint64_t *top = CH_LJVM_FIELD(L, CH_LJVM_L_TOP, const uint64_t *);
   const uint64_t *bot = stack + 1;   /* LJ_FR2: link slot of the dummy frame */
-  const uint64_t *f = FIELD(L, CH_LJVM_L_BASE, const uint64_t *) - 1;
+  const uint64_t *f = CH_LJVM_FIELD(L, CH_LJVM_L_BASE, const uint64_t *) - 1;
   int n = 0, cb = 0;
   while (f > bot) {
     if (f >= top) return -1;
@@ -160,16 +160,16 @@ int ch_ljvm_may_park(struct ch_coro *c)
   if (!v) return 1;   /* runs no Lua (an acceptor) */
   struct ch_ljvm_mark *m = v->top;
   /* No classic C call and no VM entry: host C code between Lua calls. */
-  if (!m && (!v->L || !FIELD(v->L, CH_LJVM_L_CFRAME, void *))) return 1;
+  if (!m && (!v->L || !CH_LJVM_FIELD(v->L, CH_LJVM_L_CFRAME, void *))) return 1;
   lua_State *L = m ? m->L : v->L;
   char *g = gstate(L);
-  int32_t st = FIELD(g, CH_LJVM_G_VMSTATE, volatile int32_t);
+  int32_t st = CH_LJVM_FIELD(g, CH_LJVM_G_VMSTATE, volatile int32_t);
   if (st >= 0) return refuse(v, CH_LJVM_TRACE, st);
   /* INTERP is accepted too: coroutine.yield leaves it behind when it
   ** returns into a C function's lua_resume. If Lua really ran above the
   ** marked function, the cframe and cur_L checks below would say so. */
   if (st != CH_LJVM_VMST_C && st != CH_LJVM_VMST_INTERP) return refuse(v, CH_LJVM_BUSY, st);
-  uint8_t hm = FIELD(g, CH_LJVM_G_HOOKMASK, volatile uint8_t);
+  uint8_t hm = CH_LJVM_FIELD(g, CH_LJVM_G_HOOKMASK, volatile uint8_t);
   if (hm & CH_LJVM_HOOK_GC) return refuse(v, CH_LJVM_GC, 0);
   if (hm & (CH_LJVM_HOOK_ACTIVE | CH_LJVM_HOOK_VMEVENT)) return refuse(v, CH_LJVM_HOOK, 0);
   /* The marked function is the top frame only if nothing entered the VM
@@ -178,10 +178,10 @@ int ch_ljvm_may_park(struct ch_coro *c)
   ** moves cur_L to the coroutine, whose cframe is set while it runs and
   ** NULL once it yielded or ended (then cur_L is merely stale; the VM
   ** clears cur_L when it frees a thread). */
-  if (!m || FIELD(L, CH_LJVM_L_CFRAME, void *) != m->cframe)
+  if (!m || CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) != m->cframe)
     return refuse(v, CH_LJVM_NOT_CFUNC, 0);
-  lua_State *cur = FIELD(g, CH_LJVM_G_CUR_L, lua_State *);
-  if (cur != L && cur && FIELD(cur, CH_LJVM_L_CFRAME, void *))
+  lua_State *cur = CH_LJVM_FIELD(g, CH_LJVM_G_CUR_L, lua_State *);
+  if (cur != L && cur && CH_LJVM_FIELD(cur, CH_LJVM_L_CFRAME, void *))
     return refuse(v, CH_LJVM_NOT_CFUNC, 0);
   /* An FFI callback leaves a continuation frame on the thread it runs on.
   ** Look on every thread known to be active on this coroutine: those of
@@ -212,7 +212,7 @@ void ch_ljvm_resumed(struct ch_coro *c)
   /* The VM sets cur_L when a C function returns, not when it raises: if
   ** the parked function raises after others ran Lua, a stale cur_L crashes
   ** the next trace exit. Store what BC_FUNCC's return would store. */
-  if (v && (m = v->top)) FIELD(gstate(m->L), CH_LJVM_G_CUR_L, lua_State *) = m->L;
+  if (v && (m = v->top)) CH_LJVM_FIELD(gstate(m->L), CH_LJVM_G_CUR_L, lua_State *) = m->L;
 }
 
 /* -- Refusal messages ----------------------------------------------------- */
@@ -258,14 +258,14 @@ static int site_of(lua_State *L, char *buf, size_t size)
 ** push allocates nothing, as nothing may on a trace). */
 static void trace_site_of(char *g, char *buf, size_t size)
 {
-  const uint64_t *base = FIELD(g, CH_LJVM_G_JIT_BASE, const uint64_t *);
+  const uint64_t *base = CH_LJVM_FIELD(g, CH_LJVM_G_JIT_BASE, const uint64_t *);
   lua_State *H = helper_of(g);
   lua_Debug ar;
   snprintf(buf, size, "?");
   if (!base || !H || base[-2] >> CH_LJVM_TAG_SHIFT != CH_LJVM_TFUNC) return;
   int top = lua_gettop(H);
   lua_pushnil(H);
-  FIELD(H, CH_LJVM_L_TOP, uint64_t *)[-1] = base[-2];   /* a copy of the TValue */
+  CH_LJVM_FIELD(H, CH_LJVM_L_TOP, uint64_t *)[-1] = base[-2];   /* a copy of the TValue */
   if (lua_getinfo(H, ">S", &ar))   /* pops it */
     snprintf(buf, size, "the function at %s:%d", ar.short_src, ar.linedefined);
   lua_settop(H, top);
@@ -279,15 +279,18 @@ const char *ch_ljvm_refusal(struct ch_coro *c)
   char *g = gstate(L);
   char site[200];
   if (v->refused == CH_LJVM_TRACE) trace_site_of(g, site, sizeof site);
-  else if (!site_of(FIELD(g, CH_LJVM_G_CUR_L, lua_State *), site, sizeof site) && v->L)
+  else if (!site_of(CH_LJVM_FIELD(g, CH_LJVM_G_CUR_L, lua_State *), site, sizeof site) &&
+           v->L)
     site_of(v->L, site, sizeof site);   /* the task's own thread, below */
   if (v->refused == CH_LJVM_STACK) site[0] = '?', site[1] = 0;   /* not walkable */
   switch (v->refused) {
   case CH_LJVM_NOT_CFUNC:
-    snprintf(msg, sizeof msg, "in an FFI call or built-in function, not a classic C function, at %s", site);
+    snprintf(msg, sizeof msg,
+             "in an FFI call or built-in function, not a classic C function, at %s", site);
     break;
   case CH_LJVM_TRACE:
-    snprintf(msg, sizeof msg, "in an FFI call from JIT-compiled code (trace %d) in %s", v->trace, site);
+    snprintf(msg, sizeof msg, "in an FFI call from JIT-compiled code (trace %d) in %s",
+             v->trace, site);
     break;
   case CH_LJVM_BUSY:
     snprintf(msg, sizeof msg, "while the VM is busy (state %d) at %s", v->trace, site);
@@ -347,22 +350,25 @@ static int probe_call(lua_State *L)
   p->cb_calls += in_cb;
   if (gstate(L) != p->g)
     mismatch(p, "lua_State.glref (0x10) does not lead to the global_State");
-  if (FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_C)
+  if (CH_LJVM_FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_C)
     mismatch(p, "global_State.vmstate (0xb8) is not ~LJ_VMST_C inside a C function");
-  if (!in_cb && FIELD(p->g, CH_LJVM_G_CUR_L, lua_State *) != L)
+  if (!in_cb && CH_LJVM_FIELD(p->g, CH_LJVM_G_CUR_L, lua_State *) != L)
     mismatch(p, "global_State.cur_L (0x170) does not name the running thread");
-  if ((FIELD(L, CH_LJVM_L_TOP, char *) - FIELD(L, CH_LJVM_L_BASE, char *)) / 8 != lua_gettop(L))
+  char *base = CH_LJVM_FIELD(L, CH_LJVM_L_BASE, char *);
+  if ((CH_LJVM_FIELD(L, CH_LJVM_L_TOP, char *) - base) / 8 != lua_gettop(L))
     mismatch(p, "lua_State.base/top (0x20/0x28) do not frame the arguments");
-  if (*FIELD(L, CH_LJVM_L_STACK, uint64_t *) != (CH_LJVM_TTHREAD << CH_LJVM_TAG_SHIFT | (uintptr_t)L))
+  uint64_t slot0 = *CH_LJVM_FIELD(L, CH_LJVM_L_STACK, uint64_t *);
+  if (slot0 != (CH_LJVM_TTHREAD << CH_LJVM_TAG_SHIFT | (uintptr_t)L))
     mismatch(p, "lua_State.stack (0x38) slot 0 does not hold the thread");
-  uintptr_t cfa = (uintptr_t)FIELD(L, CH_LJVM_L_CFRAME, void *) & ~(uintptr_t)3;
+  uintptr_t cfa = (uintptr_t)CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) & ~(uintptr_t)3;
   char *cf = (char *)cfa;   /* the VM's frame: above ours, within 64 KiB */
   if (!(cfa > (uintptr_t)&here && cfa < (uintptr_t)&here + 65536) ||
-      FIELD(cf, CH_LJVM_CF_L, lua_State *) != L)
+      CH_LJVM_FIELD(cf, CH_LJVM_CF_L, lua_State *) != L)
     mismatch(p, "lua_State.cframe (0x50) is not this thread's frame on this C stack");
-  else if (p->cframe_before != (void *)1 && FIELD(cf, CH_LJVM_CF_PREV, void *) != p->cframe_before)
+  else if (p->cframe_before != (void *)1 &&
+           CH_LJVM_FIELD(cf, CH_LJVM_CF_PREV, void *) != p->cframe_before)
     mismatch(p, "cframe prev (0x20) does not link the enclosing frame");
-  if (FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & ~CH_LJVM_HOOK_EVENTS & 0x7f)
+  if (CH_LJVM_FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & ~CH_LJVM_HOOK_EVENTS & 0x7f)
     mismatch(p, "global_State.hookmask (0x91) shows a hook outside any hook");
   int levels = -1, api = 0;
   lua_Debug ar;
@@ -381,10 +387,10 @@ static int probe_gc(lua_State *L)
   struct probe *p = probe_now;
   (void)L;
   p->finalizers++;
-  uint8_t hm = FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t);
+  uint8_t hm = CH_LJVM_FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t);
   if ((hm & (CH_LJVM_HOOK_ACTIVE | CH_LJVM_HOOK_GC)) != (CH_LJVM_HOOK_ACTIVE | CH_LJVM_HOOK_GC))
     mismatch(p, "global_State.hookmask (0x91) lacks HOOK_ACTIVE|HOOK_GC in a finalizer");
-  if (FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_C)
+  if (CH_LJVM_FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_C)
     mismatch(p, "global_State.vmstate (0xb8) is not ~LJ_VMST_C inside a finalizer's C function");
   return 0;
 }
@@ -394,9 +400,9 @@ static void probe_hook(lua_State *L, lua_Debug *ar)
   struct probe *p = probe_now;
   (void)L; (void)ar;
   p->hooks++;
-  if (!(FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & CH_LJVM_HOOK_ACTIVE))
+  if (!(CH_LJVM_FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & CH_LJVM_HOOK_ACTIVE))
     mismatch(p, "global_State.hookmask (0x91) lacks HOOK_ACTIVE inside a debug hook");
-  if (FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_INTERP)
+  if (CH_LJVM_FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t) != CH_LJVM_VMST_INTERP)
     mismatch(p, "global_State.vmstate (0xb8) is not ~LJ_VMST_INTERP inside a count hook");
 }
 
@@ -405,11 +411,11 @@ static void probe_hook(lua_State *L, lua_Debug *ar)
 static int probe_leaf(void)
 {
   struct probe *p = probe_now;
-  int32_t st = FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t);
+  int32_t st = CH_LJVM_FIELD(p->g, CH_LJVM_G_VMSTATE, int32_t);
   if (st >= 0) {
     /* jit_base must be a frame base on the thread's stack, below a function. */
-    const uint64_t *base = FIELD(p->g, CH_LJVM_G_JIT_BASE, const uint64_t *);
-    uintptr_t stack = (uintptr_t)FIELD(p->L, CH_LJVM_L_STACK, void *);
+    const uint64_t *base = CH_LJVM_FIELD(p->g, CH_LJVM_G_JIT_BASE, const uint64_t *);
+    uintptr_t stack = (uintptr_t)CH_LJVM_FIELD(p->L, CH_LJVM_L_STACK, void *);
     p->traced++;
     if (!base || (uintptr_t)base <= stack || (uintptr_t)base - stack > (1u << 20) ||
         (uintptr_t)base % 8 || base[-2] >> CH_LJVM_TAG_SHIFT != CH_LJVM_TFUNC)
@@ -449,7 +455,7 @@ static const char probe_chunk[] =
 /* Calls the probe function on T from C, as the host's lua_pcall will. */
 static int probe_from_c(lua_State *T, struct probe *p)
 {
-  p->cframe_before = FIELD(T, CH_LJVM_L_CFRAME, void *);
+  p->cframe_before = CH_LJVM_FIELD(T, CH_LJVM_L_CFRAME, void *);
   lua_pushcfunction(T, probe_call);
   lua_pushinteger(T, 0);
   int r = lua_pcall(T, 1, 0, 0);
@@ -465,7 +471,7 @@ static int probe_all(lua_State *L, struct probe *p)
   int ok = luaJIT_setmode(L, -1, LUAJIT_MODE_WRAPCFUNC | LUAJIT_MODE_ON);
   lua_pop(L, 1);
   if (!ok) return mismatch(p, "luaJIT_setmode refused the C function wrapper");
-  if (FIELD(p->g, CH_LJVM_G_WRAPF, void *) != (void *)(uintptr_t)ch_ljvm_wrap)
+  if (CH_LJVM_FIELD(p->g, CH_LJVM_G_WRAPF, void *) != (void *)(uintptr_t)ch_ljvm_wrap)
     return mismatch(p, "global_State.wrapf (0x158) does not hold the wrapper");
 
   /* C calls on the main thread and on a new thread (cur_L must follow). */
@@ -477,13 +483,14 @@ static int probe_all(lua_State *L, struct probe *p)
 
   /* A count hook: hookmask holds the event mask, HOOK_ACTIVE inside. */
   lua_sethook(L, probe_hook, LUA_MASKCOUNT, 1);
-  if ((FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & CH_LJVM_HOOK_EVENTS) != LUA_MASKCOUNT)
+  if ((CH_LJVM_FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & CH_LJVM_HOOK_EVENTS) != LUA_MASKCOUNT)
     mismatch(p, "global_State.hookmask (0x91) does not hold the hook mask");
   r = luaL_loadstring(L, "local x = 0 for i = 1, 3 do x = x + i end return x");
   if (!r) r = lua_pcall(L, 0, 0, 0);
   lua_sethook(L, NULL, 0, 0);
   if (r) lua_pop(L, 1);
-  if (FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t) & (CH_LJVM_HOOK_EVENTS | CH_LJVM_HOOK_ACTIVE))
+  uint8_t hm = CH_LJVM_FIELD(p->g, CH_LJVM_G_HOOKMASK, uint8_t);
+  if (hm & (CH_LJVM_HOOK_EVENTS | CH_LJVM_HOOK_ACTIVE))
     mismatch(p, "global_State.hookmask (0x91) keeps bits after the hook is removed");
   if (r || !p->hooks) mismatch(p, "the probe count hook did not run");
 
@@ -507,7 +514,8 @@ static int probe_all(lua_State *L, struct probe *p)
     return mismatch(p, "the FFI probe raised an error (is require('ffi') available?)");
   }
   if (p->cb_calls != 1) mismatch(p, "the FFI callback probe did not run");
-  if (!p->interp) mismatch(p, "global_State.vmstate (0xb8) did not read C in an interpreted FFI call");
+  if (!p->interp)
+    mismatch(p, "global_State.vmstate (0xb8) did not read C in an interpreted FFI call");
   return p->fail ? -1 : 0;
 }
 

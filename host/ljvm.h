@@ -58,7 +58,8 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
 ** i.e. c runs no Lua at all, or its innermost marked classic C function
 ** is the top frame, the VM is in C and not on a trace, in no finalizer or
 ** hook, and no FFI callback is below. Costs a walk of the Lua frames:
-** roughly 100 + 10 per frame instructions when it says yes. */
+** about 85 + 12 per Lua frame instructions when it says yes, 40 when a
+** finalizer or hook makes it say no at once. */
 int ch_ljvm_may_park(struct ch_coro *c);
 
 /* After ch_ljvm_may_park(c) said no: a one-line reason naming the Lua call
@@ -69,7 +70,8 @@ int ch_ljvm_may_park(struct ch_coro *c);
 const char *ch_ljvm_refusal(struct ch_coro *c);
 
 /* The resume hook (ch_set_resume_hook): makes LuaJIT's current-thread
-** pointer name the Lua thread c was running when it parked. One store. */
+** pointer name the Lua thread c was running when it parked. One store,
+** about 20 instructions (a lua_call of a no-op measured 500). */
 void ch_ljvm_resumed(struct ch_coro *c);
 
 #endif

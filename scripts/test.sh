@@ -65,6 +65,22 @@ for bin in "${bins[@]}"; do
   failed=$(( failed + f ))
 done
 
+# The LuaJIT VM-state probe prints "=> PASS" or "=> FAIL" per scenario.
+if [ -x build/spec/ljvm_probe ]; then
+  echo "== build/spec/ljvm_probe"
+  timeout "$TIMEOUT" build/spec/ljvm_probe >"$out" 2>&1
+  rc=$?
+  cat "$out"
+  p=$(grep -c '=> PASS' "$out")
+  f=$(grep -c '=> FAIL' "$out")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "test.sh: ljvm_probe ended abnormally (status $rc)" >&2
+    f=1
+  fi
+  passed=$(( passed + p ))
+  failed=$(( failed + f ))
+fi
+
 # Lua specs: busted runs inside build/cohost, one process per spec file so
 # a crash costs one file, not the suite. Errors count as failures.
 specs=(spec/*_spec.lua)

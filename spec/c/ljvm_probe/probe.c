@@ -19,9 +19,13 @@
 **   e  a classic C function called inside an FFI callback does not park
 **   f  classic C read inside a Lua coroutine parks; inside an FFI callback
 **      that resumed a Lua coroutine it does not
+**   g  a classic C function's read() inside a debug hook does not park
+**   h  one classic C function: after lua_pcall caught an error, a nested
+**      classic read (parks), after lua_resume returned (parks), an FFI
+**      read inside a coroutine it resumed (does not)
 ** Benchmarks for callgrind (one count each run; diff two counts):
 **   bench-call K [off]  K calls of a no-op classic C function (off: no wrapper)
-**   bench-park K        K may_park decisions that say yes, 6 Lua frames deep
+**   bench-park K [D]    K may_park decisions that say yes, D+3 Lua frames deep (D=5)
 **   bench-refuse K      K decisions that say no (inside a finalizer)
 **   bench-resume K      K resume hooks: store to cur_L
 **   bench-resume-call K K resume hooks done as lua_call of a no-op
@@ -157,6 +161,33 @@ static int l_cresume(lua_State *l)
   return 0;
 }
 
+/* cnest(fd, bad, good, co), all from one classic C function: lua_pcall of
+** bad, which raises; lua_call of good, whose classic cread parks (nested
+** marks); lua_resume of co, which yields at once (leaving cur_L on it);
+** its own read, which parks; lua_resume of co again, whose FFI read would
+** block and must not park. Returns the three reads concatenated. */
+static int l_cnest(lua_State *l)
+{
+  int fd = (int)luaL_checkinteger(l, 1);
+  lua_State *co = lua_tothread(l, 4);
+  char buf[2];
+  lua_pushvalue(l, 2);
+  if (lua_pcall(l, 0, 0, 0) == 0) return luaL_error(l, "bad did not raise");
+  lua_pop(l, 1);
+  lua_pushvalue(l, 3);
+  lua_pushinteger(l, fd);
+  lua_call(l, 1, 1);
+  if (!co || lua_resume(co, 0) != LUA_YIELD) return luaL_error(l, "co did not yield");
+  ssize_t r = read(fd, buf, 2);
+  if (r < 0) return luaL_error(l, "read: %s", strerror(errno));
+  lua_pushlstring(l, buf, (size_t)r);
+  lua_pushinteger(co, fd);
+  if (lua_resume(co, 1) != 0) return luaL_error(l, "co failed: %s", lua_tostring(co, -1));
+  lua_xmove(co, l, 1);
+  lua_concat(l, 3);
+  return 1;
+}
+
 static int l_switches(lua_State *l)
 {
   struct ch_stats st;
@@ -237,7 +268,7 @@ static const char script[] =
   "end\n"
   "jit.off(S.e)\n"
   "function S.f(fd, i)\n"
-  "  local first = coroutine.wrap(function() return cread(fd, 64) end)()\n"
+  "  local first = coroutine.wrap(function() return cread(fd, #('d' .. i)) end)()\n"
   "  local second\n"
   "  local cb = ffi.cast('int (*)(int)', function(f)\n"
   "    second = coroutine.wrap(function() return cread(f, 64) end)()\n"
@@ -247,6 +278,22 @@ static const char script[] =
   "  return first .. '|' .. second\n"
   "end\n"
   "jit.off(S.f)\n"
+  "function S.g(fd, i)\n"
+  "  local got\n"
+  "  debug.sethook(function() debug.sethook() got = cread(fd, 64) end, '', 1)\n"
+  "  local x = 0\n"
+  "  for k = 1, 10 do x = x + k end\n"
+  "  return got\n"
+  "end\n"
+  "function S.h(fd, i)\n"
+  "  local co = coroutine.create(function()\n"
+  "    local f = coroutine.yield()\n"
+  "    local buf = ffi.new('char[2]')\n"
+  "    local n = C.read(f, buf, 2)\n"
+  "    return ffi.string(buf, n)\n"
+  "  end)\n"
+  "  return cnest(fd, function() error('x') end, function(f) return cread(f, 2) end, co)\n"
+  "end\n"
   "function S.bench_call(k)\n"
   "  local f = noop\n"
   "  for i = 1, k do f() end\n"
@@ -256,7 +303,7 @@ static const char script[] =
   "  if n == 0 then local r = cdecide(k) return r end\n"
   "  local r = deep(n - 1, k) return r\n"
   "end\n"
-  "function S.bench_park(k) return tostring(deep(5, k)) end\n"
+  "function S.bench_park(k, depth) return tostring(deep(depth, k)) end\n"
   "function S.bench_refuse(k)\n"
   "  local u = newproxy(true)\n"
   "  getmetatable(u).__gc = function() cdecide(k) end\n"
@@ -284,7 +331,8 @@ static void run_task(void *p)
   int nargs = 2;
   if (bench_k) {
     lua_pushinteger(T, bench_k);
-    lua_pushboolean(T, bench_by_call);
+    if (!strcmp(scenario, "bench_park")) lua_pushinteger(T, bench_by_call);
+    else lua_pushboolean(T, bench_by_call);
   } else {
     lua_pushinteger(T, t->fd);
     lua_pushinteger(T, t->idx);
@@ -526,6 +574,7 @@ static void scen_e(void)
   CHECK(ok == N, "every handler gets its data");
   CHECK(SUM(N, yes) == 0, "nothing parks in a callback");
   CHECK(sum_why(N, CH_LJVM_CALLBACK) == SUM(N, no) && SUM(N, no) > 0, "refused as callback");
+  close_fds(N);
 }
 
 static void scen_f(void)
@@ -551,6 +600,54 @@ static void scen_f(void)
   CHECK(ok == N, "every handler gets both");
   CHECK(SUM(N, yes) == N, "the plain coroutine read parks (%d)", SUM(N, yes));
   CHECK(sum_why(N, CH_LJVM_CALLBACK) == SUM(N, no) && SUM(N, no) > 0, "the callback one is refused");
+  close_fds(N);
+}
+
+static void scen_g(void)
+{
+  printf("g: classic C read() inside a debug hook\n");
+  new_tasks(N, 1);
+  spawn_all(N);
+  struct drip d = { .n = N, .payload = "hk", .start_us = 2000, .step_us = 500 };
+  pthread_t th;
+  pthread_create(&th, NULL, drip_thread, &d);
+  ch_run();
+  pthread_join(th, NULL);
+  report(N);
+  int ok = 0;
+  for (int i = 0; i < N; i++) ok += !strcmp(tasks[i].result, "hk");
+  printf("  %d/%d got their data\n", ok, N);
+  CHECK(ok == N, "every handler gets its data");
+  CHECK(SUM(N, yes) == 0, "nothing parks in a hook");
+  CHECK(sum_why(N, CH_LJVM_HOOK) == SUM(N, no) && SUM(N, no) > 0, "refused as hook");
+  close_fds(N);
+}
+
+static void scen_h(void)
+{
+  printf("h: one classic C function: lua_pcall error, nested classic read, lua_resume, own read, FFI read in a resumed coroutine\n");
+  new_tasks(N, 1);
+  spawn_all(N);
+  struct drip d1 = { .n = N, .payload = "aa", .start_us = 10000 };
+  struct drip d2 = { .n = N, .payload = "bb", .start_us = 20000 };
+  struct drip d3 = { .n = N, .payload = "cc", .start_us = 30000, .step_us = 500 };
+  pthread_t t1, t2, t3;
+  pthread_create(&t1, NULL, drip_thread, &d1);
+  pthread_create(&t2, NULL, drip_thread, &d2);
+  pthread_create(&t3, NULL, drip_thread, &d3);
+  ch_run();
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  pthread_join(t3, NULL);
+  report(N);
+  int ok = 0;
+  for (int i = 0; i < N; i++) ok += !strcmp(tasks[i].result, "aabbcc");
+  printf("  %d/%d read aabbcc\n", ok, N);
+  CHECK(ok == N, "every handler reads all three");
+  CHECK(SUM(N, yes) == 2 * N, "the nested read and the read after lua_resume park (%d)", SUM(N, yes));
+  CHECK(SUM(N, no) > N / 2 && sum_why(N, CH_LJVM_NOT_CFUNC) + sum_why(N, CH_LJVM_TRACE) == SUM(N, no),
+        "the FFI read in the resumed coroutine is refused");
+  close_fds(N);
 }
 
 static void bench(const char *which, int k, int by_call)
@@ -595,6 +692,7 @@ int main(int argc, char **argv)
   lua_register(L, "cdecide", l_cdecide);
   lua_register(L, "cresume", l_cresume);
   lua_register(L, "switches", l_switches);
+  lua_register(L, "cnest", l_cnest);
   lua_register(L, "noop", noop);
   lua_pushlightuserdata(L, (void *)(uintptr_t)call_back);
   lua_setglobal(L, "CALL_BACK");
@@ -612,7 +710,7 @@ int main(int argc, char **argv)
       lua_pop(L, 1);
     }
     if (!strcmp(only[0], "bench-call")) bench("bench_call", k, 0);
-    else if (!strcmp(only[0], "bench-park")) bench("bench_park", k, 0);
+    else if (!strcmp(only[0], "bench-park")) bench("bench_park", k, nonly >= 3 ? atoi(only[2]) : 5);
     else if (!strcmp(only[0], "bench-refuse")) bench("bench_refuse", k, 0);
     else if (!strcmp(only[0], "bench-resume")) bench("bench_resume", k, 0);
     else if (!strcmp(only[0], "bench-resume-call")) bench("bench_resume", k, 1);
@@ -621,7 +719,8 @@ int main(int argc, char **argv)
 
   static const struct { const char *name; void (*fn)(void); } all[] = {
     { "a", scen_a }, { "b", scen_b }, { "c", scen_c },
-    { "d", scen_d }, { "e", scen_e }, { "f", scen_f },
+    { "d", scen_d }, { "e", scen_e }, { "f", scen_f }, { "g", scen_g },
+    { "h", scen_h },
   };
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     int want = nonly == 0;
