@@ -1,0 +1,412 @@
+#!/usr/bin/env bash
+# make bench: runs every benchmark in one go and prints one table of figures
+# and ratios. The binaries come from build/bench/ (the Makefile builds them
+# from scripts/bench/*.c and *.cpp before calling this script).
+#
+# How it measures (see /work/shared/PEERS.md): servers run pinned to CPU 0
+# and the load generator to CPU 1; on two cores the generator saturates
+# before a fast server does, so servers are compared per server CPU-second
+# (messages / (utime + stime) of the server over the measured window, which
+# loadgen reads from /proc/PID/stat itself). Every figure is the median of
+# several runs; each run waits for the machine to go quiet first, and an
+# echo run during which other processes took over 10% of a CPU is repeated
+# (a bounded number of times; the table says how many stayed disturbed).
+#
+# Environment:
+#   BENCH_QUICK=1        about a minute instead of about two or three
+#   BENCH_SECTIONS="..." sections to run, in order (default: all below)
+#   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
+#   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
+#
+# Adding a section: write a function section_NAME that calls title once and
+# row (or its own printf) per line of the table, and add NAME to SECTIONS;
+# start_server, free_port, wait_port, wait_quiet, median and ratio are the
+# helpers. Adding an echo peer (Lua echo, nginx+lua, tarantool): write
+# echo_start_NAME PORT, which starts the server with start_server and sets
+# PEER_LABEL, and if needed PEER_INIT (bytes loadgen sends once per
+# connection first) and PEER_MEASURE (comma-separated pids whose CPU time
+# counts, e.g. the nginx worker; default the started pid), then add NAME to
+# ECHO_PEERS. Figures also go to build/bench/results.txt as key=value lines.
+
+set -u -o pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+B=build/bench
+LOGS=$B/logs
+RESULTS=$B/results.txt
+TABLE=$B/table.txt
+mkdir -p "$LOGS"
+rm -f "$LOGS"/*.log
+: > "$RESULTS"
+: > "$TABLE"
+
+QUICK=${BENCH_QUICK:-0}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo"}
+ECHO_PEERS="ch epoll"           # echo servers, in table order
+ECHO_BASE=epoll                 # the one the others are divided by
+SRV_CPU=0                       # servers and micro-benchmarks
+CLI_CPU=1                       # load generators
+if [ "$(nproc)" -lt 2 ]; then CLI_CPU=0; fi
+
+if [ "$QUICK" = 1 ]; then
+  SW_N=2000000; SW_SLOW_N=200000; SW_RUNS=3     # round trips per run
+  SPAWN_N=200000; TIMER_N=1000000; TIMER_RUNS=1; YIELD_N=1000000; MICRO_RUNS=3
+  ECHO_CONNS=${BENCH_ECHO_CONNS:-"50"}; ECHO_SECS=${BENCH_ECHO_SECS:-2}
+  ECHO_WARM=0.5; ECHO_REPS=${BENCH_ECHO_REPS:-3}
+  QUIET_MAX=2
+else
+  SW_N=10000000; SW_SLOW_N=1000000; SW_RUNS=5
+  SPAWN_N=1000000; TIMER_N=1000000; TIMER_RUNS=3; YIELD_N=5000000; MICRO_RUNS=5
+  # Five short runs rather than three long ones: run-to-run spread here is
+  # about +-8%, and a median of five is steadier for the same total time.
+  ECHO_CONNS=${BENCH_ECHO_CONNS:-"50 1000"}; ECHO_SECS=${BENCH_ECHO_SECS:-3}
+  ECHO_WARM=1; ECHO_REPS=${BENCH_ECHO_REPS:-5}
+  QUIET_MAX=5
+fi
+CG_N1=100000; CG_N2=200000      # callgrind round trips; the difference counts
+
+# 1000 connections take 1000 descriptors in each of server and generator.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+
+# -- Processes ---------------------------------------------------------------
+
+PIDS=()                         # every server started; killed on exit
+
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+      kill -0 "$p" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$p" 2>/dev/null
+  done
+  PIDS=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server NAME CMD...: runs CMD pinned to SRV_CPU in the background,
+# output in $LOGS/NAME.log; sets SRV_PID (taskset execs, so it is CMD's pid).
+start_server() {
+  local name=$1; shift
+  taskset -c "$SRV_CPU" "$@" > "$LOGS/$name.log" 2>&1 &
+  SRV_PID=$!
+  PIDS+=("$SRV_PID")
+}
+
+stop_server() {
+  local p=$1 keep=() q
+  kill -TERM "$p" 2>/dev/null
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 "$p" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$p" 2>/dev/null
+  wait "$p" 2>/dev/null
+  for q in "${PIDS[@]}"; do [ "$q" = "$p" ] || keep+=("$q"); done
+  PIDS=("${keep[@]}")
+}
+
+# A loopback port nobody listens on, below the ephemeral range so that it
+# never collides with the generator's own connections.
+free_port() {
+  local low p
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+  while :; do
+    p=$(( 20000 + RANDOM % (low - 20000) ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# wait_port PORT PID: until something accepts on PORT (5 s at most), or
+# PID dies. The probe connection is closed at once; echo servers shrug.
+wait_port() {
+  for _ in $(seq 100); do
+    kill -0 "$2" 2>/dev/null || return 1
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# Waits until both CPUs are nearly idle (under 10% busy over 0.3 s), at
+# most QUIET_MAX seconds; remembers the worst load seen for the footer.
+BUSIEST=0
+wait_quiet() {
+  local end=$(( SECONDS + QUIET_MAX )) a b busy
+  while :; do
+    a=$(head -1 /proc/stat); sleep 0.3; b=$(head -1 /proc/stat)
+    busy=$(awk -v a="$a" -v b="$b" 'BEGIN {
+      split(a, x); split(b, y); t = 0
+      for (i = 2; i <= 9; i++) t += y[i] - x[i]
+      idle = (y[5] - x[5]) + (y[6] - x[6])
+      print (t > 0 ? int(100 * (t - idle) / t) : 0) }')
+    [ "$busy" -lt 10 ] && return 0
+    if [ $SECONDS -ge $end ]; then
+      [ "$busy" -gt "$BUSIEST" ] && BUSIEST=$busy
+      return 0
+    fi
+  done
+}
+
+# disturbed LOADGEN_LINE: true if other processes used more than 10% of a
+# CPU during the measured window (loadgen's other_cpu_s).
+disturbed() {
+  awk -v o="$(kv other_cpu_s "$1")" -v s="$(kv secs "$1")" \
+    'BEGIN { exit !(o != "" && s > 0 && o > 0.1 * s) }'
+}
+
+# -- Numbers -----------------------------------------------------------------
+
+# kv KEY LINE: the value of KEY=value in a line of key=value words.
+kv() { tr ' ' '\n' <<< "$2" | sed -n "s/^$1=//p" | head -1; }
+
+# median V...: the middle value (the mean of the two middle ones if even);
+# empty arguments (failed runs) are skipped; "-" if nothing is left.
+median() {
+  printf '%s\n' "$@" | grep -E '^-?[0-9.]+$' | sort -g |
+    awk '{ v[NR] = $1 } END {
+      if (NR == 0) { print "-"; exit }
+      m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      print m }'
+}
+
+# ratio A B [DIGITS]: A/B, or "-" if either is missing.
+ratio() {
+  awk -v a="$1" -v b="$2" -v d="${3:-2}" 'BEGIN {
+    if (a !~ /^-?[0-9.]+$/ || b !~ /^-?[0-9.]+$/ || b + 0 == 0) print "-"
+    else printf "%.*f\n", d, a / b }'
+}
+
+fmt() { awk -v v="$1" -v d="${2:-1}" 'BEGIN {
+  if (v ~ /^-?[0-9.]+$/) printf "%.*f\n", d, v; else print "-" }'; }
+
+result() { echo "$1=$2" >> "$RESULTS"; }
+
+# title TITLE: a section title in the table. row COLUMNS...: one table line.
+title() { printf '\n== %s\n' "$1" >> "$TABLE"; }
+row() { printf "  %-32s %10s %-14s %s\n" "$@" >> "$TABLE"; }
+note() { printf '  %s\n' "$*" >> "$TABLE"; }
+
+log() { printf 'bench: %s\n' "$*" >&2; }
+
+# need BIN...: all present in build/bench, or a "skipped" line.
+need() {
+  local b
+  for b in "$@"; do
+    if [ ! -x "$B/$b" ]; then
+      note "skipped: $B/$b is missing (make build/bench/$b)"
+      return 1
+    fi
+  done
+}
+
+# pinned CMD...: a micro-benchmark on SRV_CPU, killed after 120 s.
+pinned() { taskset -c "$SRV_CPU" timeout -k 2 120 "$@" 2>> "$LOGS/micro.log"; }
+
+# -- Context switch ------------------------------------------------------------
+
+# callgrind_ir CMD...: instructions executed by CMD under callgrind.
+callgrind_ir() {
+  timeout -k 2 120 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+    "$@" 2>&1 >/dev/null | sed -n 's/.*Collected : *\([0-9]*\).*/\1/p'
+}
+
+# insn_per_switch CMD...: CMD takes ROUND_TRIPS 0 as its last two words.
+insn_per_switch() {
+  local i1 i2
+  i1=$(callgrind_ir "$@" "$CG_N1" 0)
+  i2=$(callgrind_ir "$@" "$CG_N2" 0)
+  [ -n "$i1" ] && [ -n "$i2" ] || { echo "-"; return; }
+  awk -v a="$i1" -v b="$i2" -v n=$(( 2 * (CG_N2 - CG_N1) )) \
+    'BEGIN { printf "%.1f\n", (b - a) / n }'
+}
+
+section_switch() {
+  title "Context switch: ns per switch, median of $SW_RUNS runs (round trip / 2)"
+  need switch switch_boost || return
+  log "switch"
+  local ch bo uc chd bod line
+  wait_quiet
+  line=$(pinned "$B/switch" ch "$SW_N" "$SW_RUNS"); ch=$(kv ns_per_switch "$line")
+  line=$(pinned "$B/switch_boost" "$SW_N" "$SW_RUNS"); bo=$(kv ns_per_switch "$line")
+  line=$(pinned "$B/switch" ucontext "$SW_SLOW_N" "$SW_RUNS"); uc=$(kv ns_per_switch "$line")
+  line=$(pinned "$B/switch" ch "$SW_SLOW_N" "$SW_RUNS" dirty); chd=$(kv ns_per_switch "$line")
+  line=$(pinned "$B/switch_boost" "$SW_SLOW_N" "$SW_RUNS" dirty); bod=$(kv ns_per_switch "$line")
+  row "cohost ch_ctx_switch" "$(fmt "$ch" 2)" "ns" "$SW_N round trips per run"
+  row "boost jump_fcontext" "$(fmt "$bo" 2)" "ns" "cohost/boost $(ratio "$ch" "$bo")x"
+  row "glibc swapcontext" "$(fmt "$uc" 1)" "ns" "swapcontext/cohost $(ratio "$uc" "$ch" 1)x"
+  row "cohost, MXCSR flags differ" "$(fmt "$chd" 1)" "ns" "one side did floating point (see switch.c)"
+  row "boost, MXCSR flags differ" "$(fmt "$bod" 1)" "ns" "cohost/boost $(ratio "$chd" "$bod")x"
+  result switch.cohost.ns "$ch"; result switch.boost.ns "$bo"
+  result switch.swapcontext.ns "$uc"; result switch.cohost_mxcsr_differ.ns "$chd"
+  result switch.boost_mxcsr_differ.ns "$bod"
+
+  if command -v valgrind > /dev/null; then
+    log "switch: callgrind"
+    local ich ibo
+    ich=$(insn_per_switch "$B/switch" ch)
+    ibo=$(insn_per_switch "$B/switch_boost")
+    row "cohost instructions" "$ich" "insn/switch" "callgrind, $CG_N2 minus $CG_N1 round trips, loop included"
+    row "boost instructions" "$ibo" "insn/switch" "cohost/boost $(ratio "$ich" "$ibo")x"
+    result switch.cohost.insn "$ich"; result switch.boost.insn "$ibo"
+  else
+    note "skipped instruction counts: valgrind is missing"
+  fi
+}
+
+# -- Coroutines and timers -------------------------------------------------------
+
+section_spawn() {
+  title "Runtime: median of runs on one core"
+  need spawn || return
+  local line v
+  log "spawn"
+  wait_quiet
+  line=$(pinned "$B/spawn" spawn "$SPAWN_N" 100 "$MICRO_RUNS"); v=$(kv ns_per_coro "$line")
+  row "spawn + run + exit" "$(fmt "$v")" "ns/coroutine" "batches of 100, $SPAWN_N coroutines, stack pool ($(kv stacks_free "$line") stacks kept)"
+  result spawn.ns "$v"
+  line=$(pinned "$B/spawn" spawn "$SPAWN_N" 1 "$MICRO_RUNS"); v=$(kv ns_per_coro "$line")
+  row "spawn + run + exit, one by one" "$(fmt "$v")" "ns/coroutine" "one ch_run per coroutine"
+  result spawn.one_by_one.ns "$v"
+  line=$(pinned "$B/spawn" yield "$YIELD_N" "$MICRO_RUNS"); v=$(kv ns_per_yield "$line")
+  row "ch_yield, two coroutines" "$(fmt "$v")" "ns/yield" "through the ready queue"
+  result yield.ns "$v"
+  log "timers"
+  wait_quiet
+  line=$(pinned "$B/spawn" timers "$TIMER_N" "$TIMER_RUNS")
+  v=$(kv ns_per_timer "$line")
+  row "timers: start + expire" "$(fmt "$v")" "ns/timer" "$TIMER_N timers, random deadlines in 0-50 ms, CPU time"
+  row "  of which start" "$(fmt "$(kv insert_ns "$line")")" "ns/timer" ""
+  row "  of which expiry" "$(fmt "$(kv expire_ns "$line")")" "ns/timer" "wall $(kv wall_ms "$line") ms per run"
+  result timers.ns "$v"; result timers.start.ns "$(kv insert_ns "$line")"
+  result timers.expire.ns "$(kv expire_ns "$line")"
+}
+
+# -- Echo ------------------------------------------------------------------------
+
+PEER_LABEL=""; PEER_INIT=""; PEER_MEASURE=""
+
+echo_start_ch() {
+  PEER_LABEL="cohost C (echo_ch)"
+  start_server echo_ch "$B/echo_ch" "$1"
+}
+
+echo_start_epoll() {
+  PEER_LABEL="plain epoll (echo_epoll)"
+  start_server echo_epoll "$B/echo_epoll" "$1"
+}
+
+section_echo() {
+  title "Echo, 64-byte messages: server on CPU $SRV_CPU, loadgen on CPU $CLI_CPU, median of $ECHO_REPS x ${ECHO_SECS} s"
+  need loadgen || return
+  local peer port c r line base=$ECHO_BASE
+  local -A PORT PID MEASURE LABEL INIT RATE P99 PERCPU CPU FAILED DISTURBED RUN
+  local attempt RETRIES=$(( 2 * ECHO_REPS ))  # bounds the time lost to others
+  # Every peer runs for the whole section, idle (no CPU) while another is
+  # measured, so the repetitions can interleave peers: drift in the machine
+  # then hits all peers alike.
+  for peer in $ECHO_PEERS; do
+    port=$(free_port)
+    PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""
+    if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+      note "skipped $peer: server did not start (see $LOGS)"
+      continue
+    fi
+    PORT[$peer]=$port; PID[$peer]=$SRV_PID; MEASURE[$peer]=${PEER_MEASURE:-$SRV_PID}
+    LABEL[$peer]=$PEER_LABEL; INIT[$peer]=$PEER_INIT
+  done
+  for r in $(seq "$ECHO_REPS"); do
+    for c in $ECHO_CONNS; do
+      for peer in $ECHO_PEERS; do
+        [ -n "${PORT[$peer]:-}" ] || continue
+        log "echo $peer c=$c run $r/$ECHO_REPS"
+        for attempt in 1 2 3; do
+          wait_quiet
+          line=$(taskset -c "$CLI_CPU" timeout -k 2 "$(( ${ECHO_SECS%.*} + 30 ))" \
+            "$B/loadgen" -p "${PORT[$peer]}" -c "$c" -d "$ECHO_SECS" \
+            -w "$ECHO_WARM" -S "${MEASURE[$peer]}" ${INIT[$peer]:+-i "${INIT[$peer]}"} \
+            2>> "$LOGS/loadgen.log")
+          echo "$peer $line" >> "$LOGS/loadgen.log"
+          disturbed "$line" || break
+          if [ "$attempt" = 3 ] || [ "$RETRIES" -le 0 ]; then
+            DISTURBED[$peer.$c]=$(( ${DISTURBED[$peer.$c]:-0} + 1 ))
+            break
+          fi
+          RETRIES=$(( RETRIES - 1 ))
+          log "echo $peer c=$c: $(kv other_cpu_s "$line") CPU-s used by other processes; again"
+        done
+        if [ "$(kv errors "$line")" != 0 ]; then
+          log "echo $peer c=$c: failed run: ${line:-no output} (see $LOGS)"
+          FAILED[$peer.$c]=$(( ${FAILED[$peer.$c]:-0} + 1 ))
+          continue
+        fi
+        RATE[$peer.$c]+=" $(kv msgs_s "$line")"
+        P99[$peer.$c]+=" $(kv p99_us "$line")"
+        PERCPU[$peer.$c]+=" $(kv msgs_per_cpu_s "$line")"
+        RUN[$peer.$c.$r]=$(kv msgs_per_cpu_s "$line")
+        CPU[$peer.$c]+=" $(awk -v c="$(kv srv_cpu_s "$line")" -v s="$(kv secs "$line")" \
+          'BEGIN { if (s > 0) printf "%.0f", 100 * c / s }')"
+      done
+    done
+  done
+  for peer in $ECHO_PEERS; do
+    [ -n "${PID[$peer]:-}" ] && stop_server "${PID[$peer]}"
+  done
+
+  printf "  %-32s %6s %10s %8s %7s %12s %s\n" server conns msgs/s p99_us srv_cpu \
+    msgs/CPU-s "vs $base" >> "$TABLE"
+  # The ratio to the baseline is the median of per-run ratios: the runs of
+  # one repetition follow each other within seconds, while the speed of
+  # this VM drifts by up to 30% over minutes, so pairs compare better than
+  # medians taken over the whole section.
+  local rate p99 percpu cpu vs ratios
+  for c in $ECHO_CONNS; do
+    for peer in $ECHO_PEERS; do
+      [ -n "${PORT[$peer]:-}" ] || continue
+      rate=$(median ${RATE[$peer.$c]:-}); p99=$(median ${P99[$peer.$c]:-})
+      percpu=$(median ${PERCPU[$peer.$c]:-}); cpu=$(median ${CPU[$peer.$c]:-})
+      ratios=""
+      for r in $(seq "$ECHO_REPS"); do
+        ratios+=" $(ratio "${RUN[$peer.$c.$r]:-}" "${RUN[$base.$c.$r]:-}" 3)"
+      done
+      vs=$(fmt "$(median $ratios)" 2)
+      printf "  %-32s %6s %10s %8s %6s%% %12s %sx\n" "${LABEL[$peer]}" "$c" \
+        "$(fmt "$rate" 0)" "$(fmt "$p99" 0)" "$(fmt "$cpu" 0)" "$(fmt "$percpu" 0)" \
+        "$vs" >> "$TABLE"
+      result "echo.$peer.c$c.msgs_s" "$rate"; result "echo.$peer.c$c.p99_us" "$p99"
+      result "echo.$peer.c$c.msgs_per_cpu_s" "$percpu"
+      result "echo.$peer.c$c.vs_$base" "$vs"
+      [ -n "${FAILED[$peer.$c]:-}" ] &&
+        note "  ^ ${FAILED[$peer.$c]} of $ECHO_REPS runs failed (see $LOGS/loadgen.log)"
+      [ -n "${DISTURBED[$peer.$c]:-}" ] &&
+        note "  ^ ${DISTURBED[$peer.$c]} of $ECHO_REPS runs shared the machine with other load"
+    done
+  done
+  note "msgs/CPU-s = messages / server utime+stime over the window (/proc/PID/stat);"
+  note "srv_cpu = share of CPU $SRV_CPU the server used; vs $base = median of per-run"
+  note "ratios of msgs/CPU-s (runs of all servers interleave); runs per server: $ECHO_REPS"
+}
+
+# -- Main --------------------------------------------------------------------------
+
+start=$SECONDS
+for s in $SECTIONS; do
+  if ! declare -F "section_$s" > /dev/null; then
+    log "unknown section $s"; continue
+  fi
+  "section_$s"
+done
+
+{
+  printf 'cohost bench (%s): %s, %s CPUs, Linux %s, %s\n' \
+    "$([ "$QUICK" = 1 ] && echo quick || echo full)" \
+    "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$(nproc)" \
+    "$(uname -r)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+  cat "$TABLE"
+  echo
+  [ "$BUSIEST" -gt 0 ] && echo "warning: the machine was up to $BUSIEST% busy before some runs"
+  echo "($(( SECONDS - start )) s; figures as key=value in $RESULTS, logs in $LOGS)"
+}
