@@ -127,7 +127,7 @@ struct ch_timer {
   uint64_t when_ns;               /* deadline, CLOCK_MONOTONIC ns; read-only */
   uint64_t seq;                   /* start order, breaks ties; read-only */
   void (*cb)(struct ch_timer *t); /* run on expiry; owner: caller */
-  uint32_t heap_index;            /* 0 when stopped; owner: runtime */
+  uint32_t heap_index;            /* heap slot + 1, 0 when stopped; owner: runtime */
   uint8_t weak;                   /* 1: does not keep ch_run running (libuv's
                                   ** uv_unref), e.g. idle-connection expiry;
                                   ** set before starting; owner: caller */

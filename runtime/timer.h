@@ -1,5 +1,5 @@
-/* Timers: a binary min-heap of struct ch_timer ordered by deadline, then by
-** start order. Insert, stop and pop are O(log n); peek is O(1). */
+/* Timers: a 4-ary min-heap ordered by deadline, then by start order.
+** Insert, stop and pop are O(log n); peek is O(1). */
 #ifndef CH_TIMER_H
 #define CH_TIMER_H
 
@@ -7,11 +7,13 @@
 
 #include "cohost.h"
 
+struct ch_timerq_ent;
+
 struct ch_timerq {
-  struct ch_timer **heap;   /* 1-based: heap[1] is the earliest */
+  struct ch_timerq_ent *heap; /* heap[0] is the earliest; keys inline */
   uint32_t n;               /* armed timers */
   uint32_t nweak;           /* armed timers with weak set */
-  uint32_t cap;             /* slots allocated, including heap[0] */
+  uint32_t cap;             /* slots allocated */
   uint64_t seq;             /* next start number */
 };
 
