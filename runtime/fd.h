@@ -38,6 +38,9 @@ struct ch_fd {
   uint8_t sys_nonblock;     /* the runtime set O_NONBLOCK in the kernel */
   uint8_t stream;           /* SOCK_STREAM or pipe: writes may be partial */
   uint8_t registered;       /* in the epoll set of sched_id */
+  uint8_t in_drained;       /* the last read came back short or EAGAIN: the
+                            ** socket was empty then */
+  uint8_t in_edge;          /* epoll reported input since that read */
   uint32_t gen;             /* bumped when the fd is closed or reused */
   int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
   int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */

@@ -337,9 +337,24 @@ static ssize_t io_run(struct io *io, int writing, int all)
     return io_call(io);
   }
   all = all && f->stream;
+  /* A read that came back short emptied the socket; with the fd in epoll
+  ** edge-triggered, new input after it is an edge that sets in_edge. So
+  ** until one comes, trying again only buys an EAGAIN: wait first. This
+  ** saves one system call per message on a request/response stream
+  ** (Go's netpoller keeps the same "ready" bit). */
+  int track = !writing && coop && f->stream && !io->msg && !(io->flags & MSG_PEEK);
   ssize_t done = 0;
   for (;;) {
+    if (track) {
+      if (f->in_drained && !f->in_edge &&
+          fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0)
+        return -1;
+      f->in_edge = 0;   /* before the call: an edge during it sets it again */
+    }
     ssize_t r = io_call(io);
+    if (track)
+      f->in_drained = r < 0 ? (errno == EAGAIN || errno == EWOULDBLOCK)
+                            : r > 0 && (size_t)r < io->len;
     if (r > 0 && all) {
       done += r;
       if (io_advance(io, (size_t)r) == 0) return done;

@@ -510,7 +510,10 @@ static void poll_io(struct ch_sched *s, int timeout_ms)
     short rev = (short)((e & EPOLLIN ? POLLIN : 0) | (e & EPOLLOUT ? POLLOUT : 0) |
                         (e & EPOLLERR ? POLLERR : 0) | (e & EPOLLHUP ? POLLHUP : 0) |
                         (e & EPOLLRDHUP ? POLLRDHUP : 0));
-    if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) wake_list(f->readers, rev);
+    if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      f->in_edge = 1;   /* read hooks: worth trying again (see hook.c) */
+      wake_list(f->readers, rev);
+    }
     if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) wake_list(f->writers, rev);
   }
 }
