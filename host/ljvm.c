@@ -101,7 +101,16 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
   struct ch_ljvm_mark m __attribute__((cleanup(unmark))) =
     { v->top, v, L, CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) };
   v->top = &m;
-  return f(L);   /* the cleanup keeps this from being a tail call */
+  unsigned hits = ch_cancel_hits(c);
+  int n = f(L);
+  /* A cancelled wait inside f came back to f as a timeout (the hooks can
+  ** only say what libc says); f has returned, so raise the cancellation
+  ** here, where a Lua error may start. */
+  if (ch_cancel_hits(c) != hits) {
+    lua_pushliteral(L, "cancelled");
+    lua_error(L);
+  }
+  return n;
 }
 
 /* -- Lua frames ----------------------------------------------------------- */

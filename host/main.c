@@ -5,6 +5,7 @@
 ** orderly shutdown. Shape after luajit.c and Lua's lua.c.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -331,15 +333,55 @@ static void post_shutdown(void *p)
   ch_worker_shutdown(p);
 }
 
-/* A thread of its own takes SIGINT and SIGTERM (blocked everywhere else)
-** and asks each worker, through its scheduler, to shut down. A second
-** signal ends the process at once. */
+/* SIGINT and SIGTERM are caught by a handler that only writes the signal
+** number to a pipe (raw system calls: the hooked write must not run in a
+** signal handler); a thread of its own reads it and asks each worker,
+** through its scheduler, to shut down. A second signal ends the process
+** at once. Handlers rather than a blocked mask, because exec resets
+** handlers but keeps the mask: programs a script starts must get their
+** signals. */
+static int sig_pipe[2];
+
+static void on_signal(int sig)
+{
+  int saved = errno;
+  unsigned char b = (unsigned char)sig;
+  long r = syscall(SYS_write, sig_pipe[1], &b, 1);
+  (void)r;
+  errno = saved;
+}
+
+/* SIGPIPE: a no-op handler instead of SIG_IGN, which exec would pass on.
+** A write to a closed peer still fails with EPIPE. */
+static void on_sigpipe(int sig)
+{
+  (void)sig;
+}
+
+static void catch_signals(void)
+{
+  if (syscall(SYS_pipe2, sig_pipe, O_CLOEXEC) < 0) die("cannot make the signal pipe%s", "");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  /* SA_ONSTACK: the signal may land on a coroutine's small stack. */
+  sa.sa_flags = SA_RESTART | SA_ONSTACK;
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sa.sa_handler = on_sigpipe;
+  sigaction(SIGPIPE, &sa, NULL);
+}
+
 static void *signal_main(void *p)
 {
-  sigset_t *set = p;
-  int sig, seen = 0;
+  (void)p;
+  int seen = 0;
   for (;;) {
-    if (sigwait(set, &sig) != 0) continue;
+    unsigned char b;
+    long n = syscall(SYS_read, sig_pipe[0], &b, 1);
+    if (n != 1) continue;   /* EINTR */
+    int sig = b;
     if (seen++) {
       fprintf(stderr, "cohost: second signal %d, exiting now\n", sig);
       ch_worker_exit(1);
@@ -373,18 +415,13 @@ int main(int argc, char **argv)
   if (!script && nchunks == 0) { usage(stderr); return 2; }
   find_lua_dir();
 
-  signal(SIGPIPE, SIG_IGN);   /* a peer that leaves must not kill us */
-  static sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, NULL);   /* inherited by every thread */
+  catch_signals();
 
   workers = calloc((size_t)ch_opts.workers, sizeof *workers);
   if (!workers) die("no memory%s", "");
   for (int i = 0; i < ch_opts.workers; i++) workers[i].id = i;
   pthread_t sig_thread;
-  if (pthread_create(&sig_thread, NULL, signal_main, &set) != 0) die("cannot start the signal thread%s", "");
+  if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) die("cannot start the signal thread%s", "");
   pthread_detach(sig_thread);
 
   ch_set_yield_check(ch_task_may_park);

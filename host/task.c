@@ -126,7 +126,9 @@ void ch_task_run(struct ch_task *t, int nargs)
     int r = lua_pcall(T, nargs, LUA_MULTRET, base + 1);
     lua_remove(T, base + 1);
     t->nresults = lua_gettop(T) - base;
-    t->status = r == 0 ? CH_TASK_DONE : ch_cancelled(c) ? CH_TASK_KILLED : CH_TASK_FAILED;
+    /* Killed is killed, even if the function caught every "cancelled"
+    ** and returned normally. */
+    t->status = ch_cancelled(c) ? CH_TASK_KILLED : r == 0 ? CH_TASK_DONE : CH_TASK_FAILED;
   }
   for (int i = 0; i < t->nwaiters; i++) ch_unpark(t->waiters[i], 0);
   t->nwaiters = 0;

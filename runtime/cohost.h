@@ -87,12 +87,22 @@ int ch_park(int64_t timeout_ms);
 ** Must be called on c's own thread (see ch_post for others). */
 int ch_unpark(struct ch_coro *c, int value);
 
-/* Cancels c: its current or next blocking wait returns -ECANCELED (hooks
-** fail with errno ECANCELED). The flag stays set. */
+/* Cancels c: its current or next wait returns -ECANCELED, and so does
+** every later one (the flag stays set). A hooked libc call cannot say
+** ECANCELED (no C library expects it, and retry loops would spin), so it
+** returns what libc returns when a timeout expires: read/write/accept fail
+** with EAGAIN (or return the bytes already moved), connect with
+** EINPROGRESS, poll and select return 0, and the sleeps return early with
+** success. Embedders notice through ch_cancel_hits (the Lua host raises a
+** "cancelled" error when the C function returns). */
 void ch_cancel(struct ch_coro *c);
 
 /* Non-zero if c was cancelled. */
 int ch_cancelled(const struct ch_coro *c);
+
+/* How many of c's waits have returned -ECANCELED, hooks' included: compare
+** before and after a call to tell whether cancellation cut it short. */
+unsigned ch_cancel_hits(const struct ch_coro *c);
 
 /* -- Per-coroutine settings ---------------------------------------------- */
 

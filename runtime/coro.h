@@ -33,6 +33,7 @@ struct ch_coro {
   uint8_t cancelled;        /* ch_cancel was called */
   uint8_t uncancellable;    /* current park ignores ch_cancel */
   int wake_value;           /* what ch_park returns */
+  uint32_t cancel_hits;     /* waits that returned -ECANCELED */
 };
 
 /* Allocates a NEW coroutine with a stack from s's pool. Returns NULL and

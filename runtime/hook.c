@@ -218,8 +218,8 @@ static struct ch_fd *io_begin(int fd, int *coop)
 
 /* Waits until fd is ready for ev, or until *deadline (set from timeout_ms
 ** on the first wait; 0 = none). Returns 0 when ready (or in error: the
-** retried call will say which), -1 with errno EAGAIN on timeout, EBADF if
-** closed meanwhile, ECANCELED if cancelled. */
+** retried call will say which), -1 with errno EAGAIN on timeout or when
+** the coroutine is cancelled (see ch_cancel), EBADF if closed meanwhile. */
 static int fd_wait(int fd, short ev, int timeout_ms, uint64_t *deadline, int coop)
 {
   int64_t left = -1;
@@ -233,7 +233,7 @@ static int fd_wait(int fd, short ev, int timeout_ms, uint64_t *deadline, int coo
   if (c && ch_sched_may_park(c)) {
     int r = ch_wait_fd_again(fd, ev, left);
     if (r > 0) return 0;
-    if (r == 0) { errno = EAGAIN; return -1; }
+    if (r == 0 || r == -ECANCELED) { errno = EAGAIN; return -1; }
     if (r != -EPERM) { errno = -r; return -1; }
     /* epoll refuses this file (e.g. /dev/null): block like libc. */
   }
@@ -740,7 +740,8 @@ static int poll_park(struct pollfd *fds, nfds_t n, int timeout)
       r = real_poll(fds, n, (int)left);
       break;
     }
-    if (r == -ECANCELED || r == -ENOMEM) { errno = -r; r = -1; break; }
+    if (r == -ECANCELED) { r = real_poll(fds, n, 0); break; }   /* as a timeout */
+    if (r == -ENOMEM) { errno = ENOMEM; r = -1; break; }
     r = real_poll(fds, n, 0);
     if (r != 0) break;
     if (deadline && ch_now_ns() >= deadline) break;   /* r == 0: timed out */
@@ -806,15 +807,18 @@ int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
 
 /* -- Sleeping ------------------------------------------------------------- */
 
-/* Parks the running coroutine for ns. Returns 0, or -ECANCELED. */
+/* Parks the running coroutine for ns. A cancelled coroutine wakes early,
+** and the sleep still reports success: libc callers retry a failed sleep
+** (LuaSocket's socket.sleep loops while nanosleep fails), and
+** ch_cancel_hits tells the embedder. */
 static int park_ns(uint64_t ns)
 {
   if (ns == 0) {
     ch_yield();
-    return ch_current()->cancelled ? -ECANCELED : 0;
+    return 0;
   }
   int r = ch_sched_park(ch_now_ns() + ns, 0, CH_CORO_SLEEPING);
-  return r == -ETIMEDOUT ? 0 : r;
+  return r == -ETIMEDOUT || r == -ECANCELED ? 0 : r;
 }
 
 static int may_sleep(void)

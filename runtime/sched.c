@@ -240,7 +240,10 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   struct ch_sched *s = ch_sched_tls;
   struct ch_coro *self = s ? s->current : NULL;
   if (!self) return -EINVAL;
-  if (self->cancelled && !uncancellable) return -ECANCELED;
+  if (self->cancelled && !uncancellable) {
+    self->cancel_hits++;
+    return -ECANCELED;
+  }
   self->timer.cb = park_timeout;
   self->timer.weak = 0;
   if (deadline_ns && ch_timerq_add(&s->timers, &self->timer, deadline_ns) < 0)
@@ -252,6 +255,7 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   else s->nwaiting++;
   switch_out(s, self);
   if (deadline_ns) ch_timerq_del(&s->timers, &self->timer);
+  if (self->wake_value == -ECANCELED) self->cancel_hits++;
   return self->wake_value;
 }
 
@@ -355,7 +359,7 @@ int ch_sched_wait(struct ch_waiter *w, int n, int64_t timeout_ms)
   struct ch_sched *s = ch_sched_tls;
   struct ch_coro *self = s ? s->current : NULL;
   if (!self) return -EINVAL;
-  if (self->cancelled) return -ECANCELED;
+  if (self->cancelled) { self->cancel_hits++; return -ECANCELED; }
   for (int i = 0; i < n; i++) {
     struct ch_fd *f = ch_fd_get(w[i].fd);
     int r = f ? fd_register(s, w[i].fd, f) : -ENOMEM;

@@ -1485,6 +1485,61 @@ static void test_signal_with_sa_restart_does_not_fail_a_parked_read(void **state
   assert_memory_equal(r.buf, "sig", 3);
 }
 
+/* -- Cancellation as libc would say it ------------------------------------ */
+
+struct cancel_case {
+  int fd;                 /* socketpair end with nothing to read */
+  struct ch_coro *coro;   /* the blocked coroutine */
+  ssize_t read_rc;
+  int read_errno;
+  int poll_rc;
+  int usleep_rc;
+  double usleep_ms;
+  unsigned hits_before, hits_after;
+};
+
+static void cancel_victim(void *arg) {
+  struct cancel_case *k = arg;
+  char b[8];
+  k->coro = ch_current();
+  k->hits_before = ch_cancel_hits(k->coro);
+  errno = 0;
+  k->read_rc = read(k->fd, b, sizeof b);        /* parks, then is cancelled */
+  k->read_errno = errno;
+  struct pollfd p = { k->fd, POLLIN, 0 };
+  k->poll_rc = poll(&p, 1, 10000);              /* cancelled: at once, as a timeout */
+  double t0 = th_now_ms();
+  k->usleep_rc = usleep(10 * 1000 * 1000);      /* cancelled: returns early, with success */
+  k->usleep_ms = th_now_ms() - t0;
+  k->hits_after = ch_cancel_hits(k->coro);
+}
+
+static void cancel_killer(void *arg) {
+  struct cancel_case *k = arg;
+  ch_sleep_ms(30);
+  ch_cancel(k->coro);
+}
+
+static void test_cancelled_hooks_return_timeout_results_libc_could_give(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct cancel_case k = { .fd = sv[0] };
+  double t0 = th_now_ms();
+  assert_true(ch_spawn(cancel_victim, &k) > 0);
+  assert_true(ch_spawn(cancel_killer, &k) > 0);
+  th_run();
+  assert_int_equal(k.read_rc, -1);
+  assert_int_equal(k.read_errno, EAGAIN);       /* never ECANCELED: no libc says that */
+  assert_int_equal(k.poll_rc, 0);
+  assert_int_equal(k.usleep_rc, 0);
+  assert_true(k.usleep_ms < 1000.0);
+  assert_true(th_now_ms() - t0 < 5000.0);
+  assert_int_equal(k.hits_after - k.hits_before, 3);   /* each cut-short wait counted */
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
@@ -1533,6 +1588,7 @@ int main(void) {
     TH_TEST(test_may_yield_off_makes_hooks_block_like_libc),
     TH_TEST(test_yield_check_refusing_makes_hooks_block_like_libc),
     TH_TEST(test_signal_with_sa_restart_does_not_fail_a_parked_read),
+    TH_TEST(test_cancelled_hooks_return_timeout_results_libc_could_give),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

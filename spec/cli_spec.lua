@@ -1,0 +1,490 @@
+-- The cohost program, black box: options, exit codes, the arg table,
+-- SIGTERM drain, error isolation between handlers, workers and the log
+-- format. Every test starts build/cohost as a child process (bounded by
+-- timeout(1)) with its output in temp files; servers listen on 127.0.0.1
+-- port 0 and print "port pid" so this spec can reach and signal them.
+local cohost = require "cohost"
+
+local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
+local COHOST = root .. "build/cohost"
+
+-- Cleanups for the running test (busted 2.1 keeps only the last finally).
+local cleanups = {}
+local function defer(fn) cleanups[#cleanups + 1] = fn end
+after_each(function()
+  local list = cleanups
+  cleanups = {}
+  for i = #list, 1, -1 do pcall(list[i]) end
+end)
+
+local function q(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+local function slurp(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function tmpfile(content)
+  local path = os.tmpname()
+  defer(function() os.remove(path) end)
+  if content then
+    local f = assert(io.open(path, "w"))
+    f:write(content)
+    f:close()
+  end
+  return path
+end
+
+-- Runs `build/cohost <args>` (args already shell-quoted) to completion.
+-- Returns exit code, stdout, stderr, seconds taken.
+local function run(args, limit)
+  local out, err, rc = tmpfile(), tmpfile(), tmpfile()
+  local t0 = cohost.monotonic()
+  os.execute(("(timeout %d %s %s >%s 2>%s </dev/null; echo $? >%s)")
+    :format(limit or 20, COHOST, args, out, err, rc))
+  return tonumber(slurp(rc)), slurp(out), slurp(err), cohost.monotonic() - t0
+end
+
+-- What every server script below starts with: prints "port pid" once the
+-- listener is up.
+local function server_script(body)
+  return [[
+local cohost = require "cohost"
+]] .. body .. [[
+
+local _, port = listener:addr()
+local pid = io.open("/proc/self/stat"):read("*n")
+io.write(port, " ", pid, "\n")
+io.stdout:flush()
+]]
+end
+
+-- Starts `build/cohost <args>` in the background and waits for its first
+-- "port pid" line. The returned process has port, pid, out, err, and:
+-- exited() -> code or nil; wait(limit) -> code (nil on timeout) and the
+-- seconds waited; signal(name).
+local function start(args)
+  local out, err, rc = tmpfile(), tmpfile(), tmpfile()
+  os.remove(rc)   -- it appears when the process ends
+  os.execute(("(timeout 60 %s %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
+    :format(COHOST, args, out, err, rc, rc, rc))
+  local p = { out = out, err = err }
+  function p.exited() return tonumber(slurp(rc) or "") end
+  function p.wait(limit)
+    local t0 = cohost.monotonic()
+    while cohost.monotonic() - t0 < limit do
+      local code = p.exited()
+      if code then return code, cohost.monotonic() - t0 end
+      cohost.sleep(0.02)
+    end
+    return nil, cohost.monotonic() - t0
+  end
+  function p.signal(name) os.execute(("kill -%s %d 2>/dev/null"):format(name, p.pid)) end
+  for _ = 1, 1000 do
+    local port, pid = (slurp(out) or ""):match("^(%d+) (%d+)\n")
+    if port then
+      p.port, p.pid = tonumber(port), tonumber(pid)
+      defer(function()
+        if not p.exited() then p.signal("KILL") end
+        os.remove(rc)
+      end)
+      return p
+    end
+    if p.exited() then break end
+    cohost.sleep(0.01)
+  end
+  error("the child did not start: " .. (slurp(err) or ""))
+end
+
+local function connect(port)
+  local s = cohost.tcp()
+  s:settimeout(5000)
+  assert(s:connect("127.0.0.1", port))
+  return s
+end
+
+describe("cohost options", function()
+  it("-v and --version print the version and exit 0", function()
+    for _, opt in ipairs { "-v", "--version" } do
+      local code, out = run(opt)
+      assert.equal(0, code)
+      assert.matches("^cohost " .. cohost.version:gsub("%.", "%%.") .. " %(LuaJIT [^)]+%)\n$", out)
+    end
+  end)
+
+  it("-h and --help print the usage with every option and exit 0", function()
+    for _, opt in ipairs { "-h", "--help" } do
+      local code, out = run(opt)
+      assert.equal(0, code)
+      assert.matches("^usage: cohost %[options%] script%.lua %[args%.%.%.%]", out)
+      for _, name in ipairs { "--workers", "--stack-size", "--max-connections", "--shutdown-timeout",
+                              "--log-level", "-e CHUNK", "--check", "--version", "--help" } do
+        assert.truthy(out:find(name, 1, true), name .. " missing from the usage")
+      end
+    end
+  end)
+
+  it("without a script or -e prints the usage on stderr and exits 2", function()
+    local code, out, err = run("")
+    assert.equal(2, code)
+    assert.equal("", out)
+    assert.matches("^usage: cohost", err)
+  end)
+
+  it("rejects an unknown option with exit code 2", function()
+    local code, _, err = run("--no-such-option x.lua")
+    assert.equal(2, code)
+    assert.truthy(err:find("--no-such-option", 1, true), err)
+  end)
+
+  it("--check on a good file says so, exits 0 and does not run it", function()
+    local marker = tmpfile()
+    os.remove(marker)
+    local script = tmpfile(("io.open(%q, 'w'):close()\nprint('ran')\n"):format(marker))
+    local code, out = run("--check " .. q(script))
+    assert.equal(0, code)
+    assert.equal("cohost: " .. script .. ": syntax OK\n", out)
+    assert.is_nil(io.open(marker))
+  end)
+
+  it("--check on a file with a syntax error prints file:line and exits 1", function()
+    local script = tmpfile("local x = 1\nlocal y = = 2\n")
+    local code, out, err = run("--check " .. q(script))
+    assert.equal(1, code)
+    assert.equal("", out)
+    assert.truthy(err:find(script .. ":2:", 1, true), err)
+  end)
+
+  it("-e CHUNK runs the chunk", function()
+    local code, out = run("-e " .. q("print(1 + 2)"))
+    assert.equal(0, code)
+    assert.equal("3\n", out)
+  end)
+
+  it("runs several -e chunks in order, before the script, in the same globals", function()
+    local script = tmpfile("print(X)\n")
+    local code, out = run("-e 'X = 1' -e 'X = X * 10' " .. q(script))
+    assert.equal(0, code)
+    assert.equal("10\n", out)
+  end)
+
+  it("sets arg like luajit: arg[0] the script, arg[1..] its arguments, arg[-n] what came before", function()
+    local script = tmpfile([[
+print(arg[-3], arg[-2], arg[-1], arg[0], arg[1], arg[2], #arg)
+print(select("#", ...), ...)
+]])
+    local code, out = run("-e 'Y = 1' " .. q(script) .. " first 'sec ond'")
+    assert.equal(0, code)
+    assert.equal(table.concat({ COHOST, "-e", "Y = 1", script, "first", "sec ond", "2" }, "\t") .. "\n"
+                 .. "2\tfirst\tsec ond\n", out)
+  end)
+end)
+
+describe("the cohost process", function()
+  it("exits by itself with 0 when the script leaves no listener and no coroutine", function()
+    local script = tmpfile("print('hello')\n")
+    local code, out, err, took = run(q(script))
+    assert.equal(0, code, err)
+    assert.equal("hello\n", out)
+    assert.is_true(took < 2, ("took %.2f s"):format(took))
+  end)
+
+  it("waits for coroutines still running before it exits", function()
+    local script = tmpfile([[
+local cohost = require "cohost"
+cohost.spawn(function() cohost.sleep(0.3); print("late") end)
+print("main done")
+]])
+    local code, out, _, took = run(q(script))
+    assert.equal(0, code)
+    assert.equal("main done\nlate\n", out)
+    assert.is_true(took >= 0.28, ("took %.2f s"):format(took))
+  end)
+
+  it("exits 1 on an uncaught error in the main chunk, with file:line: message and a traceback on stderr", function()
+    local script = tmpfile([[
+local function fail() error("main chunk fails on purpose") end
+fail()
+]])
+    local code, out, err = run(q(script))
+    assert.equal(1, code)
+    assert.equal("", out)
+    assert.truthy(err:find(script .. ":1: main chunk fails on purpose", 1, true), err)
+    assert.truthy(err:find("stack traceback:", 1, true), err)
+    assert.truthy(err:find(script .. ":2:", 1, true), err)   -- the caller's frame
+  end)
+
+  it("exits 1 when the script does not compile or does not exist", function()
+    local bad = tmpfile("if then\n")
+    local code, _, err = run(q(bad))
+    assert.equal(1, code)
+    assert.truthy(err:find(bad .. ":1:", 1, true), err)
+    local missing = tmpfile()
+    os.remove(missing)
+    code, _, err = run(q(missing))
+    assert.equal(1, code)
+    assert.truthy(err:find(missing, 1, true), err)
+  end)
+
+  it("cohost.exit(3) exits 3 at once, with stdout flushed, even with a listener and a sleeping coroutine", function()
+    local script = tmpfile([[
+local cohost = require "cohost"
+assert(cohost.listen("127.0.0.1:0", function() end))
+cohost.spawn(function() cohost.sleep(30) end)
+io.write("before exit")
+cohost.sleep(0.05)
+cohost.exit(3)
+print("never")
+]])
+    local code, out, _, took = run(q(script))
+    assert.equal(3, code)
+    assert.equal("before exit", out)
+    assert.is_true(took < 2, ("took %.2f s"):format(took))
+  end)
+
+  it("serves examples/echo.lua on a free port", function()
+    -- A free port: listen on 0, note the port, close.
+    local l = assert(cohost.listen("127.0.0.1:0", function() end))
+    local _, port = l:addr()
+    l:close()
+    -- The -e chunk prints "port pid" before the example starts.
+    local p = start("-e " .. q([[io.write(arg[1], " ", io.open("/proc/self/stat"):read("*n"), "\n") io.stdout:flush()]])
+                    .. " " .. q(root .. "examples/echo.lua") .. " " .. port)
+    local s
+    for _ = 1, 200 do
+      s = cohost.tcp()
+      s:settimeout(1000)
+      if s:connect("127.0.0.1", port) then break end
+      s:close()
+      s = nil
+      cohost.sleep(0.02)
+    end
+    assert.truthy(s, "examples/echo.lua never listened: " .. (slurp(p.err) or ""))
+    assert(s:send("echo me\n"))
+    assert.equal("echo me", s:receive())
+    s:close()
+    p.signal("TERM")
+    assert.equal(0, (p.wait(10)))
+  end)
+end)
+
+describe("SIGTERM", function()
+  local slow_server = server_script([[
+listener = assert(cohost.listen("127.0.0.1:0", function(sock)
+  local line = sock:receive()
+  cohost.sleep(SLEEP)
+  sock:send("reply to " .. line .. "\n")
+end))
+]])
+
+  it("lets an in-flight request finish, stops accepting, and exits 0", function()
+    local p = start("-e 'SLEEP = 1' " .. q(tmpfile(slow_server)))
+    local s = connect(p.port)
+    assert(s:send("req\n"))
+    cohost.sleep(0.2)   -- the handler is now sleeping
+    local t0 = cohost.monotonic()
+    p.signal("TERM")
+    cohost.sleep(0.1)
+    -- The listener is closed: a new connection is refused.
+    local s2 = cohost.tcp()
+    s2:settimeout(1000)
+    local ok, err = s2:connect("127.0.0.1", p.port)
+    s2:close()
+    assert.is_nil(ok)
+    assert.equal("connection refused", err)
+    -- The request in flight still gets its reply.
+    assert.equal("reply to req", s:receive())
+    s:close()
+    local code = p.wait(10)
+    local took = cohost.monotonic() - t0
+    assert.equal(0, code, slurp(p.err))
+    assert.is_true(took >= 0.6 and took < 5, ("exited %.2f s after SIGTERM"):format(took))
+  end)
+
+  it("cancels handlers still running at --shutdown-timeout and exits 0", function()
+    local p = start("--shutdown-timeout 1 -e 'SLEEP = 60' " .. q(tmpfile(slow_server)))
+    local s = connect(p.port)
+    assert(s:send("req\n"))
+    cohost.sleep(0.2)
+    local t0 = cohost.monotonic()
+    p.signal("TERM")
+    local data, err = s:receive()
+    s:close()
+    local code = p.wait(10)
+    local took = cohost.monotonic() - t0
+    assert.is_nil(data)
+    assert.equal("closed", err)
+    assert.equal(0, code, slurp(p.err))
+    assert.is_true(took >= 0.9 and took < 4, ("exited %.2f s after SIGTERM"):format(took))
+  end)
+
+  it("SIGINT drains the same way", function()
+    local p = start("-e 'SLEEP = 0.5' " .. q(tmpfile(slow_server)))
+    local s = connect(p.port)
+    assert(s:send("req\n"))
+    cohost.sleep(0.1)
+    p.signal("INT")
+    assert.equal("reply to req", s:receive())
+    s:close()
+    assert.equal(0, (p.wait(10)))
+  end)
+
+  it("a second signal ends the process at once", function()
+    local p = start("--shutdown-timeout 30 -e 'SLEEP = 60' " .. q(tmpfile(slow_server)))
+    local s = connect(p.port)
+    assert(s:send("req\n"))
+    cohost.sleep(0.2)
+    p.signal("TERM")
+    cohost.sleep(0.2)
+    local t0 = cohost.monotonic()
+    p.signal("TERM")
+    local code = p.wait(5)
+    s:close()
+    assert.is_not_nil(code, "still running 5 s after the second signal")
+    assert.is_true(cohost.monotonic() - t0 < 2)
+  end)
+end)
+
+describe("handler errors", function()
+  it("a Lua error in one of 100 concurrent handlers leaves the other 99 intact, and is logged with a traceback", function()
+    local p = start(q(tmpfile(server_script([[
+local function check(n)
+  if n == 37 then error("handler 37 fails on purpose") end
+end
+listener = assert(cohost.listen("127.0.0.1:0", function(sock)
+  local line = sock:receive()
+  cohost.sleep(0.2)
+  check(tonumber(line))
+  sock:send("ok " .. line .. "\n")
+end))
+]]))))
+    local threads = {}
+    for i = 1, 100 do
+      threads[i] = cohost.spawn(function()
+        local s = connect(p.port)
+        s:send(i .. "\n")
+        local line, err = s:receive()
+        s:close()
+        return line or err
+      end)
+    end
+    for i = 1, 100 do
+      local ok, res = cohost.wait(threads[i])
+      assert.is_true(ok, res)
+      assert.equal(i == 37 and "closed" or "ok " .. i, res)
+    end
+    -- The server still serves new connections.
+    local s = connect(p.port)
+    s:send("101\n")
+    assert.equal("ok 101", s:receive())
+    s:close()
+    p.signal("TERM")
+    assert.equal(0, (p.wait(10)))
+    local log = slurp(p.err)
+    local _, count = log:gsub("handler 37 fails on purpose", "")
+    assert.equal(1, count, log)
+    assert.matches("%[error%][^\n]*:3: handler 37 fails on purpose\nstack traceback:\n", log)
+    assert.truthy(log:find("in function 'check'", 1, true) or log:find("in upvalue 'check'", 1, true)
+                  or log:find("in local 'check'", 1, true), log)
+  end)
+end)
+
+describe("--workers", function()
+  local script = server_script([[
+listener = assert(cohost.listen("127.0.0.1:0", function(sock)
+  sock:send(cohost.worker_id() .. "/" .. cohost.worker_count() .. "\n")
+end))
+]])
+
+  it("2 runs the main chunk once per worker, and port 0 gives both the same port", function()
+    local p = start("--workers 2 " .. q(tmpfile(script)))
+    local lines
+    for _ = 1, 200 do
+      lines = {}
+      for line in (slurp(p.out) or ""):gmatch("[^\n]+") do lines[#lines + 1] = line end
+      if #lines >= 2 then break end
+      cohost.sleep(0.01)
+    end
+    assert.equal(2, #lines)
+    assert.equal(lines[1], lines[2])
+    p.signal("TERM")
+    assert.equal(0, (p.wait(10)))
+  end)
+
+  it("2 spreads connections over both workers", function()
+    local p = start("-w 2 " .. q(tmpfile(script)))
+    local seen = {}
+    for _ = 1, 200 do
+      local s = connect(p.port)
+      local id = s:receive()
+      s:close()
+      seen[id] = (seen[id] or 0) + 1
+    end
+    assert.is_true((seen["0/2"] or 0) > 0, "worker 0 got no connection")
+    assert.is_true((seen["1/2"] or 0) > 0, "worker 1 got no connection")
+    assert.equal(200, (seen["0/2"] or 0) + (seen["1/2"] or 0))
+    p.signal("TERM")
+    assert.equal(0, (p.wait(10)))
+  end)
+end)
+
+describe("logging", function()
+  it("writes time, level, worker, coroutine id and the Lua call site before the message", function()
+    local script = tmpfile([[
+local cohost = require "cohost"
+
+cohost.log(cohost.WARN, "hello ", 42, " ", true)
+cohost.wait(cohost.spawn(function() cohost.log("warn", "from a thread") end))
+]])
+    local code, _, err = run(q(script))
+    assert.equal(0, code, err)
+    local lines = {}
+    for line in err:gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.equal(2, #lines, err)
+    local pattern = "^(%d%d%d%d)/(%d%d)/(%d%d) (%d%d):(%d%d):(%d%d) %[warn%] w0 c(%d+): (.*)$"
+    local y, mo, d, h, mi, s, c1, rest = lines[1]:match(pattern)
+    assert.truthy(y, lines[1])
+    assert.equal(script .. ":3: hello 42 true", rest)
+    local stamp = os.time { year = y, month = mo, day = d, hour = h, min = mi, sec = s }
+    assert.is_true(math.abs(os.time() - stamp) < 30, "the time is not now")
+    local _, _, _, _, _, _, c2, rest2 = lines[2]:match(pattern)
+    assert.equal(script .. ":4: from a thread", rest2)
+    assert.are_not.equal(c1, c2)   -- another coroutine
+  end)
+
+  it("--log-level chooses which levels are written (default notice)", function()
+    local chunk = q([[
+local cohost = require "cohost"
+cohost.log(cohost.ERR, "E") cohost.log(cohost.WARN, "W") cohost.log(cohost.NOTICE, "N")
+cohost.log(cohost.INFO, "I") cohost.log(cohost.DEBUG, "D")
+]])
+    local function levels(opts)
+      local code, _, err = run(opts .. " -e " .. chunk)
+      assert.equal(0, code, err)
+      local got = {}
+      for msg in err:gmatch(":%d+: (%u)\n") do got[#got + 1] = msg end
+      return table.concat(got)
+    end
+    assert.equal("EWN", levels(""))
+    assert.equal("E", levels("--log-level err"))
+    assert.equal("EWNID", levels("--log-level debug"))
+    assert.equal("EWNI", levels("--log-level=info"))
+  end)
+end)
+
+describe("programs a script starts", function()
+  it("do not inherit SIGINT and SIGTERM blocked", function()
+    local code, out, err = run("-e " .. q([[os.execute("exec grep SigBlk /proc/self/status")]]))
+    assert.equal(0, code, err)
+    local mask = out:match("SigBlk:%s*(%x+)")
+    assert.truthy(mask, out)
+    local low = tonumber(mask:sub(-8), 16)
+    assert.equal(0, bit.band(low, bit.lshift(1, 2 - 1)), "SIGINT is blocked in the child: " .. mask)
+    assert.equal(0, bit.band(low, bit.lshift(1, 15 - 1)), "SIGTERM is blocked in the child: " .. mask)
+  end)
+end)
