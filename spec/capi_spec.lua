@@ -4,40 +4,11 @@
 -- regression). Uses spec/mod/cohost_testmod.c, built by `make test` into
 -- build/spec/mod/cohost_testmod.so.
 local cohost = require "cohost"
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
 
--- Cleanups for the running test, run in reverse order after it (busted
--- 2.1 keeps only the last finally() of a test, so specs use this instead).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  local first
-  for i = #list, 1, -1 do
-    local ok, err = pcall(list[i])
-    if not ok and not first then first = err end
-  end
-  if first then error(first, 0) end
-end)
-
-local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
-package.cpath = root .. "build/spec/mod/?.so;" .. package.cpath
+package.cpath = h.root .. "build/spec/mod/?.so;" .. package.cpath
 local testmod = require "cohost_testmod"
-
--- Runs fn(i) on n threads at once; returns the results of each in order
--- (errors re-raised here) and the wall time.
-local function run_all(n, fn)
-  local threads = {}
-  local t0 = cohost.monotonic()
-  for i = 1, n do threads[i] = cohost.spawn(fn, i) end
-  local results = {}
-  for i = 1, n do
-    local ok, res = cohost.wait(threads[i])
-    assert(ok, res)
-    results[i] = res
-  end
-  return results, cohost.monotonic() - t0
-end
 
 describe("a classic C function that errors after parking", function()
   -- The pattern that crashed this LuaJIT when cur_L was not restored after
@@ -58,7 +29,7 @@ describe("a classic C function that errors after parking", function()
 
   for round = 1, 3 do
     it("is caught by pcall in 200 hot iterations on each of 100 threads (round " .. round .. ")", function()
-      local results, elapsed = run_all(100, hot_loop)
+      local results, elapsed = h.run_all(100, hot_loop)
       for i = 1, 100 do
         assert.same({ caught = 200, other = 0 }, results[i])
       end
@@ -79,22 +50,16 @@ describe("a classic C function blocking in read() on a socketpair", function()
   it("parks its coroutine: other coroutines run while it waits", function()
     local a, b = assert(testmod.socketpair())
     defer(function() testmod.close(a); testmod.close(b) end)
-    local ticks = 0
-    local ticker = cohost.spawn(function()
-      while true do
-        ticks = ticks + 1
-        cohost.sleep(0.005)
-      end
-    end)
-    defer(function() cohost.kill(ticker) end)
+    local ticker = h.ticker()
+    defer(ticker.stop)
     local writer = cohost.spawn(function()
       cohost.sleep(0.2)
       return testmod.write(b, "hello")
     end)
     local t0 = cohost.monotonic()
-    local before = ticks
+    local before = ticker.ticks()
     local data = testmod.read(a, 16)
-    local during = ticks - before
+    local during = ticker.ticks() - before
     local elapsed = cohost.monotonic() - t0
     assert.equal("hello", data)
     assert.is_true(elapsed >= 0.15, ("read returned after %.3f s"):format(elapsed))
@@ -164,18 +129,9 @@ end)
 
 describe("a classic C function calling usleep", function()
   it("parks only its coroutine", function()
-    local ticks = 0
-    local ticker = cohost.spawn(function()
-      while true do
-        ticks = ticks + 1
-        cohost.sleep(0.005)
-      end
-    end)
-    defer(function() cohost.kill(ticker) end)
-    cohost.sleep(0.01)
-    local before, t0 = ticks, cohost.monotonic()
-    assert.is_true(testmod.usleep(100000))
-    assert.is_true(cohost.monotonic() - t0 >= 0.09)
-    assert.is_true(ticks - before >= 5, ("the ticker moved %d times"):format(ticks - before))
+    local moved, took, ok = h.measure(function() return testmod.usleep(100000) end)
+    assert.is_true(ok)
+    assert.is_true(took >= 0.09)
+    assert.is_true(moved >= 5, ("the ticker moved %d times"):format(moved))
   end)
 end)

@@ -3,15 +3,8 @@
 -- v or nil, "closed" / "timeout"; close(); len(). Unbounded without a
 -- capacity; with one, send waits while it is full.
 local cohost = require "cohost"
-
--- Cleanups for the running test (busted 2.1 keeps only the last finally).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  for i = #list, 1, -1 do list[i]() end
-end)
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
 
 describe("cohost.channel", function()
   it("delivers values in the order they were sent", function()
@@ -35,17 +28,8 @@ describe("cohost.channel", function()
 
   it("receive waits for a send from another thread, parking meanwhile", function()
     local ch = cohost.channel()
-    local ticks = 0
-    local ticker = cohost.spawn(function()
-      while ticks >= 0 do ticks = ticks + 1; cohost.sleep(0.005) end
-    end)
     local sender = cohost.spawn(function() cohost.sleep(0.2); ch:send("late") end)
-    cohost.sleep(0.01)
-    local before, t0 = ticks, cohost.monotonic()
-    local v = ch:receive(5)
-    local took, moved = cohost.monotonic() - t0, ticks - before
-    ticks = -1e9
-    cohost.wait(ticker)
+    local moved, took, v = h.measure(function() return ch:receive(5) end)
     cohost.wait(sender)
     assert.equal("late", v)
     assert.is_true(took >= 0.18 and took < 1, ("received after %.3f s"):format(took))
@@ -183,7 +167,7 @@ describe("cohost.channel", function()
     -- into all the others'; a writer thread per connection drains its
     -- channel onto the socket.
     local members = {}
-    local l = assert(cohost.listen("127.0.0.1:0", function(sock)
+    local _, port = h.serve(function(sock)
       local me = cohost.channel()
       members[me] = true
       local writer = cohost.spawn(function()
@@ -203,16 +187,9 @@ describe("cohost.channel", function()
       members[me] = nil
       me:close()
       cohost.wait(writer)
-    end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end)
     local clients = {}
-    for i = 1, 3 do
-      local s = cohost.tcp()
-      s:settimeout(2000)
-      assert(s:connect("127.0.0.1", port))
-      clients[i] = s
-    end
+    for i = 1, 3 do clients[i] = h.connect(port) end
     defer(function() for i = 1, 3 do clients[i]:close() end end)
     -- Wait until all three handlers have joined.
     for _ = 1, 100 do

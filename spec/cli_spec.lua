@@ -5,107 +5,20 @@
 -- port 0 and print "port pid" so this spec can reach and signal them.
 local cohost = require "cohost"
 
-local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
-local COHOST = root .. "build/cohost"
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
+local q, tmpfile, run = h.shell_quote, h.tmpfile, h.run
 
--- Cleanups for the running test (busted 2.1 keeps only the last finally).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  for i = #list, 1, -1 do pcall(list[i]) end
-end)
-
-local function q(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function slurp(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function tmpfile(content)
-  local path = os.tmpname()
-  defer(function() os.remove(path) end)
-  if content then
-    local f = assert(io.open(path, "w"))
-    f:write(content)
-    f:close()
-  end
-  return path
-end
-
--- Runs `build/cohost <args>` (args already shell-quoted) to completion.
--- Returns exit code, stdout, stderr, seconds taken.
-local function run(args, limit)
-  local out, err, rc = tmpfile(), tmpfile(), tmpfile()
-  local t0 = cohost.monotonic()
-  os.execute(("(timeout %d %s %s >%s 2>%s </dev/null; echo $? >%s)")
-    :format(limit or 20, COHOST, args, out, err, rc))
-  return tonumber(slurp(rc)), slurp(out), slurp(err), cohost.monotonic() - t0
-end
-
--- What every server script below starts with: prints "port pid" once the
--- listener is up.
-local function server_script(body)
-  return [[
-local cohost = require "cohost"
-]] .. body .. [[
-
-local _, port = listener:addr()
-local pid = io.open("/proc/self/stat"):read("*n")
-io.write(port, " ", pid, "\n")
-io.stdout:flush()
-]]
-end
-
--- Starts `build/cohost <args>` in the background and waits for its first
--- "port pid" line. The returned process has port, pid, out, err, and:
--- exited() -> code or nil; wait(limit) -> code (nil on timeout) and the
--- seconds waited; signal(name).
+-- Starts `build/cohost <args>` in the background (see h.start), stopped
+-- after the test.
 local function start(args)
-  local out, err, rc = tmpfile(), tmpfile(), tmpfile()
-  os.remove(rc)   -- it appears when the process ends
-  os.execute(("(timeout 60 %s %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(COHOST, args, out, err, rc, rc, rc))
-  local p = { out = out, err = err }
-  function p.exited() return tonumber(slurp(rc) or "") end
-  function p.wait(limit)
-    local t0 = cohost.monotonic()
-    while cohost.monotonic() - t0 < limit do
-      local code = p.exited()
-      if code then return code, cohost.monotonic() - t0 end
-      cohost.sleep(0.02)
-    end
-    return nil, cohost.monotonic() - t0
-  end
-  function p.signal(name) os.execute(("kill -%s %d 2>/dev/null"):format(name, p.pid)) end
-  for _ = 1, 1000 do
-    local port, pid = (slurp(out) or ""):match("^(%d+) (%d+)\n")
-    if port then
-      p.port, p.pid = tonumber(port), tonumber(pid)
-      defer(function()
-        if not p.exited() then p.signal("KILL") end
-        os.remove(rc)
-      end)
-      return p
-    end
-    if p.exited() then break end
-    cohost.sleep(0.01)
-  end
-  error("the child did not start: " .. (slurp(err) or ""))
+  local p = h.start(args)
+  defer(p.stop)
+  return p
 end
 
 local function connect(port)
-  local s = cohost.tcp()
-  s:settimeout(5000)
-  assert(s:connect("127.0.0.1", port))
-  return s
+  return h.connect(port, 5000)
 end
 
 describe("cohost options", function()
@@ -180,7 +93,7 @@ print(select("#", ...), ...)
 ]])
     local code, out = run("-e 'Y = 1' " .. q(script) .. " first 'sec ond'")
     assert.equal(0, code)
-    assert.equal(table.concat({ COHOST, "-e", "Y = 1", script, "first", "sec ond", "2" }, "\t") .. "\n"
+    assert.equal(table.concat({ h.COHOST, "-e", "Y = 1", script, "first", "sec ond", "2" }, "\t") .. "\n"
                  .. "2\tfirst\tsec ond\n", out)
   end)
 end)
@@ -248,13 +161,10 @@ print("never")
   end)
 
   it("serves examples/echo.lua on a free port", function()
-    -- A free port: listen on 0, note the port, close.
-    local l = assert(cohost.listen("127.0.0.1:0", function() end))
-    local _, port = l:addr()
-    l:close()
+    local port = h.free_port()
     -- The -e chunk prints "port pid" before the example starts.
     local p = start("-e " .. q([[io.write(arg[1], " ", io.open("/proc/self/stat"):read("*n"), "\n") io.stdout:flush()]])
-                    .. " " .. q(root .. "examples/echo.lua") .. " " .. port)
+                    .. " " .. q(h.root .. "examples/echo.lua") .. " " .. port)
     local s
     for _ = 1, 200 do
       s = cohost.tcp()
@@ -264,7 +174,7 @@ print("never")
       s = nil
       cohost.sleep(0.02)
     end
-    assert.truthy(s, "examples/echo.lua never listened: " .. (slurp(p.err) or ""))
+    assert.truthy(s, "examples/echo.lua never listened: " .. h.slurp(p.err))
     assert(s:send("echo me\n"))
     assert.equal("echo me", s:receive())
     s:close()
@@ -274,7 +184,7 @@ print("never")
 end)
 
 describe("SIGTERM", function()
-  local slow_server = server_script([[
+  local slow_server = h.server_script([[
 listener = assert(cohost.listen("127.0.0.1:0", function(sock)
   local line = sock:receive()
   cohost.sleep(SLEEP)
@@ -282,11 +192,18 @@ listener = assert(cohost.listen("127.0.0.1:0", function(sock)
 end))
 ]])
 
-  it("lets an in-flight request finish, stops accepting, and exits 0", function()
-    local p = start("-e 'SLEEP = 1' " .. q(tmpfile(slow_server)))
+  -- Starts slow_server with options opts and sends it a request; returns
+  -- the process and the connection after settle seconds.
+  local function start_busy(opts, settle)
+    local p = start(opts .. " " .. q(tmpfile(slow_server)))
     local s = connect(p.port)
     assert(s:send("req\n"))
-    cohost.sleep(0.2)   -- the handler is now sleeping
+    cohost.sleep(settle)
+    return p, s
+  end
+
+  it("lets an in-flight request finish, stops accepting, and exits 0", function()
+    local p, s = start_busy("-e 'SLEEP = 1'", 0.2)   -- the handler is now sleeping
     local t0 = cohost.monotonic()
     p.signal("TERM")
     cohost.sleep(0.1)
@@ -302,15 +219,12 @@ end))
     s:close()
     local code = p.wait(10)
     local took = cohost.monotonic() - t0
-    assert.equal(0, code, slurp(p.err))
+    assert.equal(0, code, h.slurp(p.err))
     assert.is_true(took >= 0.6 and took < 5, ("exited %.2f s after SIGTERM"):format(took))
   end)
 
   it("cancels handlers still running at --shutdown-timeout and exits 0", function()
-    local p = start("--shutdown-timeout 1 -e 'SLEEP = 60' " .. q(tmpfile(slow_server)))
-    local s = connect(p.port)
-    assert(s:send("req\n"))
-    cohost.sleep(0.2)
+    local p, s = start_busy("--shutdown-timeout 1 -e 'SLEEP = 60'", 0.2)
     local t0 = cohost.monotonic()
     p.signal("TERM")
     local data, err = s:receive()
@@ -319,15 +233,12 @@ end))
     local took = cohost.monotonic() - t0
     assert.is_nil(data)
     assert.equal("closed", err)
-    assert.equal(0, code, slurp(p.err))
+    assert.equal(0, code, h.slurp(p.err))
     assert.is_true(took >= 0.9 and took < 4, ("exited %.2f s after SIGTERM"):format(took))
   end)
 
   it("SIGINT drains the same way", function()
-    local p = start("-e 'SLEEP = 0.5' " .. q(tmpfile(slow_server)))
-    local s = connect(p.port)
-    assert(s:send("req\n"))
-    cohost.sleep(0.1)
+    local p, s = start_busy("-e 'SLEEP = 0.5'", 0.1)
     p.signal("INT")
     assert.equal("reply to req", s:receive())
     s:close()
@@ -335,10 +246,7 @@ end))
   end)
 
   it("a second signal ends the process at once", function()
-    local p = start("--shutdown-timeout 30 -e 'SLEEP = 60' " .. q(tmpfile(slow_server)))
-    local s = connect(p.port)
-    assert(s:send("req\n"))
-    cohost.sleep(0.2)
+    local p, s = start_busy("--shutdown-timeout 30 -e 'SLEEP = 60'", 0.2)
     p.signal("TERM")
     cohost.sleep(0.2)
     local t0 = cohost.monotonic()
@@ -352,7 +260,7 @@ end)
 
 describe("handler errors", function()
   it("a Lua error in one of 100 concurrent handlers leaves the other 99 intact, and is logged with a traceback", function()
-    local p = start(q(tmpfile(server_script([[
+    local p = start(q(tmpfile(h.server_script([[
 local function check(n)
   if n == 37 then error("handler 37 fails on purpose") end
 end
@@ -385,7 +293,7 @@ end))
     s:close()
     p.signal("TERM")
     assert.equal(0, (p.wait(10)))
-    local log = slurp(p.err)
+    local log = h.slurp(p.err)
     local _, count = log:gsub("handler 37 fails on purpose", "")
     assert.equal(1, count, log)
     assert.matches("%[error%][^\n]*:3: handler 37 fails on purpose\nstack traceback:\n", log)
@@ -395,7 +303,7 @@ end))
 end)
 
 describe("--workers", function()
-  local script = server_script([[
+  local script = h.server_script([[
 listener = assert(cohost.listen("127.0.0.1:0", function(sock)
   sock:send(cohost.worker_id() .. "/" .. cohost.worker_count() .. "\n")
 end))
@@ -406,7 +314,7 @@ end))
     local lines
     for _ = 1, 200 do
       lines = {}
-      for line in (slurp(p.out) or ""):gmatch("[^\n]+") do lines[#lines + 1] = line end
+      for line in h.slurp(p.out):gmatch("[^\n]+") do lines[#lines + 1] = line end
       if #lines >= 2 then break end
       cohost.sleep(0.01)
     end

@@ -2,19 +2,14 @@
 -- child process on a free loopback port, talks to it with cohost.tcp, and
 -- stops it.
 local cohost = require "cohost"
-
-local function free_port()
-  local l = assert(cohost.listen("127.0.0.1:0", function() end))
-  local _, port = l:addr()
-  l:close()
-  return port
-end
+local h = require "spec.helper"
+local free_port = h.free_port
 
 -- Starts "build/cohost <args>" in the background; returns a stop function.
 local function start(args)
   local pidfile = os.tmpname()
   local logfile = os.tmpname()
-  assert(os.execute(("build/cohost %s >%s 2>&1 & echo $! >%s"):format(args, logfile, pidfile)) == 0)
+  assert(os.execute(("%s %s >%s 2>&1 & echo $! >%s"):format(h.COHOST, args, logfile, pidfile)) == 0)
   local f = assert(io.open(pidfile))
   local pid = assert(tonumber(f:read("*l")))
   f:close()

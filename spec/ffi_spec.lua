@@ -8,21 +8,8 @@
 -- since a blocked worker cannot serve itself.
 local cohost = require "cohost"
 local ffi = require "ffi"
-
--- Cleanups for the running test, run in reverse order after it (busted
--- 2.1 keeps only the last finally() of a test, so specs use this instead).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  local first
-  for i = #list, 1, -1 do
-    local ok, err = pcall(list[i])
-    if not ok and not first then first = err end
-  end
-  if first then error(first, 0) end
-end)
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
 
 ffi.cdef [[
 int socket(int domain, int type, int protocol);
@@ -39,32 +26,13 @@ void qsort(void *base, size_t n, size_t size, int (*cmp)(const void *, const voi
 ]]
 local C = ffi.C
 
-local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
-local COHOST = root .. "build/cohost"
+-- A cohost child process serving 127.0.0.1 on a free port (see h.start).
+-- Per connection it reads one byte at a time: "s" is answered with "s"
+-- after 0.2 s, anything else is echoed at once.
+local server, server_script
 
-local function slurp(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "w"))
-  f:write(data)
-  f:close()
-end
-
--- A cohost child process serving 127.0.0.1 on a free port (it listens on
--- port 0 and prints the port and its pid). Per connection it reads one
--- byte at a time: "s" is answered with "s" after 0.2 s, anything else is
--- echoed at once.
-local server = {}
-
-local SERVER = [[
-local cohost = require "cohost"
-local l = assert(cohost.listen("127.0.0.1:0", function(sock)
+local SERVER = h.server_script [[
+listener = assert(cohost.listen("127.0.0.1:0", function(sock)
   while true do
     local b = sock:receive(1)
     if not b then return end
@@ -72,32 +40,18 @@ local l = assert(cohost.listen("127.0.0.1:0", function(sock)
     if not sock:send(b) then return end
   end
 end))
-local _, port = l:addr()
-local pid = io.open("/proc/self/stat"):read("*n")
-io.write(port, " ", pid, "\n")
-io.stdout:flush()
 ]]
 
-local function start_server()
-  local script, out = os.tmpname(), os.tmpname()
-  write_file(script, SERVER)
-  os.execute(("timeout 120 %s %s >%s 2>&1 &"):format(COHOST, script, out))
-  for _ = 1, 500 do
-    local port, pid = (slurp(out) or ""):match("^(%d+) (%d+)\n")
-    if port then
-      server.port, server.pid = tonumber(port), tonumber(pid)
-      server.files = { script, out }
-      return
-    end
-    cohost.sleep(0.01)
-  end
-  error("the child server did not start: " .. (slurp(out) or ""))
-end
+lazy_setup(function()
+  server_script = os.tmpname()
+  h.write_file(server_script, SERVER)
+  server = h.start(h.shell_quote(server_script), 120)
+end)
 
-local function stop_server()
-  if server.pid then os.execute("kill -KILL " .. server.pid .. " 2>/dev/null") end
-  for _, f in ipairs(server.files or {}) do os.remove(f) end
-end
+lazy_teardown(function()
+  if server then server.stop() end
+  os.remove(server_script)
+end)
 
 local function htons(p)
   return bit.bor(bit.rshift(p, 8), bit.lshift(bit.band(p, 0xff), 8))
@@ -114,38 +68,6 @@ local function ffi_connect()
   assert(C.connect(fd, sa, ffi.sizeof(sa)) == 0, "connect failed")
   return fd
 end
-
--- A coroutine counting while it gets to run: ticks() must not move while
--- the worker is blocked, and moves by about 200 per second when it is not.
-local function start_ticker()
-  local n, stop = 0, false
-  local t = cohost.spawn(function()
-    while not stop do
-      n = n + 1
-      cohost.sleep(0.005)
-    end
-  end)
-  cohost.sleep(0.02)
-  return {
-    ticks = function() return n end,
-    stop = function() stop = true; cohost.wait(t) end,
-  }
-end
-
--- Runs fn with a ticker; returns how much the ticker moved during fn, the
--- seconds fn took, and fn's result.
-local function measure(fn)
-  local ticker = start_ticker()
-  local before, t0 = ticker.ticks(), cohost.monotonic()
-  local ok, res = pcall(fn)
-  local moved, took = ticker.ticks() - before, cohost.monotonic() - t0
-  ticker.stop()
-  assert(ok, res)
-  return moved, took, res
-end
-
-lazy_setup(start_server)
-lazy_teardown(stop_server)
 
 describe("an FFI read that would block", function()
   -- Each reader sends one byte and reads its echo from the child 100
@@ -176,15 +98,9 @@ describe("an FFI read that would block", function()
         if what == "stop" and fn == reader then traces = traces + 1 end
       end
       jit.attach(on_trace, "trace")
-      ticker = start_ticker()
-      local threads = {}
-      for i = 1, 100 do threads[i] = cohost.spawn(reader) end
-      local results = {}
-      for i = 1, 100 do
-        local ok, res = cohost.wait(threads[i])
-        assert(ok, res)
-        results[i] = res
-      end
+      ticker = h.ticker()
+      cohost.sleep(0.02)
+      local results = h.run_all(100, reader)
       jit.attach(on_trace)
       ticker.stop()
       for i = 1, 100 do
@@ -203,7 +119,7 @@ describe("an FFI read that would block", function()
     assert(f ~= nil, "popen failed")
     local fd = C.fileno(f)
     local b = ffi.new("char[1]")
-    local moved, took, got = measure(function()
+    local moved, took, got = h.measure(function()
       local n = 0
       for _ = 1, 200 do
         if C.read(fd, b, 1) == 1 and b[0] == 48 then n = n + 1 end
@@ -217,9 +133,7 @@ describe("an FFI read that would block", function()
   end)
 
   it("logs a one-time warning naming the Lua call site", function()
-    local script, err = os.tmpname(), os.tmpname()
-    defer(function() os.remove(script); os.remove(err) end)
-    write_file(script, [[
+    local script = h.tmpfile([[
 local ffi = require "ffi"
 ffi.cdef "typedef struct FILE FILE; FILE *popen(const char *, const char *); int fileno(FILE *); int64_t read(int, void *, size_t); int pclose(FILE *);"
 local f = ffi.C.popen("for i in 1 2 3; do sleep 0.05; printf x; done", "r")
@@ -230,8 +144,7 @@ end
 ffi.C.pclose(f)
 print("done")
 ]])
-    os.execute(("timeout 20 %s %s >/dev/null 2>%s"):format(COHOST, script, err))
-    local log = slurp(err)
+    local _, _, log = h.run(h.shell_quote(script))
     local lines = {}
     for line in log:gmatch("[^\n]+") do
       if line:find("cannot park", 1, true) then lines[#lines + 1] = line end
@@ -245,7 +158,7 @@ end)
 describe("a blocking call in a __gc finalizer", function()
   it("blocks the worker instead of parking (cohost.sleep)", function()
     local ran = false
-    local moved, took = measure(function()
+    local moved, took = h.measure(function()
       local p = newproxy(true)
       getmetatable(p).__gc = function()
         cohost.sleep(0.2)
@@ -266,7 +179,7 @@ describe("a blocking call in a __gc finalizer", function()
     assert(sock:connect("127.0.0.1", server.port))
     defer(function() sock:close() end)
     local got, err
-    local moved, took = measure(function()
+    local moved, took = h.measure(function()
       local p = newproxy(true)
       getmetatable(p).__gc = function()
         assert(sock:send("s"))
@@ -286,7 +199,7 @@ describe("a blocking call in a __gc finalizer", function()
     defer(function() C.close(fd) end)
     local b = ffi.new("char[1]", 115)   -- "s"
     local n
-    local moved, took = measure(function()
+    local moved, took = h.measure(function()
       local obj = ffi.gc(ffi.new("int[1]"), function()
         C.write(fd, b, 1)
         n = C.read(fd, b, 1)
@@ -312,7 +225,7 @@ describe("a blocking call in an FFI callback", function()
     end)
     defer(function() cmp:free() end)
     local arr = ffi.new("int[4]", { 3, 1, 4, 2 })
-    local moved, took = measure(function() C.qsort(arr, 4, ffi.sizeof("int"), cmp) end)
+    local moved, took = h.measure(function() C.qsort(arr, 4, ffi.sizeof("int"), cmp) end)
     assert.same({ 1, 2, 3, 4 }, { arr[0], arr[1], arr[2], arr[3] })
     assert.is_true(calls >= 1)
     assert.is_true(took >= 0.15, ("qsort took %.3f s"):format(took))
@@ -323,7 +236,7 @@ end)
 describe("a blocking call in a debug hook", function()
   it("blocks the worker instead of parking", function()
     local ran = false
-    local moved, took = measure(function()
+    local moved, took = h.measure(function()
       debug.sethook(function()
         debug.sethook()
         cohost.sleep(0.2)

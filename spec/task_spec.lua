@@ -4,34 +4,19 @@
 -- every later blocking call, so it unwinds through the thread's own
 -- pcalls to its entry.
 local cohost = require "cohost"
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
 
--- Cleanups for the running test, run in reverse order after it (busted
--- 2.1 keeps only the last finally() of a test, so specs use this instead).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  local first
-  for i = #list, 1, -1 do
-    local ok, err = pcall(list[i])
-    if not ok and not first then first = err end
-  end
-  if first then error(first, 0) end
-end)
-
-local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
-local COHOST = root .. "build/cohost"
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
-local function slurp(path)
-  local f = assert(io.open(path))
-  local s = f:read("*a")
-  f:close()
-  return s
+-- Runs f(handle) in pcall on the thread handle names, from inside that
+-- thread; returns what cohost.wait gives: true, then pcall's results.
+local function on_itself(f)
+  local handle
+  local t = cohost.spawn(function()
+    cohost.sleep(0.01)
+    return pcall(f, handle)
+  end)
+  handle = t
+  return cohost.wait(t)
 end
 
 describe("cohost.spawn", function()
@@ -96,16 +81,13 @@ describe("cohost.wait", function()
   end)
 
   it("waits for a thread that is still sleeping, parking meanwhile", function()
-    local ticks = 0
-    local ticker = cohost.spawn(function()
-      while true do ticks = ticks + 1; cohost.sleep(0.005) end
-    end)
-    defer(function() cohost.kill(ticker) end)
+    local ticker = h.ticker()
+    defer(ticker.stop)
     local t = cohost.spawn(function() cohost.sleep(0.2); return "late" end)
-    local before, t0 = ticks, cohost.monotonic()
+    local before, t0 = ticker.ticks(), cohost.monotonic()
     assert.same({ true, "late" }, { cohost.wait(t) })
     assert.is_true(cohost.monotonic() - t0 >= 0.18)
-    assert.is_true(ticks - before >= 10)
+    assert.is_true(ticker.ticks() - before >= 10)
   end)
 
   it("returns the results of the first of several threads to finish", function()
@@ -143,13 +125,7 @@ describe("cohost.wait", function()
   end)
 
   it("raises when asked to wait for the current thread", function()
-    local self_handle
-    local t = cohost.spawn(function()
-      cohost.sleep(0.01)
-      return pcall(cohost.wait, self_handle)
-    end)
-    self_handle = t
-    local ok, pok, err = cohost.wait(t)
+    local ok, pok, err = on_itself(cohost.wait)
     assert.is_true(ok)
     assert.is_false(pok)
     assert.matches("current thread", err)
@@ -195,24 +171,17 @@ describe("errors in a thread", function()
   end)
 
   it("are logged with their traceback", function()
-    local script, err = os.tmpname(), os.tmpname()
-    defer(function() os.remove(script); os.remove(err) end)
-    local f = assert(io.open(script, "w"))
-    f:write([[
+    local script = h.tmpfile([[
 local cohost = require "cohost"
 local function inner() error("thread failed on purpose") end
 local t = cohost.spawn(function() cohost.sleep(0.01); inner() end)
 local ok, e = cohost.wait(t)
 io.write(tostring(ok), " ", e, "\n")
 ]])
-    f:close()
-    local out = os.tmpname()
-    defer(function() os.remove(out) end)
-    os.execute(("timeout 20 %s %s >%s 2>%s"):format(COHOST, shell_quote(script), out, err))
+    local _, out, log = h.run(h.shell_quote(script))
     -- The error value stays clean ...
-    assert.equal("false " .. script .. ":2: thread failed on purpose\n", slurp(out))
+    assert.equal("false " .. script .. ":2: thread failed on purpose\n", out)
     -- ... and the log has the message with the traceback.
-    local log = slurp(err)
     assert.truthy(log:find("[error]", 1, true), log)
     assert.truthy(log:find(script .. ":2: thread failed on purpose", 1, true), log)
     assert.truthy(log:find("stack traceback:", 1, true), log)
@@ -257,14 +226,10 @@ describe("cohost.kill", function()
   end)
 
   it("reaches a thread blocked in a socket receive", function()
-    local l = assert(cohost.listen("127.0.0.1:0", function(sock) sock:receive() end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    local _, port = h.serve(function(sock) sock:receive() end)
     local seen
     local t = cohost.spawn(function()
-      local s = cohost.tcp()
-      s:settimeout(5000)
-      assert(s:connect("127.0.0.1", port))
+      local s = h.connect(port, 5000)
       local ok, err = pcall(s.receive, s)
       seen = { ok, err }
       s:close()
@@ -327,13 +292,7 @@ describe("cohost.kill", function()
   end)
 
   it("raises when a thread tries to kill itself", function()
-    local me
-    local t = cohost.spawn(function()
-      cohost.sleep(0.01)
-      return pcall(cohost.kill, me)
-    end)
-    me = t
-    local ok, pok, err = cohost.wait(t)
+    local ok, pok, err = on_itself(cohost.kill)
     assert.is_true(ok)
     assert.is_false(pok)
     assert.matches("current thread", err)

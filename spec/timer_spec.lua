@@ -5,39 +5,14 @@
 local cohost = require "cohost"
 local timer = cohost.timer
 
-local root = debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""
-local COHOST = root .. "build/cohost"
-
-local function slurp(path)
-  local f = assert(io.open(path))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local h = require "spec.helper"
+h.cleanups(after_each)
 
 -- Runs `build/cohost script` (script given as text) with a 20 s bound.
 -- Returns exit code, stdout, stderr and seconds taken. `signal`, if
 -- given, is sent after `after` seconds.
 local function run(script_text, signal, after)
-  local script, out, err, rc = os.tmpname(), os.tmpname(), os.tmpname(), os.tmpname()
-  local f = assert(io.open(script, "w"))
-  f:write(script_text)
-  f:close()
-  local cmd = ("timeout 20 %s %s >%s 2>%s"):format(COHOST, script, out, err)
-  local t0 = cohost.monotonic()
-  if signal then
-    -- The signal goes to cohost itself, the child of timeout.
-    cmd = ("(%s & pid=$!; sleep %s; kill -%s $(ps -o pid= --ppid $pid); wait $pid; echo $? >%s)")
-      :format(cmd, after, signal, rc)
-  else
-    cmd = ("(%s; echo $? >%s)"):format(cmd, rc)
-  end
-  os.execute(cmd)
-  local took = cohost.monotonic() - t0
-  local code = tonumber(slurp(rc))
-  local o, e = slurp(out), slurp(err)
-  for _, p in ipairs { script, out, err, rc } do os.remove(p) end
-  return code, o, e, took
+  return h.run(h.shell_quote(h.tmpfile(script_text)), { signal = signal, after = after })
 end
 
 describe("cohost.timer.at", function()

@@ -4,21 +4,8 @@
 -- over, with cohost.sleep and with a socket receive from a server in this
 -- same process, and proves that other coroutines ran meanwhile.
 local cohost = require "cohost"
-
--- Cleanups for the running test, run in reverse order after it (busted
--- 2.1 keeps only the last finally() of a test, so specs use this instead).
-local cleanups = {}
-local function defer(fn) cleanups[#cleanups + 1] = fn end
-after_each(function()
-  local list = cleanups
-  cleanups = {}
-  local first
-  for i = #list, 1, -1 do
-    local ok, err = pcall(list[i])
-    if not ok and not first then first = err end
-  end
-  if first then error(first, 0) end
-end)
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
 
 -- The server answers each line after 20 ms; it can only answer if the
 -- receive parks.
@@ -51,9 +38,7 @@ local ways = {
   {
     name = "a socket receive",
     block = function(x)
-      local s = cohost.tcp()
-      s:settimeout(2000)
-      assert(s:connect("127.0.0.1", port))
+      local s = h.connect(port)
       assert(s:send(tostring(x) .. "\n"))
       local line, err = s:receive()
       s:close()
@@ -68,19 +53,12 @@ local ways = {
 -- nothing else can run between reading its count and calling fn unless
 -- fn parks.
 local function others_ran(fn)
-  local n, stop = 0, false
-  local ticker = cohost.spawn(function()
-    while not stop do
-      n = n + 1
-      cohost.sleep(0.001)
-    end
-  end)
+  local ticker = h.ticker(0.001)
   cohost.sleep(0.005)
-  local before = n
+  local before = ticker.ticks()
   local res = { fn() }
-  local moved = n - before
-  stop = true
-  cohost.wait(ticker)
+  local moved = ticker.ticks() - before
+  ticker.stop()
   assert.is_true(moved > 0, "no other coroutine ran while blocked")
   return unpack(res, 1, table.maxn(res))
 end

@@ -1,0 +1,245 @@
+-- Helpers shared by the Lua specs. A spec loads it with
+--   local h = require "spec.helper"
+-- (busted runs inside build/cohost from the repository root, where
+-- package.path's ./?.lua finds this file) and, if it uses defer or any
+-- helper that cleans up after the test, wires the cleanups once at its top
+-- level:
+--   local defer = h.cleanups(after_each)
+local cohost = require "cohost"
+
+local M = {}
+
+-- The repository root as a prefix ("" when run from the root itself) and
+-- the cohost program, for starting child processes.
+M.root = (debug.getinfo(1, "S").source:match("^@(.-)spec/[^/]*$") or ""):gsub("^%./", "")
+M.COHOST = M.root .. "build/cohost"
+
+-- Cleanups for the running test, run in reverse order after it. busted
+-- 2.1 keeps only the last finally() of a test, so specs use this instead.
+-- Every cleanup runs even if one fails; the first error fails the test.
+local cleanups, wired = {}, false
+
+local function run_cleanups()
+  local list = cleanups
+  cleanups = {}
+  local first
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i])
+    if not ok and not first then first = err end
+  end
+  if first then error(first, 0) end
+end
+
+-- Registers fn to run after the current test.
+function M.defer(fn)
+  assert(wired, "spec.helper: call h.cleanups(after_each) at the spec's top level first")
+  cleanups[#cleanups + 1] = fn
+end
+
+-- Call at a spec's top level with busted's after_each (a module does not
+-- see busted's globals); returns defer.
+function M.cleanups(after_each)
+  after_each(run_cleanups)
+  wired = true
+  return M.defer
+end
+
+-- Files and the shell
+
+function M.shell_quote(s)
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- The whole content of a file; raises if it cannot be opened.
+function M.slurp(path)
+  local f = assert(io.open(path))
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- The whole content of a file, or nil if it cannot be opened.
+function M.try_slurp(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+function M.write_file(path, data)
+  local f = assert(io.open(path, "w"))
+  f:write(data)
+  f:close()
+end
+
+-- A temp file removed after the test, holding content if given; returns
+-- its path.
+function M.tmpfile(content)
+  local path = os.tmpname()
+  M.defer(function() os.remove(path) end)
+  if content then M.write_file(path, content) end
+  return path
+end
+
+-- Child cohost processes
+
+-- Runs `build/cohost <args>` (args already shell-quoted) to completion,
+-- bounded by timeout(1): opts.limit seconds (default 20), then
+-- opts.kill_signal (default TERM). With opts.signal, that signal goes to
+-- cohost itself opts.after seconds after it started. Returns exit code,
+-- stdout, stderr and seconds taken; its files are removed after the test.
+function M.run(args, opts)
+  opts = opts or {}
+  local out, err, rc = M.tmpfile(), M.tmpfile(), M.tmpfile()
+  local cmd = ("timeout -s %s %d %s %s >%s 2>%s </dev/null")
+    :format(opts.kill_signal or "TERM", opts.limit or 20, M.COHOST, args, out, err)
+  if opts.signal then
+    -- The signal goes to cohost itself, the child of timeout.
+    cmd = ("(%s & pid=$!; sleep %s; kill -%s $(ps -o pid= --ppid $pid); wait $pid; echo $? >%s)")
+      :format(cmd, opts.after, opts.signal, rc)
+  else
+    cmd = ("(%s; echo $? >%s)"):format(cmd, rc)
+  end
+  local t0 = cohost.monotonic()
+  os.execute(cmd)
+  local took = cohost.monotonic() - t0
+  return tonumber(M.slurp(rc)), M.slurp(out), M.slurp(err), took
+end
+
+-- A server script: body must set `listener`; the script then prints
+-- "port pid" once the listener is up, as start() expects.
+function M.server_script(body)
+  return [[
+local cohost = require "cohost"
+]] .. body .. [[
+
+local _, port = listener:addr()
+local pid = io.open("/proc/self/stat"):read("*n")
+io.write(port, " ", pid, "\n")
+io.stdout:flush()
+]]
+end
+
+-- Starts `build/cohost <args>` in the background, bounded by timeout(1)
+-- at limit seconds (default 60), and waits for its first "port pid" line
+-- on stdout. The returned process has port, pid, out, err (file names),
+-- and: exited() -> code or nil; wait(limit) -> code (nil on timeout) and
+-- the seconds waited; signal(name); stop(), which kills it if it still
+-- runs and removes its files. Nothing is cleaned up after the test on its
+-- own: call stop() (or defer it).
+function M.start(args, limit)
+  local out, err, rc = os.tmpname(), os.tmpname(), os.tmpname()
+  os.remove(rc)   -- it appears when the process ends
+  os.execute(("(timeout %d %s %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
+    :format(limit or 60, M.COHOST, args, out, err, rc, rc, rc))
+  local p = { out = out, err = err }
+  function p.exited() return tonumber(M.try_slurp(rc) or "") end
+  function p.wait(wait_limit)
+    local t0 = cohost.monotonic()
+    while cohost.monotonic() - t0 < wait_limit do
+      local code = p.exited()
+      if code then return code, cohost.monotonic() - t0 end
+      cohost.sleep(0.02)
+    end
+    return nil, cohost.monotonic() - t0
+  end
+  function p.signal(name) os.execute(("kill -%s %d 2>/dev/null"):format(name, p.pid)) end
+  function p.stop()
+    if p.pid and not p.exited() then p.signal("KILL") end
+    for _, f in ipairs { out, err, rc } do os.remove(f) end
+  end
+  for _ = 1, 1000 do
+    local port, pid = M.slurp(out):match("^(%d+) (%d+)\n")
+    if port then
+      p.port, p.pid = tonumber(port), tonumber(pid)
+      return p
+    end
+    if p.exited() then break end
+    cohost.sleep(0.01)
+  end
+  local log = M.slurp(err)
+  p.stop()
+  error("the child did not start: " .. log)
+end
+
+-- Sockets
+
+-- A port nothing listens on just now: listen on port 0, note the port,
+-- close.
+function M.free_port()
+  local l = assert(cohost.listen("127.0.0.1:0", function() end))
+  local _, port = l:addr()
+  l:close()
+  return port
+end
+
+-- Starts a listener on 127.0.0.1 port 0 running handler(sock, peer);
+-- returns it and its port. It is closed after the test (a close of its
+-- own before then is fine).
+function M.serve(handler, opts)
+  local l = assert(cohost.listen("127.0.0.1:0", handler, opts))
+  M.defer(function() l:close() end)
+  local _, port = l:addr()
+  return l, port
+end
+
+-- A cohost.tcp connected to 127.0.0.1:port, with a timeout of timeout_ms
+-- (default 2000).
+function M.connect(port, timeout_ms)
+  local s = cohost.tcp()
+  s:settimeout(timeout_ms or 2000)
+  assert(s:connect("127.0.0.1", port))
+  return s
+end
+
+-- Threads
+
+-- A coroutine counting once every period seconds (default 0.005) while it
+-- gets to run: ticks() moves only while others park, never while the
+-- worker is blocked. stop() ends it and may be called more than once.
+function M.ticker(period)
+  period = period or 0.005
+  local n, stop = 0, false
+  local t = cohost.spawn(function()
+    while not stop do
+      n = n + 1
+      cohost.sleep(period)
+    end
+  end)
+  return {
+    ticks = function() return n end,
+    stop = function() stop = true; cohost.wait(t) end,
+  }
+end
+
+-- Runs fn with a ticker (started 0.01 s before): returns how much the
+-- ticker moved during fn, the seconds fn took, and fn's results. An error
+-- in fn is raised again once the ticker is stopped.
+function M.measure(fn, period)
+  local ticker = M.ticker(period)
+  cohost.sleep(0.01)
+  local before, t0 = ticker.ticks(), cohost.monotonic()
+  local res = { pcall(fn) }
+  local moved, took = ticker.ticks() - before, cohost.monotonic() - t0
+  ticker.stop()
+  assert(res[1], res[2])
+  return moved, took, unpack(res, 2, table.maxn(res))
+end
+
+-- Runs fn(i) on n threads at once; returns the result of each in order
+-- (errors raised again here) and the wall time.
+function M.run_all(n, fn)
+  local threads = {}
+  local t0 = cohost.monotonic()
+  for i = 1, n do threads[i] = cohost.spawn(fn, i) end
+  local results = {}
+  for i = 1, n do
+    local ok, res = cohost.wait(threads[i])
+    assert(ok, res)
+    results[i] = res
+  end
+  return results, cohost.monotonic() - t0
+end
+
+return M
