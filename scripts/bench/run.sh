@@ -12,11 +12,21 @@
 # echo run during which other processes took over 10% of a CPU is repeated
 # (a bounded number of times; the table says how many stayed disturbed).
 #
+# Peers (section echo and idle): the C servers in build/bench/, cohost's
+# Lua echo (build/cohost examples/echo.lua), nginx with OpenResty's Lua
+# module as a raw socket echo (scripts/bench/nginx_echo.conf, Debian nginx
+# + libnginx-mod-http-lua) and Tarantool's socket echo
+# (scripts/bench/tarantool_echo.lua). A peer that is not installed is
+# skipped with a note. Generated configs go under build/bench/; every
+# server is killed on exit, nginx's worker included.
+#
 # Environment:
-#   BENCH_QUICK=1        about a minute instead of about two or three
+#   BENCH_QUICK=1        about a minute instead of about five
 #   BENCH_SECTIONS="..." sections to run, in order (default: all below)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
+#   BENCH_ECHO_PEERS     echo servers, in table order (default: all)
+#   BENCH_IDLE_CONNS     idle connections per server (default 10000)
 #
 # Adding a section: write a function section_NAME that calls title once and
 # row (or its own printf) per line of the table, and add NAME to SECTIONS;
@@ -41,9 +51,14 @@ rm -f "$LOGS"/*.log
 : > "$TABLE"
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo"}
-ECHO_PEERS="ch epoll"           # echo servers, in table order
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle"}
+ECHO_PEERS=${BENCH_ECHO_PEERS:-"lua ch epoll nginx tarantool"}  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
+ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
+ECHO_VS="epoll ch nginx tarantool"
+IDLE_PEERS="lua nginx tarantool ch"
+IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
+IDLE_PER_CLIENT=2500            # connections per idle_clients process
 SRV_CPU=0                       # servers and micro-benchmarks
 CLI_CPU=1                       # load generators
 if [ "$(nproc)" -lt 2 ]; then CLI_CPU=0; fi
@@ -65,8 +80,12 @@ else
 fi
 CG_N1=100000; CG_N2=200000      # callgrind round trips; the difference counts
 
-# 1000 connections take 1000 descriptors in each of server and generator.
+# 1000 connections take 1000 descriptors in each of server and generator,
+# and the idle section's 10,000 take as many in the server: raise the soft
+# open-files limit to the hard one. Servers inherit it.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
+FILES=$(ulimit -n)
+[ "$FILES" = unlimited ] && FILES=1048576
 
 # -- Processes ---------------------------------------------------------------
 
@@ -88,10 +107,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # start_server NAME CMD...: runs CMD pinned to SRV_CPU in the background,
-# output in $LOGS/NAME.log; sets SRV_PID (taskset execs, so it is CMD's pid).
+# output in $LOGS/NAME.log (LOG_PREFIX before NAME if set); sets SRV_PID
+# (taskset execs, so it is CMD's pid).
+LOG_PREFIX=""
 start_server() {
   local name=$1; shift
-  taskset -c "$SRV_CPU" "$@" > "$LOGS/$name.log" 2>&1 &
+  taskset -c "$SRV_CPU" "$@" > "$LOGS/$LOG_PREFIX$name.log" 2>&1 &
   SRV_PID=$!
   PIDS+=("$SRV_PID")
 }
@@ -299,11 +320,77 @@ echo_start_epoll() {
   start_server echo_epoll "$B/echo_epoll" "$1"
 }
 
+echo_start_lua() {
+  PEER_LABEL="cohost Lua (echo.lua)"
+  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
+  start_server echo_lua build/cohost examples/echo.lua "$1"
+}
+
+# nginx + lua: the request line the Lua handler answers, sent once per
+# connection before any message; after it the connection is a raw echo.
+NGINX_INIT=$'GET /echo HTTP/1.1\r\nHost: bench\r\n\r\n'
+NGINX_MODS=/usr/lib/nginx/modules
+
+echo_start_nginx() {
+  PEER_LABEL="nginx+lua (ngx.req.socket)"
+  if ! command -v nginx > /dev/null || [ ! -f "$NGINX_MODS/ngx_http_lua_module.so" ]; then
+    log "nginx or libnginx-mod-http-lua is missing (scripts/deps.sh bench)"
+    return 1
+  fi
+  # The prefix holds the generated config, the pid file and temp files.
+  local dir=$PWD/$B/nginx worker=""
+  mkdir -p "$dir"
+  sed -e "s|@PORT@|$1|g" -e "s|@PREFIX@|$dir|g" -e "s|@FILES@|$FILES|g" \
+    scripts/bench/nginx_echo.conf > "$dir/nginx.conf" || return 1
+  start_server nginx nginx -p "$dir/" -c nginx.conf -e stderr
+  # The master forks the worker, which inherits the CPU pin; its CPU time
+  # is the server's. It also joins PIDS, should the master die first.
+  for _ in $(seq 100); do
+    kill -0 "$SRV_PID" 2>/dev/null || return 1
+    worker=$(cat "/proc/$SRV_PID/task/$SRV_PID/children" 2>/dev/null)
+    worker=${worker%% *}
+    [ -n "$worker" ] && break
+    sleep 0.05
+  done
+  [ -n "$worker" ] || return 1
+  PIDS+=("$worker")
+  PEER_INIT=$NGINX_INIT
+  PEER_MEASURE=$worker
+}
+
+echo_start_tarantool() {
+  PEER_LABEL="tarantool (socket.tcp_server)"
+  command -v tarantool > /dev/null || { log "tarantool is missing (scripts/deps.sh bench)"; return 1; }
+  start_server tarantool tarantool scripts/bench/tarantool_echo.lua "$1"
+}
+
+# stop_peer PID MEASURE: stops a server started by echo_start_*, and the
+# processes measured for it (nginx's worker) should they outlive it.
+stop_peer() {
+  local p
+  stop_server "$1"
+  for p in ${2//,/ }; do
+    [ "$p" = "$1" ] || stop_server "$p"
+  done
+}
+
+# run_ratio ARRAY A B CONNS: the median over repetitions of ARRAY[A.CONNS.r]
+# / ARRAY[B.CONNS.r] (ARRAY is section_echo's RUN or RUNRATE, seen here
+# through bash's dynamic scope).
+run_ratio() {
+  local -n arr=$1
+  local r ratios=""
+  for r in $(seq "$ECHO_REPS"); do
+    ratios+=" $(ratio "${arr[$2.$4.$r]:-}" "${arr[$3.$4.$r]:-}" 3)"
+  done
+  median $ratios
+}
+
 section_echo() {
   title "Echo, 64-byte messages: server on CPU $SRV_CPU, loadgen on CPU $CLI_CPU, median of $ECHO_REPS x ${ECHO_SECS} s"
   need loadgen || return
   local peer port c r line base=$ECHO_BASE
-  local -A PORT PID MEASURE LABEL INIT RATE P99 PERCPU CPU FAILED DISTURBED RUN
+  local -A PORT PID MEASURE LABEL INIT RATE P99 PERCPU CPU FAILED DISTURBED RUN RUNRATE
   local attempt RETRIES=$(( 2 * ECHO_REPS ))  # bounds the time lost to others
   # Every peer runs for the whole section, idle (no CPU) while another is
   # measured, so the repetitions can interleave peers: drift in the machine
@@ -311,8 +398,13 @@ section_echo() {
   for peer in $ECHO_PEERS; do
     port=$(free_port)
     PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""
+    if ! declare -F "echo_start_$peer" > /dev/null; then
+      log "unknown echo peer $peer"; continue
+    fi
+    SRV_PID=""
     if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
       note "skipped $peer: server did not start (see $LOGS)"
+      [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
       continue
     fi
     PORT[$peer]=$port; PID[$peer]=$SRV_PID; MEASURE[$peer]=${PEER_MEASURE:-$SRV_PID}
@@ -347,13 +439,14 @@ section_echo() {
         P99[$peer.$c]+=" $(kv p99_us "$line")"
         PERCPU[$peer.$c]+=" $(kv msgs_per_cpu_s "$line")"
         RUN[$peer.$c.$r]=$(kv msgs_per_cpu_s "$line")
+        RUNRATE[$peer.$c.$r]=$(kv msgs_s "$line")
         CPU[$peer.$c]+=" $(awk -v c="$(kv srv_cpu_s "$line")" -v s="$(kv secs "$line")" \
           'BEGIN { if (s > 0) printf "%.0f", 100 * c / s }')"
       done
     done
   done
   for peer in $ECHO_PEERS; do
-    [ -n "${PID[$peer]:-}" ] && stop_server "${PID[$peer]}"
+    [ -n "${PID[$peer]:-}" ] && stop_peer "${PID[$peer]}" "${MEASURE[$peer]}"
   done
 
   printf "  %-32s %6s %10s %8s %7s %12s %s\n" server conns msgs/s p99_us srv_cpu \
@@ -368,11 +461,7 @@ section_echo() {
       [ -n "${PORT[$peer]:-}" ] || continue
       rate=$(median ${RATE[$peer.$c]:-}); p99=$(median ${P99[$peer.$c]:-})
       percpu=$(median ${PERCPU[$peer.$c]:-}); cpu=$(median ${CPU[$peer.$c]:-})
-      ratios=""
-      for r in $(seq "$ECHO_REPS"); do
-        ratios+=" $(ratio "${RUN[$peer.$c.$r]:-}" "${RUN[$base.$c.$r]:-}" 3)"
-      done
-      vs=$(fmt "$(median $ratios)" 2)
+      vs=$(fmt "$(run_ratio RUN "$peer" "$base" "$c")" 2)
       printf "  %-32s %6s %10s %8s %6s%% %12s %sx\n" "${LABEL[$peer]}" "$c" \
         "$(fmt "$rate" 0)" "$(fmt "$p99" 0)" "$(fmt "$cpu" 0)" "$(fmt "$percpu" 0)" \
         "$vs" >> "$TABLE"
@@ -388,6 +477,111 @@ section_echo() {
   note "msgs/CPU-s = messages / server utime+stime over the window (/proc/PID/stat);"
   note "srv_cpu = share of CPU $SRV_CPU the server used; vs $base = median of per-run"
   note "ratios of msgs/CPU-s (runs of all servers interleave); runs per server: $ECHO_REPS"
+
+  # The subject (cohost's Lua echo) against each other server, from the
+  # same interleaved runs: per-run ratios again, medians of them.
+  local subj=$ECHO_SUBJECT other pc ms p9
+  [ -n "${PORT[$subj]:-}" ] || return 0
+  printf "\n  %-32s %6s %12s %10s %8s\n" "${LABEL[$subj]} vs" conns msgs/CPU-s \
+    msgs/s p99 >> "$TABLE"
+  for c in $ECHO_CONNS; do
+    for other in $ECHO_VS; do
+      [ -n "${PORT[$other]:-}" ] && [ "$other" != "$subj" ] || continue
+      pc=$(fmt "$(run_ratio RUN "$subj" "$other" "$c")" 2)
+      ms=$(fmt "$(run_ratio RUNRATE "$subj" "$other" "$c")" 2)
+      p9=$(ratio "$(median ${P99[$subj.$c]:-})" "$(median ${P99[$other.$c]:-})")
+      printf "  %-32s %6s %11sx %9sx %7sx\n" "${LABEL[$other]}" "$c" "$pc" "$ms" \
+        "$p9" >> "$TABLE"
+      result "echo.$subj.c$c.vs_$other.msgs_per_cpu_s" "$pc"
+      result "echo.$subj.c$c.vs_$other.msgs_s" "$ms"
+      result "echo.$subj.c$c.vs_$other.p99" "$p9"
+    done
+  done
+  note "higher is better for the $subj echo in msgs/CPU-s and msgs/s, lower in p99;"
+  note "msgs/CPU-s and msgs/s: median of per-run ratios; p99: ratio of medians"
+}
+
+# -- Idle connections ------------------------------------------------------------
+
+# rss_kib PID: VmRSS of PID in KiB, empty if it is gone.
+rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status" 2>/dev/null; }
+
+# Opens IDLE_CONNS connections to each server from several idle_clients
+# processes (IDLE_PER_CLIENT each, source addresses 127.0.0.2, .3, ...),
+# each with one echo round trip behind it, so every handler is parked in
+# its next read; then compares the server's VmRSS with the figure before.
+# Kernel socket buffers are not in VmRSS.
+section_idle() {
+  local n=$IDLE_CONNS limited=""
+  # The server holds n descriptors plus its own few.
+  if [ "$FILES" -lt $(( n + 64 )) ]; then
+    n=$(( FILES - 64 )); limited=" (open-files limit $FILES)"
+  fi
+  title "Idle connections: server RSS growth with $n connections parked in a read$limited"
+  need idle_clients || return
+  local k=$(( (n + IDLE_PER_CLIENT - 1) / IDLE_PER_CLIENT ))
+  if [ "$k" -gt 250 ]; then log "idle: too many client processes"; return; fi
+  printf "  %-32s %8s %10s %10s %10s %s\n" server conns rss_before rss_after \
+    KiB/conn "open time" >> "$TABLE"
+  local peer port pid mpid i per out before after held secs t cpids line kib
+  LOG_PREFIX=idle_              # server logs beside those of section echo
+  for peer in $IDLE_PEERS; do
+    port=$(free_port)
+    PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
+    log "idle $peer: $n connections"
+    if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+      note "skipped $peer: server did not start (see $LOGS)"
+      [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
+      continue
+    fi
+    pid=$SRV_PID; mpid=${PEER_MEASURE:-$SRV_PID}; mpid=${mpid%%,*}
+    sleep 0.5                    # let start-up allocations settle
+    before=$(rss_kib "$mpid")
+    cpids=()
+    for i in $(seq 0 $(( k - 1 ))); do
+      per=$(( n / k + (i < n % k ? 1 : 0) ))
+      taskset -c "$CLI_CPU" "$B/idle_clients" -p "$port" -n "$per" \
+        -B "127.0.0.$(( i + 2 ))" -t 120 ${PEER_INIT:+-i "$PEER_INIT"} \
+        > "$LOGS/idle_$peer.$i.out" 2>> "$LOGS/idle_clients.log" &
+      cpids+=($!); PIDS+=($!)
+    done
+    # Every client prints its line once its connections are open (or it
+    # gave up); 60 s at most.
+    t=$SECONDS
+    while [ $(( SECONDS - t )) -lt 60 ]; do
+      out=0
+      for i in $(seq 0 $(( k - 1 ))); do
+        if [ -s "$LOGS/idle_$peer.$i.out" ] || ! kill -0 "${cpids[$i]}" 2>/dev/null; then
+          out=$(( out + 1 ))
+        fi
+      done
+      [ "$out" = "$k" ] && break
+      sleep 0.1
+    done
+    sleep 1                      # "wait a moment": let the server go idle
+    after=$(rss_kib "$mpid")
+    held=0; secs=0
+    for i in $(seq 0 $(( k - 1 ))); do
+      line=$(head -1 "$LOGS/idle_$peer.$i.out" 2>/dev/null)
+      held=$(( held + $(kv conns "$line" | grep -E '^[0-9]+$' || echo 0) ))
+      secs=$(awk -v a="$secs" -v b="$(kv secs "$line")" 'BEGIN { print (b + 0 > a) ? b + 0 : a }')
+    done
+    for i in "${cpids[@]}"; do kill -TERM "$i" 2>/dev/null; done
+    for i in "${cpids[@]}"; do stop_server "$i"; done
+    stop_peer "$pid" "${PEER_MEASURE:-$pid}"
+    kib=$(awk -v a="$before" -v b="$after" -v n="$held" 'BEGIN {
+      if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && n > 0) printf "%.2f", (b - a) / n
+      else print "-" }')
+    printf "  %-32s %8s %10s %10s %10s %s\n" "$PEER_LABEL" "$held" "${before:--} KiB" \
+      "${after:--} KiB" "$kib" "${secs} s, $k clients" >> "$TABLE"
+    [ "$held" -lt "$n" ] && note "  ^ only $held of $n connections opened (see $LOGS/idle_clients.log)"
+    result "idle.$peer.conns" "$held"; result "idle.$peer.kib_per_conn" "$kib"
+    result "idle.$peer.rss_before_kib" "$before"; result "idle.$peer.rss_after_kib" "$after"
+  done
+  note "KiB/conn = (VmRSS after - VmRSS before) / connections, of the nginx worker"
+  note "for nginx; each connection did one 64-byte echo first (nginx: after its"
+  note "request line); open time = slowest client; no kernel socket buffers."
+  LOG_PREFIX=""
 }
 
 # -- Main --------------------------------------------------------------------------
