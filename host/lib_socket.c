@@ -349,9 +349,23 @@ struct tcp {
   uint8_t downstream;       /* accepted by a listener: no pool key */
 };
 
+/* This worker's TCP metatable, for the fast check below. One lua_State
+** per worker thread; the registry anchors the table, and LuaJIT's GC
+** never moves objects, so the pointer is stable. */
+static __thread const void *tcp_mt;
+
+/* luaL_checkudata finds the metatable by name, interning the name and
+** reading the registry on every call (about 150 instructions, twice per
+** echoed message); comparing metatable pointers costs a few. */
 static struct tcp *check_tcp(lua_State *L)
 {
-  return luaL_checkudata(L, 1, TCP_MT);
+  struct tcp *u = lua_touserdata(L, 1);
+  if (u && lua_getmetatable(L, 1)) {
+    int ok = lua_topointer(L, -1) == tcp_mt;
+    lua_pop(L, 1);
+    if (ok) return u;
+  }
+  return luaL_checkudata(L, 1, TCP_MT);   /* raises the usual error */
 }
 
 static struct tcp *push_tcp(lua_State *L)
@@ -2064,6 +2078,9 @@ static void new_class(lua_State *L, const char *name, const luaL_Reg *methods)
 int luaopen_cohost_core_socket(lua_State *L)
 {
   new_class(L, TCP_MT, tcp_methods);
+  luaL_getmetatable(L, TCP_MT);
+  tcp_mt = lua_topointer(L, -1);
+  lua_pop(L, 1);
   new_class(L, UDP_MT, udp_methods);
   new_class(L, LISTENER_MT, listener_methods);
   lua_newtable(L);

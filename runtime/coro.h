@@ -25,7 +25,9 @@ struct ch_coro {
   void (*fn)(void *);       /* entry function; read-only */
   void *arg;                /* its argument; read-only */
   struct ch_stack stack;    /* owned */
-  struct ch_timer timer;    /* timeout of the current park */
+  struct ch_timer timer;    /* timeout of parks; may stay armed after one
+                            ** (see ch_sched_park) */
+  uint64_t deadline;        /* current park's deadline, ns; 0: none */
   void *udata;              /* embedder's pointer */
   int id;                   /* > 0; read-only */
   uint8_t state;            /* enum ch_coro_state */
