@@ -379,11 +379,39 @@ static struct tcp *push_tcp(lua_State *L)
   return u;
 }
 
+/* Buffers a drained socket let go of, kept for the next reader on this
+** worker: every echoed message parks without its buffer (so an idle
+** connection holds none) and needs one back, and the cache spares a
+** malloc and free per message. Bounded: at most BUF_CACHE buffers of at
+** most BUF_KEEP bytes. */
+#define BUF_CACHE 16
+static __thread struct { char *buf; size_t cap; } buf_cache[BUF_CACHE];
+static __thread int buf_cached;
+
 static void drop_buf(struct tcp *u)
 {
-  free(u->buf);
+  if (u->buf && u->cap <= BUF_KEEP && buf_cached < BUF_CACHE) {
+    buf_cache[buf_cached].buf = u->buf;
+    buf_cache[buf_cached].cap = u->cap;
+    buf_cached++;
+  } else {
+    free(u->buf);
+  }
   u->buf = NULL;
   u->start = u->end = u->cap = 0;
+}
+
+/* A cached buffer of at least want bytes, or a new one of cap bytes. */
+static char *take_buf(size_t want, size_t *cap)
+{
+  for (int i = buf_cached; i-- > 0;)
+    if (buf_cache[i].cap >= want) {
+      char *b = buf_cache[i].buf;
+      *cap = buf_cache[i].cap;
+      buf_cache[i] = buf_cache[--buf_cached];
+      return b;
+    }
+  return malloc(*cap);
 }
 
 /* Closes u's connection without waiting. A reader or writer parked on it
@@ -427,7 +455,7 @@ static int reserve(struct tcp *u, size_t want)
   size_t used = u->end - u->start;
   if (!u->buf) {
     size_t cap = want > BUF_MIN ? want : BUF_MIN;
-    if (!(u->buf = malloc(cap))) return -ENOMEM;
+    if (!(u->buf = take_buf(want, &cap))) return -ENOMEM;
     u->start = u->end = 0;
     u->cap = cap;
     return 0;
@@ -470,23 +498,34 @@ static void consume(struct tcp *u, size_t n)
 ** when the socket was closed meanwhile, -ENOMEM, or the recv error. */
 static ssize_t fill(lua_State *L, struct tcp *u, size_t want)
 {
+  int waited = 0;
   for (;;) {
-    if (reserve(u, want) < 0) return -ENOMEM;
-    ssize_t n = recv(u->fd, u->buf + u->end, u->cap - u->end, 0);
-    if (n > 0) {
-      u->end += (size_t)n;
-      return n;
+    /* After a short read, wait for the next input edge rather than make a
+    ** recv that can only say EAGAIN (see ch_fd_try_read). After a wait,
+    ** always try: a wait that had to block in poll(2) (a finalizer) saw
+    ** readiness that epoll never reported. */
+    if (ch_fd_try_read(u->fd) || waited) {
+      if (reserve(u, want) < 0) return -ENOMEM;
+      size_t room = u->cap - u->end;
+      ssize_t n = recv(u->fd, u->buf + u->end, room, 0);
+      int e = errno;
+      ch_fd_read_result(u->fd, n < 0 ? (e == EAGAIN || e == EWOULDBLOCK) : (size_t)n < room);
+      if (n > 0) {
+        u->end += (size_t)n;
+        return n;
+      }
+      if (n == 0) {
+        u->eof = 1;
+        return 0;
+      }
+      if (e == EINTR) continue;
+      if (e != EAGAIN && e != EWOULDBLOCK) return -e;
     }
-    if (n == 0) {
-      u->eof = 1;
-      return 0;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
     if (u->start == u->end) drop_buf(u);   /* park without a buffer */
     int r = wait_io(L, &u->fd, POLLIN, u->read_ms);
     if (r < 0) return -EBADF;
     if (r == 0) return -ETIMEDOUT;
+    waited = 1;
   }
 }
 

@@ -66,6 +66,18 @@ int ch_wait_fd(int fd, int events, int64_t timeout_ms);
 ** EAGAIN is an edge, and a first registration reports the current state. */
 int ch_wait_fd_again(int fd, int events, int64_t timeout_ms);
 
+/* Read-readiness bookkeeping for code that reads a non-blocking fd itself
+** and waits with ch_wait_fd_again (the hooks keep the same state inside).
+** Before a read, ch_fd_try_read(fd) says 0 when the last read drained fd
+** and epoll has reported no input since, so the read would only say
+** EAGAIN: wait first. After the read, ch_fd_read_result(fd, drained) with
+** drained non-zero when it got fewer bytes than asked, or EAGAIN. After
+** any wait that said ready, read without asking (a wait that blocked in
+** poll(2) leaves no trace here). Saves a doomed system call per message
+** on a request/response stream. */
+int ch_fd_try_read(int fd);
+void ch_fd_read_result(int fd, int drained);
+
 /* Id of the running coroutine, or 0 outside one. */
 int ch_self(void);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cohost.h"
 #include "fd.h"
 
 #define CHUNK_BITS 10
@@ -42,4 +43,19 @@ void ch_fd_reset(struct ch_fd *f)
   uint32_t gen = f->gen + 1;
   memset(f, 0, sizeof *f);
   f->gen = gen;
+}
+
+int ch_fd_try_read(int fd)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (!f) return 1;
+  int r = !f->in_drained || f->in_edge || f->in_eof;
+  f->in_edge = 0;   /* before the read: an edge during it sets it again */
+  return r;
+}
+
+void ch_fd_read_result(int fd, int drained)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (f) f->in_drained = drained != 0;
 }

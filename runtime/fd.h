@@ -41,6 +41,10 @@ struct ch_fd {
   uint8_t in_drained;       /* the last read came back short or EAGAIN: the
                             ** socket was empty then */
   uint8_t in_edge;          /* epoll reported input since that read */
+  uint8_t in_eof;           /* epoll reported RDHUP, HUP or ERR: a short read
+                            ** may have left the EOF or error to read, so
+                            ** the next read is always tried (nginx's
+                            ** pending_eof) */
   uint32_t gen;             /* bumped when the fd is closed or reused */
   int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
   int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */

@@ -344,9 +344,12 @@ static ssize_t io_run(struct io *io, int writing, int all)
   ** (Go's netpoller keeps the same "ready" bit). */
   int track = !writing && coop && f->stream && !io->msg && !(io->flags & MSG_PEEK);
   ssize_t done = 0;
+  int waited = 0;
   for (;;) {
     if (track) {
-      if (f->in_drained && !f->in_edge &&
+      /* After a wait, always try: a wait that blocked in poll(2) (no
+      ** parking allowed here) saw readiness that epoll never reported. */
+      if (!waited && f->in_drained && !f->in_edge && !f->in_eof &&
           fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0)
         return -1;
       f->in_edge = 0;   /* before the call: an edge during it sets it again */
@@ -363,6 +366,7 @@ static ssize_t io_run(struct io *io, int writing, int all)
     if (r >= 0) return done + r;   /* r == 0: EOF, or an empty request */
     if (errno != EAGAIN && errno != EWOULDBLOCK) return done ? done : -1;
     if (fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0) return done ? done : -1;
+    waited = 1;
   }
 }
 

@@ -530,6 +530,7 @@ static void poll_io(struct ch_sched *s, int timeout_ms)
                         (e & EPOLLRDHUP ? POLLRDHUP : 0));
     if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
       f->in_edge = 1;   /* read hooks: worth trying again (see hook.c) */
+      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) f->in_eof = 1;
       wake_list(f->readers, rev);
     }
     if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) wake_list(f->writers, rev);

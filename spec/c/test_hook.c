@@ -1540,6 +1540,42 @@ static void test_cancelled_hooks_return_timeout_results_libc_could_give(void **s
   close(sv[1]);
 }
 
+/* -- A short read does not hide a pending EOF -------------------------------- */
+
+struct eof_case {
+  int rfd, wfd;
+  ssize_t first, second;
+};
+
+static void eof_reader(void *arg) {
+  struct eof_case *k = arg;
+  char b[64];
+  struct timeval tv = { 2, 0 };   /* a lost EOF shows as EAGAIN, not a hang */
+  setsockopt(k->rfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  k->first = read(k->rfd, b, sizeof b);    /* parks; wakes with "abc" + FIN queued */
+  k->second = read(k->rfd, b, sizeof b);   /* short read before: must still see EOF */
+}
+
+static void eof_writer(void *arg) {
+  struct eof_case *k = arg;
+  ch_sleep_ms(20);
+  CHECK_EQ(write(k->wfd, "abc", 3), 3);
+  close(k->wfd);   /* data and FIN reach epoll in one event */
+}
+
+static void test_a_short_read_does_not_hide_a_pending_eof(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct eof_case k = { sv[0], sv[1], -2, -2 };
+  assert_true(ch_spawn(eof_reader, &k) > 0);
+  assert_true(ch_spawn(eof_writer, &k) > 0);
+  th_run();
+  assert_int_equal(k.first, 3);
+  assert_int_equal(k.second, 0);
+  close(sv[0]);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
@@ -1589,6 +1625,7 @@ int main(void) {
     TH_TEST(test_yield_check_refusing_makes_hooks_block_like_libc),
     TH_TEST(test_signal_with_sa_restart_does_not_fail_a_parked_read),
     TH_TEST(test_cancelled_hooks_return_timeout_results_libc_could_give),
+    TH_TEST(test_a_short_read_does_not_hide_a_pending_eof),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
