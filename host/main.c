@@ -46,6 +46,9 @@ static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
 
 static struct ch_worker *workers;
+/* Guards workers[i].sched: a worker whose ch_run returned lets its thread
+** end, which frees its scheduler; the signal thread must not post to it. */
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int exit_code;
 
 /* Every C module, preloaded as cohost.core.<name>, as linit.c does. */
@@ -314,8 +317,11 @@ static void *worker_main(void *p)
 {
   struct ch_worker *w = p;
   ch_worker_self = w;
-  w->sched = ch_sched_self();
-  if (!w->sched) { fprintf(stderr, "cohost: cannot create a scheduler\n"); exit(1); }
+  struct ch_sched *s = ch_sched_self();
+  if (!s) { fprintf(stderr, "cohost: cannot create a scheduler\n"); exit(1); }
+  pthread_mutex_lock(&workers_lock);
+  w->sched = s;
+  pthread_mutex_unlock(&workers_lock);
   if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
     die("bad stack size%s", "");
   w->L = new_state();
@@ -323,6 +329,9 @@ static void *worker_main(void *p)
   if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
   int r = ch_run();
   if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
+  pthread_mutex_lock(&workers_lock);
+  w->sched = NULL;   /* freed when this thread ends */
+  pthread_mutex_unlock(&workers_lock);
   return NULL;
 }
 
@@ -386,8 +395,10 @@ static void *signal_main(void *p)
       fprintf(stderr, "cohost: second signal %d, exiting now\n", sig);
       ch_worker_exit(1);
     }
+    pthread_mutex_lock(&workers_lock);
     for (int i = 0; i < ch_opts.workers; i++)
       if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
+    pthread_mutex_unlock(&workers_lock);
   }
   return NULL;
 }

@@ -64,6 +64,7 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
 static void task_free(struct ch_task *t)
 {
   struct ch_worker *w = t->w;
+  unlink_task(w, t);   /* a task that never ran is still linked */
   lua_settop(t->T, 0);
   if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
     int cap = w->idle_cap ? w->idle_cap * 2 : 64;
@@ -184,7 +185,9 @@ int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms)
     int r = ch_wait_fd_again(fd, events, timeout_ms);
     if (r == -ECANCELED) ch_task_check_cancel(L);
     if (r == -EBADF) return POLLNVAL;
-    return r < 0 ? POLLERR : r;   /* the retried call reports the error */
+    if (r >= 0) return r;
+    /* epoll refused the fd (EPERM, or ENOSPC at max_user_watches):
+    ** block like libc rather than spin on a retry. */
   }
   /* Not a place to park (a finalizer, an FFI callback): block like libc. */
   struct pollfd p = { fd, (short)events, 0 };

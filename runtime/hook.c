@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -121,12 +122,20 @@ __attribute__((constructor)) static void hook_ctor(void)
 
 /* -- fd classification ---------------------------------------------------- */
 
+/* A timeval as whole ms, rounded up and clamped to INT_MAX (24 days and
+** more is as good as forever). */
+static int tv_ms(const struct timeval *tv)
+{
+  int64_t ms = (int64_t)tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000;
+  return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 static int timeo_ms(int fd, int name)
 {
   struct timeval tv;
   socklen_t len = sizeof tv;
   if (getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0) return 0;
-  return (int)(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
+  return tv_ms(&tv);
 }
 
 /* Learns what fd is, the first time a hook sees it in a coroutine. Leaves
@@ -177,7 +186,8 @@ static void fd_dup(int oldfd, int newfd)
   struct ch_fd *o = ch_fd_peek(oldfd);
   if (!o || o->kind == CH_FD_UNKNOWN) {
     struct ch_fd *f = ch_fd_peek(newfd);
-    if (f && f->kind != CH_FD_UNKNOWN) ch_sched_close_fd(newfd, f);
+    if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
+      ch_sched_close_fd(newfd, f);
     return;
   }
   struct ch_fd *f = fd_new(newfd, o->kind, o->user_nonblock, o->sys_nonblock, o->stream);
@@ -580,7 +590,8 @@ int pipe2(int fds[2], int flags)
   ENSURE(pipe2);
   int r = real_pipe2(fds, flags);
   if (r == 0)
-    for (int i = 0; i < 2; i++) fd_new(fds[i], CH_FD_PIPE, flags & O_NONBLOCK, 0, 1);
+    /* O_DIRECT: a packet pipe, where a short read does not mean empty. */
+    for (int i = 0; i < 2; i++) fd_new(fds[i], CH_FD_PIPE, flags & O_NONBLOCK, 0, !(flags & O_DIRECT));
   return r;
 }
 
@@ -598,11 +609,12 @@ int dup(int fd)
   return r;
 }
 
+/* dup2 and dup3 close newfd silently when they succeed; fd_dup then wakes
+** its old waiters and resets its entry (fd_new does both). On failure
+** newfd is untouched, and so is its entry. */
 int dup3(int oldfd, int newfd, int flags)
 {
   ENSURE(dup3);
-  struct ch_fd *f = ch_fd_peek(newfd);
-  if (oldfd != newfd && f && f->kind != CH_FD_UNKNOWN) ch_sched_close_fd(newfd, f);
   int r = real_dup3(oldfd, newfd, flags);
   if (r >= 0) fd_dup(oldfd, r);
   return r;
@@ -611,11 +623,8 @@ int dup3(int oldfd, int newfd, int flags)
 int dup2(int oldfd, int newfd)
 {
   ENSURE(dup2);
-  if (oldfd == newfd) return real_dup2(oldfd, newfd);
-  struct ch_fd *f = ch_fd_peek(newfd);
-  if (f && f->kind != CH_FD_UNKNOWN) ch_sched_close_fd(newfd, f);
   int r = real_dup2(oldfd, newfd);
-  if (r >= 0) fd_dup(oldfd, r);
+  if (r >= 0 && oldfd != newfd) fd_dup(oldfd, r);
   return r;
 }
 
@@ -701,8 +710,7 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
   struct ch_fd *f = ch_fd_get(fd);
   if (!f) return r;
   if (f->kind == CH_FD_UNKNOWN) { classify(fd, f); return r; }   /* reads both */
-  const struct timeval *tv = val;
-  int ms = (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000);
+  int ms = tv_ms(val);
   if (name == SO_RCVTIMEO) f->rcvtimeo_ms = ms;
   else f->sndtimeo_ms = ms;
   return r;
@@ -740,12 +748,13 @@ static int poll_park(struct pollfd *fds, nfds_t n, int timeout)
       left = now >= deadline ? 0 : (int64_t)((deadline - now + 999999) / 1000000);
     }
     r = left == 0 ? -ETIMEDOUT : ch_sched_wait(w, k, left);
-    if (r == -EPERM) {   /* a file epoll cannot watch: block like libc */
+    if (r == -ECANCELED) { r = real_poll(fds, n, 0); break; }   /* as a timeout */
+    if (r < 0 && r != -ETIMEDOUT) {
+      /* epoll refused an fd (EPERM for regular files, ENOSPC at
+      ** max_user_watches) or memory ran out: block like libc. */
       r = real_poll(fds, n, (int)left);
       break;
     }
-    if (r == -ECANCELED) { r = real_poll(fds, n, 0); break; }   /* as a timeout */
-    if (r == -ENOMEM) { errno = ENOMEM; r = -1; break; }
     r = real_poll(fds, n, 0);
     if (r != 0) break;
     if (deadline && ch_now_ns() >= deadline) break;   /* r == 0: timed out */
@@ -771,7 +780,9 @@ int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
   struct ch_coro *c = ch_current();
   if (!c || nfds < 0 || nfds > FD_SETSIZE || !ch_sched_may_park(c))
     return real_select(nfds, rd, wr, ex, tv);
-  struct pollfd p[FD_SETSIZE];
+  /* 1024 pollfds are 8 KiB: too much for a small coroutine stack. */
+  struct pollfd local[64], *p = local;
+  if (nfds > 64 && !(p = malloc((size_t)nfds * sizeof *p))) { errno = ENOMEM; return -1; }
   int n = 0;
   for (int fd = 0; fd < nfds; fd++) {
     short e = (short)((rd && FD_ISSET(fd, rd) ? POLLIN : 0) |
@@ -779,20 +790,19 @@ int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
                       (ex && FD_ISSET(fd, ex) ? POLLPRI : 0));
     if (e) p[n++] = (struct pollfd){ fd, e, 0 };
   }
-  int timeout = -1;
+  int timeout = -1, count = -1;
   if (tv) {
-    if (tv->tv_sec < 0 || tv->tv_usec < 0) { errno = EINVAL; return -1; }
-    timeout = (int)(tv->tv_sec * 1000 + (tv->tv_usec + 999) / 1000);
+    if (tv->tv_sec < 0 || tv->tv_usec < 0) { errno = EINVAL; goto out; }
+    timeout = tv_ms(tv);
   }
   uint64_t start = ch_now_ns();
-  int r = poll(p, (nfds_t)n, timeout);
-  if (r < 0) return r;
+  if (poll(p, (nfds_t)n, timeout) < 0) goto out;
   for (int i = 0; i < n; i++)
-    if (p[i].revents & POLLNVAL) { errno = EBADF; return -1; }
+    if (p[i].revents & POLLNVAL) { errno = EBADF; goto out; }
   if (rd) FD_ZERO(rd);
   if (wr) FD_ZERO(wr);
   if (ex) FD_ZERO(ex);
-  int count = 0;
+  count = 0;
   for (int i = 0; i < n; i++) {
     short re = p[i].revents, e = p[i].events;
     if ((e & POLLIN) && (re & (POLLIN | POLLHUP | POLLERR))) { FD_SET(p[i].fd, rd); count++; }
@@ -806,6 +816,8 @@ int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
     tv->tv_sec = (time_t)(rest / 1000000u);
     tv->tv_usec = (suseconds_t)(rest % 1000000u);
   }
+out:
+  if (p != local) free(p);
   return count;
 }
 
