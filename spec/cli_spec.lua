@@ -237,6 +237,27 @@ end))
     assert.is_true(took >= 0.9 and took < 4, ("exited %.2f s after SIGTERM"):format(took))
   end)
 
+  it("still works after idle workers have ended (their schedulers are gone)", function()
+    -- Workers 1-3 run a main chunk that does nothing and end at once; the
+    -- signal must reach worker 0 only, never a freed scheduler.
+    local script = [[
+local cohost = require "cohost"
+if cohost.worker_id() == 0 then
+  local l = assert(cohost.listen("127.0.0.1:0", function(sock) sock:send("hi\n") end))
+  local _, port = l:addr()
+  io.write(port, " ", io.open("/proc/self/stat"):read("*n"), "\n")
+  io.stdout:flush()
+end
+]]
+    local p = start("-w 4 " .. q(tmpfile(script)))
+    local s = connect(p.port)
+    assert.equal("hi", s:receive())
+    s:close()
+    cohost.sleep(0.2)
+    p.signal("TERM")
+    assert.equal(0, (p.wait(10)), h.slurp(p.err))
+  end)
+
   it("SIGINT drains the same way", function()
     local p, s = start_busy("-e 'SLEEP = 0.5'", 0.1)
     p.signal("INT")
