@@ -22,6 +22,15 @@ trap 'rm -f "$out"' EXIT
 # empty. Not anchored: stdout and stderr lines may share a line.
 count() { grep -oE "$1" "$out" | head -1 | grep -oE '[0-9]+$'; }
 
+# Says why a runner gave no summary: its timeout, or a crash.
+abnormal() {
+  if [ "$2" -eq 124 ]; then
+    echo "test.sh: $1 timed out after ${TIMEOUT}s" >&2
+  else
+    echo "test.sh: $1 ended abnormally (status $2)" >&2
+  fi
+}
+
 shopt -s nullglob
 bins=(build/spec/test_*)
 if [ ${#bins[@]} -eq 0 ]; then
@@ -55,11 +64,7 @@ for bin in "${bins[@]}"; do
     total=${total:-0}
     f=$(( total - p - skipped ))
     [ "$f" -ge 1 ] || f=1
-    if [ "$rc" -eq 124 ]; then
-      echo "test.sh: $bin timed out after ${TIMEOUT}s" >&2
-    else
-      echo "test.sh: $bin ended abnormally (status $rc)" >&2
-    fi
+    abnormal "$bin" "$rc"
   fi
   passed=$(( passed + p ))
   failed=$(( failed + f ))
@@ -106,11 +111,7 @@ for spec in "${specs[@]}"; do
   else
     p=0
     f=1
-    if [ "$rc" -eq 124 ]; then
-      echo "test.sh: $spec timed out after ${TIMEOUT}s" >&2
-    else
-      echo "test.sh: $spec ended abnormally (status $rc)" >&2
-    fi
+    abnormal "$spec" "$rc"
   fi
   passed=$(( passed + p ))
   failed=$(( failed + f ))
