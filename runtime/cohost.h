@@ -66,6 +66,29 @@ int ch_wait_fd(int fd, int events, int64_t timeout_ms);
 ** EAGAIN is an edge, and a first registration reports the current state. */
 int ch_wait_fd_again(int fd, int events, int64_t timeout_ms);
 
+/* A one-shot readiness callback that needs no coroutine: what lets a
+** server keep an idle keep-alive connection with no stack at all, and bind
+** a coroutine only when input arrives. */
+struct ch_watch {
+  void *priv[6];                  /* the runtime's; do not touch */
+  void (*cb)(struct ch_watch *w, int revents);
+  void *data;                     /* the caller's */
+};
+
+/* Calls cb(w, revents) once, from the scheduler loop, the next time epoll
+** reports fd ready for events (POLLIN or POLLOUT, one direction): revents
+** as ch_wait_fd reports them, POLLNVAL if fd is closed first. The fd is
+** edge-triggered: watch it only after a call on it said EAGAIN (or on a
+** new fd, whose first registration reports its current state). cb must
+** not yield; it may spawn, unwatch w, or watch w again. A watch does not
+** keep ch_run running. Returns 0, -EBUSY if w is armed, -EPERM if epoll
+** refuses fd, -ENOMEM. */
+int ch_watch_fd(struct ch_watch *w, int fd, int events,
+                void (*cb)(struct ch_watch *w, int revents));
+
+/* Disarms w if it is armed; its callback will not run. */
+void ch_unwatch_fd(struct ch_watch *w);
+
 /* Read-readiness bookkeeping for code that reads a non-blocking fd itself
 ** and waits with ch_wait_fd_again (the hooks keep the same state inside).
 ** Before a read, ch_fd_try_read(fd) says 0 when the last read drained fd

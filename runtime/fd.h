@@ -23,10 +23,12 @@ enum ch_fd_kind {
   CH_FD_OTHER               /* regular file, directory, ...: pass through */
 };
 
-/* One coroutine waiting for one direction of one fd. */
+/* One coroutine, or one callback (a ch_watch), waiting for one direction
+** of one fd. */
 struct ch_waiter {
   struct ch_waiter *next, *prev;  /* links in the fd's readers or writers */
-  struct ch_coro *coro;           /* who to wake */
+  struct ch_coro *coro;           /* who to wake; NULL for a callback */
+  void (*notify)(struct ch_waiter *w);  /* a callback's: run once, unlinked */
   int fd;                         /* the fd waited on */
   short events;                   /* POLLIN or POLLOUT (one direction) */
   short revents;                  /* poll events seen; POLLNVAL when closed */

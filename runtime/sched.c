@@ -434,13 +434,67 @@ int ch_wait_fd_again(int fd, int events, int64_t timeout_ms)
   return wait_fd(fd, events, timeout_ms);
 }
 
-/* Wakes every waiter in a list with the poll events seen. */
-static void wake_list(struct ch_waiter *w, short revents)
+/* Wakes every waiter in a list with the poll events seen. A callback's
+** waiter is unlinked before its callback runs (it is one-shot, and the
+** callback may arm it again). */
+static void wake_list(struct ch_waiter **head, short revents)
 {
-  for (; w; w = w->next) {
+  struct ch_waiter *w = *head;
+  while (w) {
+    struct ch_waiter *next = w->next;
     w->revents |= revents;
-    ch_unpark(w->coro, 0);
+    if (w->coro) {
+      ch_unpark(w->coro, 0);
+    } else {
+      unlink_waiter(head, w);
+      w->notify(w);
+    }
+    w = next;
   }
+}
+
+/* -- Watches: callbacks instead of coroutines ----------------------------- */
+
+_Static_assert(sizeof(struct ch_waiter) <= sizeof(((struct ch_watch *)0)->priv),
+               "struct ch_watch too small for a waiter");
+
+static void watch_notify(struct ch_waiter *wt)
+{
+  struct ch_watch *w = (struct ch_watch *)(void *)wt;
+  int rev = wt->revents & (wt->revents & POLLNVAL ? POLLNVAL : (wt->events | POLLERR | POLLHUP));
+  wt->notify = NULL;   /* disarmed: the callback may arm it again */
+  w->cb(w, rev);
+}
+
+int ch_watch_fd(struct ch_watch *w, int fd, int events,
+                void (*cb)(struct ch_watch *w, int revents))
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  struct ch_waiter *wt = (struct ch_waiter *)(void *)w;
+  if (wt->notify) return -EBUSY;
+  if (fd < 0) return -EBADF;
+  struct ch_fd *f = ch_fd_get(fd);
+  if (!f) return -ENOMEM;
+  int r = fd_register(s, fd, f);
+  if (r < 0) return r;
+  memset(wt, 0, sizeof *wt);
+  wt->fd = fd;
+  wt->events = (events & POLLOUT) ? POLLOUT : POLLIN;
+  wt->notify = watch_notify;
+  w->cb = cb;
+  link_waiter(list_of(f, wt), wt);
+  return 0;
+}
+
+void ch_unwatch_fd(struct ch_watch *w)
+{
+  struct ch_waiter *wt = (struct ch_waiter *)(void *)w;
+  if (!wt->notify) return;
+  struct ch_fd *f = ch_fd_peek(wt->fd);
+  if (f) unlink_waiter(list_of(f, wt), wt);
+  wt->notify = NULL;
 }
 
 void ch_sched_close_fd(int fd, struct ch_fd *f)
@@ -456,7 +510,8 @@ void ch_sched_close_fd(int fd, struct ch_fd *f)
       struct ch_waiter *next = w->next;
       w->next = w->prev = NULL;
       w->revents |= POLLNVAL;
-      ch_unpark(w->coro, 0);
+      if (w->coro) ch_unpark(w->coro, 0);
+      else w->notify(w);
       w = next;
     }
   }
@@ -531,9 +586,9 @@ static void poll_io(struct ch_sched *s, int timeout_ms)
     if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
       f->in_edge = 1;   /* read hooks: worth trying again (see hook.c) */
       if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) f->in_eof = 1;
-      wake_list(f->readers, rev);
+      wake_list(&f->readers, rev);
     }
-    if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) wake_list(f->writers, rev);
+    if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) wake_list(&f->writers, rev);
   }
 }
 

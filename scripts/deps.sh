@@ -8,9 +8,9 @@ set -euo pipefail
 
 what=${1:-test}
 
-build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson)
+build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev)
 test=(libcmocka-dev libhiredis-dev redis-server libssl-dev lua-busted lua-socket
-      procps python3 curl)
+      procps python3 python3-websockets curl)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 
