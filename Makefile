@@ -34,7 +34,8 @@ LIB := $(B)/libcohost.a
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/log.c host/task.c host/ljvm.c \
-            host/lib_task.c host/lib_sys.c host/lib_socket.c
+            host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_crypto.c \
+            host/http_parse.c host/lib_http.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -82,7 +83,7 @@ $(B)/host/%.o: host/%.c
 	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
 
 $(HOST): $(HOST_OBJ) $(LIB)
-	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS) -lm
+	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lcrypto $(LDLIBS) -lm
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@
@@ -128,7 +129,7 @@ install: all
 	install -m 755 $(HOST) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 lua/cohost/*.lua $(DESTDIR)$(PREFIX)/share/cohost/lua/cohost/
+	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
 
 clean:
 	rm -rf $(B)

@@ -8,5 +8,7 @@
 int luaopen_cohost_core_task(lua_State *L);     /* lib_task.c */
 int luaopen_cohost_core_sys(lua_State *L);      /* lib_sys.c */
 int luaopen_cohost_core_socket(lua_State *L);   /* lib_socket.c */
+int luaopen_cohost_core_crypto(lua_State *L);   /* lib_crypto.c */
+int luaopen_cohost_core_http(lua_State *L);     /* lib_http.c */
 
 #endif

@@ -56,6 +56,8 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.task", luaopen_cohost_core_task },
   { "cohost.core.sys", luaopen_cohost_core_sys },
   { "cohost.core.socket", luaopen_cohost_core_socket },
+  { "cohost.core.crypto", luaopen_cohost_core_crypto },
+  { "cohost.core.http", luaopen_cohost_core_http },
   { NULL, NULL }
 };
 
