@@ -114,6 +114,11 @@ int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms);
 ** warning naming the Lua call site when it says no. */
 int ch_task_may_park(struct ch_coro *c);
 
+/* Raises an error that ends the task without a handler-error log line:
+** an expected end such as the client going away ("closed", "timeout").
+** tostring() of the error gives msg; it is logged at info level. */
+void ch_task_raise_quiet(lua_State *L, const char *msg) __attribute__((noreturn));
+
 /* Raises the cancellation error on L if the running task was cancelled. */
 void ch_task_check_cancel(lua_State *L);
 

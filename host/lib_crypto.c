@@ -4,6 +4,7 @@
 ** OpenSSL's libcrypto. Every function takes and returns Lua strings;
 ** nothing here yields.
 */
+#include <limits.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -45,6 +46,7 @@ static int c_hmac_sha1(lua_State *L)
   size_t kn, mn;
   const char *k = luaL_checklstring(L, 1, &kn);
   const char *m = luaL_checklstring(L, 2, &mn);
+  luaL_argcheck(L, kn <= INT_MAX, 1, "key too long");   /* HMAC() takes an int */
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (!HMAC(EVP_sha1(), k, (int)kn, (const unsigned char *)m, mn, out, &len))
@@ -86,14 +88,20 @@ static int b64val(int c)
   return -1;
 }
 
-/* decode_base64(s) -> string, or nil when s is not base64 (padding is
-** optional, as ngx.decode_base64 allows). */
+/* decode_base64(s) -> string, or nil when s is not base64. Padding is
+** optional, as ngx.decode_base64 allows, but when present it must be one
+** or two '=' completing a 4-character group: "QQ=" and "QQ===" are not
+** base64 (a Sec-WebSocket-Key check relies on this). */
 static int c_decode_base64(lua_State *L)
 {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
+  size_t len = n;
   while (n > 0 && s[n - 1] == '=') n--;
-  if (n % 4 == 1) { lua_pushnil(L); return 1; }
+  if (n % 4 == 1 || len - n > 2 || (len != n && len % 4 != 0)) {
+    lua_pushnil(L);
+    return 1;
+  }
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   unsigned acc = 0;
@@ -116,8 +124,10 @@ static int c_decode_base64(lua_State *L)
 ** masks, delete tokens). */
 static int c_random_bytes(lua_State *L)
 {
-  int n = (int)luaL_checkinteger(L, 1);
-  luaL_argcheck(L, n >= 0 && n <= 4096, 1, "0..4096 bytes");
+  /* Range-check before narrowing: (int)(2^32 + 5) would pass as 5. */
+  lua_Integer want = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, want >= 0 && want <= 4096, 1, "0..4096 bytes");
+  int n = (int)want;
   unsigned char buf[4096];
   if (RAND_bytes(buf, n) != 1) return luaL_error(L, "random_bytes failed");
   lua_pushlstring(L, (const char *)buf, (size_t)n);

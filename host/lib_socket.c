@@ -35,6 +35,7 @@
 
 #include "host.h"
 #include "lib.h"
+#include "lib_http.h"
 #include "lib_socket.h"
 
 /* A cancelled wait raises a Lua error through our frames; the busy flags
@@ -1580,6 +1581,9 @@ struct listener {
   struct ch_worker *w;      /* owner */
   struct shared *shared;    /* unix: the process-wide socket; else NULL */
   union addr addr;          /* bound address, for addr() */
+  ch_admit_fn admit;        /* a C protocol's hand-off (lib_http.c), or
+                            ** NULL: handler(sock, peer) on a task */
+  void *admit_ud;           /* admit's first argument */
   struct listener *next;    /* this worker's open listeners */
 };
 
@@ -1704,6 +1708,12 @@ static void admit(struct listener *l, int fd, const union addr *peer)
     if (may_warn())
       ch_log(CH_LOG_WARN, "%d connections reached (--max-connections): closing new ones",
              ch_opts.max_connections);
+    return;
+  }
+  if (l->admit) {
+    l->refs++;
+    w->connections++;
+    l->admit(l->admit_ud, (struct ch_listener *)l, fd, &peer->sa);
     return;
   }
   struct conn *c = malloc(sizeof *c);
@@ -1927,13 +1937,13 @@ static int open_unix(const char *spec, int nth, const union addr *a, socklen_t a
   return fd;
 }
 
-/* Yields (name lookup). listen(addr, handler [, opts]): accepts
-** connections on addr and runs handler(sock, peer) for each on its own
-** task. opts.backlog (511). Returns a listener or nil, err. */
-static int sock_listen(lua_State *L)
+/* Yields (name lookup). listen(addr, handler [, opts]) with each accepted
+** connection going to admit (lib_http.c) instead of a handler task when
+** admit is not NULL; the value at index 2 is anchored while the listener
+** lives. */
+static int listen_with(lua_State *L, ch_admit_fn admit, void *admit_ud)
 {
   const char *spec = luaL_checkstring(L, 1);
-  luaL_checktype(L, 2, LUA_TFUNCTION);
   int backlog = BACKLOG;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
@@ -1990,6 +2000,8 @@ static int sock_listen(lua_State *L)
   l->shared = shared;
   l->addr = a;
   l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  l->admit = admit;
+  l->admit_ud = admit_ud;
   lua_pushvalue(L, 2);
   l->handler = luaL_ref(L, LUA_REGISTRYINDEX);
   l->refs = 2;   /* the Lua object and the acceptor */
@@ -2004,6 +2016,60 @@ static int sock_listen(lua_State *L)
   listeners = l;
   ud->l = l;
   return 1;
+}
+
+/* Yields (name lookup). listen(addr, handler [, opts]): accepts
+** connections on addr and runs handler(sock, peer) for each on its own
+** task. opts.backlog (511). Returns a listener or nil, err. */
+static int sock_listen(lua_State *L)
+{
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  return listen_with(L, NULL, NULL);
+}
+
+int ch_socket_listen_with(lua_State *L, ch_admit_fn admit, void *ud)
+{
+  return listen_with(L, admit, ud);
+}
+
+void ch_listener_conn_end(struct ch_listener *cl)
+{
+  struct listener *l = (struct listener *)cl;
+  l->w->connections--;
+  release(l, NULL);
+}
+
+int ch_listener_prio(const struct ch_listener *cl)
+{
+  (void)cl;
+  return 1;   /* CH_PRIO_NORMAL until listeners carry a class */
+}
+
+void ch_socket_push_conn(lua_State *L, int fd, const char *pre, size_t n)
+{
+  struct tcp *u = push_tcp(L);
+  if (n > 0) {
+    size_t cap = n > BUF_MIN ? n : BUF_MIN;
+    if (!(u->buf = take_buf(n, &cap))) {
+      close(fd);
+      luaL_error(L, "no memory");
+    }
+    memcpy(u->buf, pre, n);
+    u->start = 0;
+    u->end = n;
+    u->cap = cap;
+  }
+  u->fd = fd;
+  u->downstream = 1;
+}
+
+void ch_socket_close_at(lua_State *L, int idx)
+{
+  struct tcp *u = lua_touserdata(L, idx);
+  if (!u || !lua_getmetatable(L, idx)) return;
+  int ok = lua_topointer(L, -1) == tcp_mt;
+  lua_pop(L, 1);
+  if (ok && u->fd >= 0) finalize(u);
 }
 
 static struct listener *check_listener(lua_State *L)
@@ -2053,6 +2119,7 @@ void ch_socket_close_listeners(struct ch_worker *w)
 void ch_socket_close_all(struct ch_worker *w)
 {
   ch_socket_close_listeners(w);
+  ch_http_close_idle(w);
   for (struct pool *p = pools; p; p = p->next)
     while (p->head) item_free(p->head);
 }

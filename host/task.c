@@ -89,6 +89,27 @@ struct ch_task *ch_task_current(void)
   return c ? ch_coro_udata(c) : NULL;
 }
 
+#define QUIET_MT "cohost.quiet_error"
+
+static int quiet_tostring(lua_State *L)
+{
+  lua_rawgeti(L, 1, 1);
+  return 1;
+}
+
+void ch_task_raise_quiet(lua_State *L, const char *msg)
+{
+  lua_createtable(L, 1, 0);
+  lua_pushstring(L, msg);
+  lua_rawseti(L, -2, 1);
+  if (luaL_newmetatable(L, QUIET_MT)) {
+    lua_pushcfunction(L, quiet_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setmetatable(L, -2);
+  lua_error(L);
+}
+
 /* Message handler of every task's pcall: runs where the error was raised,
 ** with the stack intact, so the traceback names the real frames. It logs
 ** and returns the error value unchanged, for cohost.wait. */
@@ -98,6 +119,17 @@ static int on_error(lua_State *L)
   if (t && t->coro && ch_cancelled(t->coro)) {
     ch_log(CH_LOG_INFO, "%s cancelled", t->name);
     return 1;
+  }
+  if (lua_getmetatable(L, 1)) {
+    luaL_getmetatable(L, QUIET_MT);
+    int quiet = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+    if (quiet) {
+      lua_rawgeti(L, 1, 1);
+      ch_log(CH_LOG_INFO, "%s ended: %s", t ? t->name : "lua", lua_tostring(L, -1));
+      lua_pop(L, 1);
+      return 1;
+    }
   }
   const char *msg = lua_tostring(L, 1);
   if (!msg) {

@@ -1,0 +1,315 @@
+/*
+** HTTP/1.1 request parsing. The head is scanned here first, strictly,
+** because every request-smuggling trick lives in what lenient parsers
+** forgive: bare LF or CR, obs-fold, whitespace before the colon, NUL,
+** Content-Length twice or beside Transfer-Encoding, codings other than
+** chunked. What passes then goes through http-parser (Debian's
+** libhttp-parser, the parser Node.js shipped for years), which parses the
+** request line and, later, decodes chunked bodies. A rejected head is
+** never half-used: the caller answers the status and closes.
+*/
+#include <string.h>
+#include <strings.h>
+
+#include "http_parse.h"
+
+/* RFC 9110 tchar: the bytes a header name may hold. */
+static const uint8_t tchar[256] = {
+  ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1,
+  ['+'] = 1, ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1,
+  ['~'] = 1,
+  ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,
+  ['7'] = 1, ['8'] = 1, ['9'] = 1,
+  ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
+  ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
+  ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
+  ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+  ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
+  ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
+  ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+  ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+};
+
+void ch_http_head_init(struct ch_http_head *h)
+{
+  /* Only the scalar part: the header arrays are written before read. */
+  memset(h, 0, offsetof(struct ch_http_head, name));
+  h->content_length = -1;
+  h->sink = NULL;
+  h->sink_ud = NULL;
+  h->body_left = 0;
+  h->version_minor = 0;
+  h->chunked = h->keepalive = h->expect_continue = h->body_done = h->lf_fed = 0;
+}
+
+int ch_http_name_is(const char *buf, struct ch_http_span s, const char *lname)
+{
+  size_t n = strlen(lname);
+  if (s.len != n) return 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)buf[s.off + i];
+    if (c >= 'A' && c <= 'Z') c = (unsigned char)(c + 32);
+    if (c != (unsigned char)lname[i]) return 0;
+  }
+  return 1;
+}
+
+/* -- http-parser callbacks ------------------------------------------------ */
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+  struct ch_http_head *h = p->data;
+  /* The head is parsed in one call over one buffer, so the target comes
+  ** in one piece. */
+  h->target.off = (uint32_t)(at - h->base);
+  h->target.len = (uint32_t)len;
+  return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+  struct ch_http_head *h = p->data;
+  h->keepalive = (uint8_t)http_should_keep_alive(p);
+  /* Stop here: the body is parsed when the handler asks for it. */
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+  struct ch_http_head *h = p->data;
+  if (h->sink) h->sink(h->sink_ud, at, len);
+  return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+  struct ch_http_head *h = p->data;
+  h->body_done = 1;
+  /* Stop at the message's end: what follows is the next request. */
+  http_parser_pause(p, 1);
+  return 0;
+}
+
+static const http_parser_settings head_settings = {
+  .on_url = on_url,
+  .on_headers_complete = on_headers_complete,
+};
+
+static const http_parser_settings body_settings = {
+  .on_body = on_body,
+  .on_message_complete = on_message_complete,
+};
+
+/* -- Header semantics ------------------------------------------------------ */
+
+static int is_ows(char c) { return c == ' ' || c == '\t'; }
+
+/* Checks one Transfer-Encoding list into *chunked_last; returns 0, -400 for
+** a malformed list or chunked not last, -501 for an unknown coding. */
+static int coding_list(const char *v, size_t n, int *seen_chunked, int *unknown)
+{
+  size_t i = 0;
+  for (;;) {
+    while (i < n && is_ows(v[i])) i++;
+    size_t s = i;
+    while (i < n && v[i] != ',' && !is_ows(v[i])) i++;
+    size_t e = i;
+    while (i < n && is_ows(v[i])) i++;
+    if (e == s) return -400;                /* empty element */
+    if (*seen_chunked) return -400;         /* chunked must be last, once */
+    if (e - s == 7 && strncasecmp(v + s, "chunked", 7) == 0) *seen_chunked = 1;
+    else *unknown = 1;
+    if (i == n) return 0;
+    if (v[i] != ',') return -400;
+    i++;
+  }
+}
+
+/* Content-Length, Transfer-Encoding, Host and Expect, after the scan. */
+static int semantics(struct ch_http_head *h, const char *buf)
+{
+  int ncl = 0, nhost = 0, nte = 0, chunked = 0, unknown = 0;
+  for (int i = 0; i < h->nheaders; i++) {
+    struct ch_http_span nm = h->name[i], vl = h->value[i];
+    const char *v = buf + vl.off;
+    switch (nm.len) {
+    case 14:
+      if (!ch_http_name_is(buf, nm, "content-length")) break;
+      /* Twice is a 400 even with equal values: proxies disagree on it. */
+      if (++ncl > 1 || vl.len == 0 || vl.len > 18) return -400;
+      {
+        int64_t n = 0;
+        for (uint32_t k = 0; k < vl.len; k++) {
+          if (v[k] < '0' || v[k] > '9') return -400;
+          n = n * 10 + (v[k] - '0');
+        }
+        h->content_length = n;
+      }
+      break;
+    case 17:
+      if (!ch_http_name_is(buf, nm, "transfer-encoding")) break;
+      nte++;
+      {
+        int r = coding_list(v, vl.len, &chunked, &unknown);
+        if (r < 0) return r;
+      }
+      break;
+    case 4:
+      if (ch_http_name_is(buf, nm, "host") && ++nhost > 1) return -400;
+      break;
+    case 6:
+      if (ch_http_name_is(buf, nm, "expect")) {
+        /* Other expectations are ignored, as nginx does. */
+        if (vl.len == 12 && strncasecmp(v, "100-continue", 12) == 0) h->expect_continue = 1;
+      }
+      break;
+    }
+  }
+  if (nte) {
+    if (ncl) return -400;                 /* smuggling: never guess which wins */
+    if (h->version_minor == 0) return -400;   /* HTTP/1.0 has no chunked */
+    if (unknown) return -501;
+    if (!chunked) return -400;
+    h->chunked = 1;
+  }
+  if (h->version_minor == 1 && nhost == 0) return -400;   /* RFC 9112 3.2 */
+  if (h->content_length > 0) h->body_left = (uint64_t)h->content_length;
+  else if (!h->chunked) h->body_done = 1;
+  return 0;
+}
+
+/* -- The head ------------------------------------------------------------- */
+
+/* One complete header line buf[s..e) (CRLF excluded). */
+static int header_line(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t e)
+{
+  if (is_ows(buf[s])) return -400;          /* obs-fold, or space first */
+  uint32_t i = s;
+  while (i < e && tchar[(unsigned char)buf[i]]) i++;
+  if (i == s || i == e || buf[i] != ':') return -400;   /* no name, or bytes
+                                            ** (whitespace) before the colon */
+  if (h->nheaders == CH_HTTP_MAX_HEADERS) return -431;
+  uint32_t vs = i + 1, ve = e;
+  while (vs < ve && is_ows(buf[vs])) vs++;
+  while (ve > vs && is_ows(buf[ve - 1])) ve--;
+  h->name[h->nheaders] = (struct ch_http_span){ s, i - s };
+  h->value[h->nheaders] = (struct ch_http_span){ vs, ve - vs };
+  h->nheaders++;
+  return 0;
+}
+
+/* "HTTP/1.x" at the request line's end, before http-parser sees it, so the
+** status for a wrong version is 505 and not a generic 400. */
+static int version(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t e)
+{
+  const char *sp = NULL;
+  for (uint32_t i = e; i > s; i--)
+    if (buf[i - 1] == ' ') { sp = buf + i; break; }
+  if (!sp || (size_t)(buf + e - sp) != 8 || memcmp(sp, "HTTP/", 5) != 0 ||
+      sp[6] != '.' || sp[5] < '0' || sp[5] > '9' || sp[7] < '0' || sp[7] > '9')
+    return -400;
+  if (sp[5] != '1' || (sp[7] != '0' && sp[7] != '1')) return -505;
+  h->version_minor = (uint8_t)(sp[7] - '0');
+  uint32_t m = s;
+  while (m < e && buf[m] != ' ') m++;
+  h->method = (struct ch_http_span){ s, m - s };
+  return 0;
+}
+
+int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
+                       const struct ch_http_limits *lim)
+{
+  if (h->head_len) return (int)h->head_len;
+  uint32_t pos = h->scan, n = (uint32_t)len;
+  for (; pos < n; pos++) {
+    unsigned char c = (unsigned char)buf[pos];
+    if (c == '\n') {
+      if (pos == 0 || buf[pos - 1] != '\r') return -400;   /* bare LF */
+      uint32_t s = h->line_start, e = pos - 1;
+      h->line_start = pos + 1;
+      if (!h->line_end) {
+        if (e == s) {                        /* an empty line before the request */
+          h->start = pos + 1;
+          if (h->start > lim->max_line) return -400;
+          continue;
+        }
+        if (e - s > lim->max_line) return -414;
+        int r = version(h, buf, s, e);
+        if (r < 0) return r;
+        h->line_end = pos + 1;
+      } else if (e == s) {                   /* the blank line: done */
+        h->head_len = pos + 1;
+        break;
+      } else {
+        int r = header_line(h, buf, s, e);
+        if (r < 0) return r;
+      }
+    } else if (c == '\r') {
+      if (pos + 1 < n && buf[pos + 1] != '\n') return -400;   /* bare CR */
+    } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      return -400;                           /* NUL and other controls */
+    }
+  }
+  h->scan = pos;
+  if (!h->head_len) {
+    if (!h->line_end) {
+      if (pos - h->start > lim->max_line + 1) return -414;
+    } else if (pos - h->line_end > lim->max_header) {
+      return -431;
+    }
+    return 0;
+  }
+  if (h->head_len - h->line_end > lim->max_header) return -431;
+  int r = semantics(h, buf);
+  if (r < 0) return r;
+  /* http-parser over the whole head: it must stop, paused, on the blank
+  ** line's LF (see on_headers_complete). */
+  http_parser_init(&h->p, HTTP_REQUEST);
+  h->p.data = h;
+  h->base = buf;
+  h->target.len = 0;
+  size_t want = h->head_len - h->start;
+  size_t got = http_parser_execute(&h->p, &head_settings, buf + h->start, want);
+  if (HTTP_PARSER_ERRNO(&h->p) != HPE_PAUSED || got != want - 1 || h->target.len == 0) {
+    h->head_len = 0;
+    return -400;
+  }
+  if (h->p.http_major != 1 || h->p.http_minor != h->version_minor) {
+    h->head_len = 0;
+    return -400;
+  }
+  return (int)h->head_len;
+}
+
+/* -- The body ------------------------------------------------------------- */
+
+long ch_http_body_parse(struct ch_http_head *h, const char *buf, size_t len,
+                        ch_http_body_fn sink, void *ud)
+{
+  if (h->body_done || len == 0) return 0;
+  if (!h->chunked) {
+    size_t n = len < h->body_left ? len : (size_t)h->body_left;
+    sink(ud, buf, n);
+    h->body_left -= n;
+    if (h->body_left == 0) h->body_done = 1;
+    return (long)n;
+  }
+  h->sink = sink;
+  h->sink_ud = ud;
+  http_parser_pause(&h->p, 0);
+  if (!h->lf_fed) {
+    /* The head's last LF, where the head's parse paused. */
+    http_parser_execute(&h->p, &body_settings, "\n", 1);
+    h->lf_fed = 1;
+    if (HTTP_PARSER_ERRNO(&h->p) != HPE_OK) goto bad;
+  }
+  size_t got = http_parser_execute(&h->p, &body_settings, buf, len);
+  enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
+  if (e != HPE_OK && !(e == HPE_PAUSED && h->body_done)) goto bad;
+  h->sink = NULL;
+  return (long)got;
+bad:
+  h->sink = NULL;
+  return -400;
+}

@@ -1,0 +1,15 @@
+/*
+** The HTTP server: what the rest of the host needs from lib_http.c, which
+** owns every worker's HTTP connections.
+*/
+#ifndef CH_LIB_HTTP_H
+#define CH_LIB_HTTP_H
+
+#include "host.h"
+
+/* Closes w's idle keep-alive connections (they hold no coroutine, so
+** nothing else would); connections in a request finish it and close.
+** Never calls Lua, never yields. Call on w's own thread. */
+void ch_http_close_idle(struct ch_worker *w);
+
+#endif

@@ -1,0 +1,101 @@
+-- cohost.http: an HTTP/1.1 server (C core: parsing, framing, limits,
+-- keep-alive), a router, static files, forms and a client. See
+-- docs/http.md.
+local core = require "cohost.core.http"
+local cjson = require "cjson.safe"
+
+local M = {}
+
+-- The method tables of req and res: add methods here to extend them.
+M.Request = core.Request
+M.Response = core.Response
+
+local Request, Response = core.Request, core.Response
+
+local PRIORITY = { high = true, normal = true, low = true }
+
+-- listen(addr, handler_or_router [, opts]) -> listener | nil, err
+function M.listen(addr, handler, opts)
+  if type(handler) == "table" then
+    local r = handler
+    if type(r.handler) == "function" then
+      handler = r:handler()
+    else
+      handler = function(req, res) return r(req, res) end
+    end
+  end
+  if type(handler) ~= "function" then
+    error("bad argument #2 to 'listen' (function or router expected)", 2)
+  end
+  opts = opts or {}
+  if opts.priority ~= nil and not PRIORITY[opts.priority] then
+    error("bad option priority (\"high\", \"normal\" or \"low\" expected)", 2)
+  end
+  local server = core.server(handler, opts)
+  return core.listen(addr, server, opts)
+end
+
+-- Lazily loaded parts, so a hello-world server loads none of them.
+local function lazy(name)
+  local mod
+  return function()
+    mod = mod or require(name)
+    return mod
+  end
+end
+local router_mod = lazy "cohost.http.router"
+local form_mod = lazy "cohost.http.form"
+local mime_mod = lazy "cohost.http.mime"
+local client_mod = lazy "cohost.http.client"
+
+function M.router(...) return router_mod().new(...) end
+function M.request(url, opts) return client_mod().request(url, opts) end
+function M.client(opts) return client_mod().new(opts) end
+
+-- req:chunks([size]) -> iterator of body pieces; raises on a body error.
+function Request:chunks(size)
+  return function()
+    local piece, err = self:read(size or 65536)
+    if err then error("request body: " .. err, 2) end
+    return piece
+  end
+end
+
+-- req:json() -> value | nil, err
+function Request:json()
+  return form_mod().json(self)
+end
+
+-- req:form([opts]) -> table | nil, err
+function Request:form(opts)
+  return form_mod().form(self, opts)
+end
+
+-- res:json(value [, status])
+function Response:json(value, status)
+  local body, err = cjson.encode(value)
+  if not body then error("res:json: " .. err, 2) end
+  if status then self.status = status end
+  self:header("Content-Type", "application/json")
+  return self:send(body)
+end
+
+-- res:redirect(url [, status])
+function Response:redirect(url, status)
+  self.status = status or 302
+  self:header("Location", url)
+  return self:send("")
+end
+
+-- res:sendfile(path [, opts]): Content-Type from the extension unless set.
+local sendfile = Response.sendfile
+function Response:sendfile(path, opts)
+  if not self:get_header("Content-Type") then
+    local ok, mime = pcall(mime_mod)
+    local typ = ok and mime.type_of(path) or "application/octet-stream"
+    self:header("Content-Type", (opts and opts.content_type) or typ)
+  end
+  return sendfile(self, path)
+end
+
+return M
