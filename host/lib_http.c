@@ -112,6 +112,8 @@ struct conn {
   uint32_t pos;                   /* parsed up to here */
   uint32_t len;                   /* bytes in buf */
   uint8_t active;                 /* a coroutine serves it */
+  struct ch_coro *head_wait;      /* its coroutine while it waits for the
+                                  ** rest of a head (shutdown cancels it) */
   uint8_t family;                 /* peer address, for req.peer and logs */
   uint16_t port;
   uint8_t addr[16];
@@ -249,6 +251,7 @@ void ch_http_close_idle(struct ch_worker *w)
   while (c) {
     struct conn *next = c->next;
     if (!c->active) conn_free(c);
+    else if (c->head_wait) ch_cancel(c->head_wait);   /* a half-sent head */
     c = next;
   }
 }
@@ -584,9 +587,16 @@ static int body_more(lua_State *L, struct rstate *rs, ch_http_body_fn sink)
       if (rs->body_total > before) return 1;
       continue;
     }
-    /* All parsed: drop the parsed body bytes, keep the head. */
+    /* All parsed: drop the parsed body bytes, keep the head (req.headers
+    ** points into it), moved to the buffer's start if it must make room. */
     uint32_t head_end = c->rq + h->head_len;
     if (c->pos > head_end) c->len = c->pos = head_end;
+    if (c->len == c->cap && c->rq > 0) {
+      memmove(c->buf, c->buf + c->rq, c->len - c->rq);
+      c->len -= c->rq;
+      c->pos -= c->rq;
+      c->rq = 0;
+    }
     ssize_t n = read_some(c, 0);
     if (n > 0) continue;
     if (n == 0) return -ECONNRESET;
@@ -1113,7 +1123,7 @@ static int res_send(lua_State *L)
     rs->finished = 1;
     if (rs->chunked) {
       r = emit(L, rs, NULL, body, n);
-      if (r == 0) {
+      if (r == 0 && !rs->head_only) {
         struct iovec end = { "0\r\n\r\n", 5 };
         r = write_all(L, rs->c->fd, &end, 1, rs->c->srv->send_ms);
       }
@@ -1472,7 +1482,9 @@ static int serve(struct conn *c, struct ch_http_head *h)
       free(head.p);
     }
   } else if (!rs->finished) {
-    if (rs->chunked && !failed) {
+    if (rs->head_only && !failed && !rs->until_close) {
+      keep = rs->keep;
+    } else if (rs->chunked && !failed) {
       struct iovec end = { "0\r\n\r\n", 5 };
       keep = write_all(NULL, c->fd, &end, 1, srv->send_ms) == 0 && rs->keep;
     } else if (rs->clen >= 0 && rs->sent == (uint64_t)rs->clen && !failed) {
@@ -1482,7 +1494,6 @@ static int serve(struct conn *c, struct ch_http_head *h)
     keep = rs->keep;
   }
   if (!rs->hijacked) access_log(c, rs, c->buf + c->rq);
-  else if (srv->log_fd >= 0) { rs->status = 101; }
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {
@@ -1535,11 +1546,13 @@ static void conn_main(void *arg)
       }
       uint64_t now = ch_now_ns();
       if (now >= deadline) { r = -408; break; }
+      c->head_wait = ch_current();
       int w = wait_input(NULL, c, (int)((deadline - now + 999999) / 1000000u));
+      c->head_wait = NULL;
       if (w < 0 || (w & POLLNVAL)) goto close;
     }
     if (r < 0) {
-      if (c->w->stopping && r == -408) goto close;
+      if (c->w->stopping) goto close;
       answer_error(c, -r);
       linger_close(c);
       goto close;
