@@ -115,8 +115,8 @@ test: deps
 	@bash scripts/test.sh
 
 run: deps all
-	@echo "cohost: serving examples/echo.lua on port $(PORT) (try: nc 127.0.0.1 $(PORT)); Ctrl-C stops"
-	$(HOST) examples/echo.lua $(PORT)
+	@echo "cohost: serving examples/hello.lua on port $(PORT) (try: curl http://127.0.0.1:$(PORT)/); Ctrl-C stops"
+	$(HOST) examples/hello.lua $(PORT)
 
 bench:
 	@bash scripts/deps.sh bench

@@ -111,3 +111,37 @@ describe("examples/proxy.lua", function()
     assert.truthy(log:find("connection refused", 1, true))
   end)
 end)
+
+describe("examples/hello.lua", function()
+  -- One request on sock; returns status, headers (lower-case keys), body.
+  local function get(sock, path)
+    assert(sock:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
+    local status = tonumber(assert(sock:receive("*l")):match("^HTTP/1%.1 (%d+)"))
+    local headers = {}
+    while true do
+      local line = assert(sock:receive("*l"))
+      if line == "" then break end
+      local k, v = line:match("^([^:]+):%s*(.*)$")
+      headers[k:lower()] = v
+    end
+    return status, headers, assert(sock:receive(tonumber(headers["content-length"])))
+  end
+
+  it("answers hello and a JSON document on one keep-alive connection", function()
+    local port = free_port()
+    local stop = start("examples/hello.lua " .. port)
+    local sock = connect(port)
+    local status, headers, body = get(sock, "/")
+    assert.are.equal(200, status)
+    assert.are.equal("hello", body)
+    assert.truthy(headers["date"])
+    status, headers, body = get(sock, "/json")
+    assert.are.equal(200, status)
+    assert.are.equal("application/json", headers["content-type"])
+    assert.are.equal("hello", require("cjson").decode(body).message)
+    status = get(sock, "/missing")
+    assert.are.equal(404, status)
+    sock:close()
+    stop()
+  end)
+end)
