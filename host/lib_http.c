@@ -43,7 +43,7 @@
 #endif
 
 #define SERVER_MT  "cohost.http.server"
-#define RSTATE_MT  "cohost.http.rstate"
+#define RBOX_MT    "cohost.http.rbox"
 
 #define BUF_SIZE      16384       /* input buffer; grows to fit the limits */
 #define BUF_CACHE     32          /* input buffers kept per worker */
@@ -468,9 +468,11 @@ static void linger_close(struct conn *c)
 
 /* -- Request state -------------------------------------------------------- */
 
-/* One request, as Lua's req and res see it: a userdata both tables hold at
-** key 0. c is NULL once the request is over, so a req or res kept past
-** its handler fails cleanly instead of touching a reused connection. */
+/* One request. It lives on the connection coroutine's stack; Lua's req
+** and res reach it through a box (a userdata both tables hold at key 0)
+** that is emptied when the handler returns, so a req or res kept past its
+** handler fails cleanly instead of touching a reused connection, and the
+** server never needs the Lua thread again once the handler is done. */
 struct rstate {
   struct conn *c;                 /* NULL when the request is over */
   struct ch_http_head *h;         /* on the connection coroutine's stack */
@@ -498,7 +500,11 @@ struct rstate {
   uint64_t start_ns;              /* for the access log */
 };
 
-static __thread const void *rstate_mt;
+struct rbox {
+  struct rstate *rs;              /* NULL once the handler has returned */
+};
+
+static __thread const void *rbox_mt;
 
 static void rstate_release(struct rstate *rs)
 {
@@ -513,23 +519,17 @@ static void rstate_release(struct rstate *rs)
   rs->nhx = rs->hxcap = 0;
 }
 
-static int rstate_gc(lua_State *L)
-{
-  rstate_release(lua_touserdata(L, 1));
-  return 0;
-}
-
 /* The request state of req or res at idx; raises for a finished request. */
 static struct rstate *check_rs(lua_State *L, int idx)
 {
   luaL_checktype(L, idx, LUA_TTABLE);
   lua_rawgeti(L, idx, 0);
-  struct rstate *rs = lua_touserdata(L, -1);
-  int ok = rs && lua_getmetatable(L, -1) && lua_topointer(L, -1) == rstate_mt;
+  struct rbox *box = lua_touserdata(L, -1);
+  int ok = box && lua_getmetatable(L, -1) && lua_topointer(L, -1) == rbox_mt;
   lua_pop(L, ok ? 2 : 1);
   if (!ok) luaL_argerror(L, idx, "not a request or response");
-  if (!rs->c) luaL_error(L, "request is finished (req and res work only while its handler runs)");
-  return rs;
+  if (!box->rs) luaL_error(L, "request is finished (req and res work only while its handler runs)");
+  return box->rs;
 }
 
 /* -- Request body ---------------------------------------------------------- */
@@ -1376,38 +1376,30 @@ static void access_log(struct conn *c, struct rstate *rs, const char *base)
   (void)w;
 }
 
-/* Yields. Runs the handler for the parsed head h, finishes the response
-** and drains what the handler left of the body. Returns 1 to keep the
-** connection, 0 to close it. */
-static int serve(struct conn *c, struct ch_http_head *h)
+/* Yields. Runs handler(req, res) for head h on a task. Everything that
+** needs Lua happens here, before any later wait: once the handler has
+** returned, the server touches the Lua thread no more. Sets *failed and
+** the status the handler left in res.status; copies an error message for
+** debug 500s into err. */
+static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *rs,
+                        int *failed, char *err, size_t errsz)
 {
   struct server *srv = c->srv;
   const char *base = c->buf + c->rq;
-  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
-    answer_error(c, 413);
-    linger_close(c);
-    return 0;
-  }
   struct ch_task *t = ch_task_new(c->w, "handler");
   if (!t) {
-    answer_error(c, 503);
-    return 0;
+    *failed = 1;
+    return;
   }
   lua_State *T = t->T;
   drain_dead(T);
   lua_rawgeti(T, LUA_REGISTRYINDEX, srv->handler);
-  /* req */
   lua_createtable(T, 1, 8);
   int req = lua_gettop(T);
-  struct rstate *rs = lua_newuserdata(T, sizeof *rs);
-  memset(rs, 0, sizeof *rs);
-  luaL_getmetatable(T, RSTATE_MT);
+  struct rbox *box = lua_newuserdata(T, sizeof *box);
+  box->rs = rs;
+  luaL_getmetatable(T, RBOX_MT);
   lua_setmetatable(T, -2);
-  rs->c = c;
-  rs->h = h;
-  rs->clen = -1;
-  rs->start_ns = ch_now_ns();
-  rs->head_only = h->method.len == 4 && memcmp(base + h->method.off, "HEAD", 4) == 0;
   lua_pushvalue(T, -1);
   lua_rawseti(T, req, 0);
   lua_pushlstring(T, base + h->method.off, h->method.len);
@@ -1417,103 +1409,130 @@ static int serve(struct conn *c, struct ch_http_head *h)
   lua_pushnumber(T, h->version_minor ? 1.1 : 1.0);
   lua_setfield(T, req, "version");
   if (push_path(T, req, base + h->target.off, h->target.len) < 0) {
+    box->rs = NULL;
     lua_settop(T, 0);
-    rs->c = NULL;
     ch_task_release(t);
-    answer_error(c, 400);
-    linger_close(c);
-    return 0;
+    rs->body_status = 400;   /* a target that is no path */
+    *failed = -1;
+    return;
   }
   luaL_getmetatable(T, "cohost.http.req");
   lua_setmetatable(T, req);
-  /* res */
   lua_createtable(T, 1, 2);
   int res = lua_gettop(T);
-  lua_pushvalue(T, req + 1);   /* the rstate */
+  lua_pushvalue(T, req + 1);   /* the box */
   lua_rawseti(T, res, 0);
   lua_pushinteger(T, 200);
   lua_setfield(T, res, "status");
   luaL_getmetatable(T, "cohost.http.res");
   lua_setmetatable(T, res);
-  lua_remove(T, req + 1);      /* the rstate: req and res hold it */
+  lua_remove(T, req + 1);
   lua_pushvalue(T, -1);
   int res_ref = luaL_ref(T, LUA_REGISTRYINDEX);
   ch_task_run(t, 2);
-  int failed = t->status != CH_TASK_DONE;
+  *failed = t->status != CH_TASK_DONE;
+  if (*failed && srv->debug && t->nresults > 0 && lua_isstring(T, 1))
+    snprintf(err, errsz, "%s", lua_tostring(T, 1));
   lua_rawgeti(T, LUA_REGISTRYINDEX, res_ref);
   luaL_unref(T, LUA_REGISTRYINDEX, res_ref);
-  int resi = lua_gettop(T);
-  lua_getfield(T, resi, "_hijacked");
+  lua_getfield(T, -1, "_hijacked");
   if (!lua_isnil(T, -1)) ch_socket_close_at(T, -1);
   lua_pop(T, 1);
+  if (!rs->started) {
+    lua_getfield(T, -1, "status");
+    rs->status = (int)lua_tointeger(T, -1);
+    if (rs->status < 100 || rs->status > 999) rs->status = 500;
+  }
+  box->rs = NULL;   /* req and res kept past here fail cleanly */
+  lua_settop(T, 0);
+  ch_task_release(t);
+}
+
+/* Yields. Serves the request whose head h is parsed: the handler, then
+** whatever it left of the response and of the body. Returns 1 to keep the
+** connection, 0 to close it. */
+static int serve(struct conn *c, struct ch_http_head *h)
+{
+  struct server *srv = c->srv;
+  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
+    answer_error(c, 413);
+    linger_close(c);
+    return 0;
+  }
+  struct rstate rs;
+  memset(&rs, 0, sizeof rs);
+  rs.c = c;
+  rs.h = h;
+  rs.clen = -1;
+  rs.start_ns = ch_now_ns();
+  rs.head_only = h->method.len == 4 && memcmp(c->buf + c->rq + h->method.off, "HEAD", 4) == 0;
+  int failed = 0;
+  char err[1024];
+  err[0] = 0;
+  run_handler(c, h, &rs, &failed, err, sizeof err);
+  if (failed < 0) {
+    answer_error(c, 400);
+    linger_close(c);
+    rstate_release(&rs);
+    return 0;
+  }
   int keep = 0;
-  if (rs->hijacked) {
+  if (rs.hijacked) {
     keep = 0;
-  } else if (!rs->started) {
+  } else if (!rs.started) {
     /* The handler answered nothing, or failed first. */
     struct obuf head = { 0, 0, 0 };
     const char *body = "";
-    char msg[1024];
+    char msg[1100];
     if (failed) {
-      rs->status = 500;
-      rs->nhx = 0;
-      rs->hdrs.len = 0;
+      rs.status = 500;
+      rs.nhx = 0;
+      rs.hdrs.len = 0;
       body = "500 Internal Server Error\n";
-      if (srv->debug && t->nresults > 0 && lua_isstring(T, 1)) {
-        snprintf(msg, sizeof msg, "500 Internal Server Error\n%s\n", lua_tostring(T, 1));
+      if (err[0]) {
+        snprintf(msg, sizeof msg, "500 Internal Server Error\n%s\n", err);
         body = msg;
       }
-    } else if (rs->body_status == 413 || rs->body_status == 400) {
-      rs->status = rs->body_status;
-      body = rs->status == 413 ? "413 Content Too Large\n" : "400 Bad Request\n";
-    } else {
-      lua_getfield(T, resi, "status");
-      rs->status = (int)lua_tointeger(T, -1);
-      lua_pop(T, 1);
-      if (rs->status < 100 || rs->status > 999) rs->status = 500;
+    } else if (rs.body_status == 413 || rs.body_status == 400) {
+      rs.status = rs.body_status;
+      body = rs.status == 413 ? "413 Content Too Large\n" : "400 Bad Request\n";
     }
-    size_t bl = rs->head_only ? 0 : strlen(body);
-    build_head(rs, &head, (int64_t)strlen(body), bl > 0);
+    size_t bl = rs.head_only ? 0 : strlen(body);
+    build_head(&rs, &head, (int64_t)strlen(body), strlen(body) > 0);
     if (head.p) {
       ob_add(&head, body, bl);
-      rs->sent += bl;
+      rs.sent += bl;
       struct iovec iov = { head.p, head.len };
-      keep = write_all(NULL, c->fd, &iov, 1, srv->send_ms) == 0 && rs->keep;
+      keep = write_all(NULL, c->fd, &iov, 1, srv->send_ms) == 0 && rs.keep;
       free(head.p);
     }
-  } else if (!rs->finished) {
-    if (rs->head_only && !failed && !rs->until_close) {
-      keep = rs->keep;
-    } else if (rs->chunked && !failed) {
+  } else if (!rs.finished) {
+    if (rs.head_only && !failed && !rs.until_close) {
+      keep = rs.keep;
+    } else if (rs.chunked && !failed) {
       struct iovec end = { "0\r\n\r\n", 5 };
-      keep = write_all(NULL, c->fd, &end, 1, srv->send_ms) == 0 && rs->keep;
-    } else if (rs->clen >= 0 && rs->sent == (uint64_t)rs->clen && !failed) {
-      keep = rs->keep;
+      keep = write_all(NULL, c->fd, &end, 1, srv->send_ms) == 0 && rs.keep;
+    } else if (rs.clen >= 0 && rs.sent == (uint64_t)rs.clen && !failed) {
+      keep = rs.keep;
     }
   } else {
-    keep = rs->keep;
+    keep = rs.keep;
   }
-  if (!rs->hijacked) access_log(c, rs, c->buf + c->rq);
+  if (!rs.hijacked) access_log(c, &rs, c->buf + c->rq);
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {
-    if (rs->body_status) keep = 0;
-    else {
-      rs->plen = 0;
+    if (rs.body_status) {
+      keep = 0;
+    } else {
       int r;
-      while ((r = body_more(NULL, rs, sink_discard)) > 0)
-        if (rs->body_total > DRAIN_MAX) { keep = 0; break; }
+      while ((r = body_more(NULL, &rs, sink_discard)) > 0)
+        if (rs.body_total > DRAIN_MAX) { keep = 0; break; }
       if (r < 0) keep = 0;
     }
   }
-  if (rs->body_status == 413 && !rs->hijacked) {   /* let the client read the 413 */
-    linger_close(c);
-    keep = 0;
-  }
-  rs->c = NULL;   /* req and res kept past here fail cleanly */
-  rstate_release(rs);
-  lua_settop(T, 0);
-  ch_task_release(t);
+  if (rs.body_status == 413 && !rs.hijacked) linger_close(c);   /* let it read the 413 */
+  rstate_release(&rs);
   return keep;
 }
 
@@ -1700,10 +1719,8 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pushcfunction(L, server_gc);
   lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
-  luaL_newmetatable(L, RSTATE_MT);
-  lua_pushcfunction(L, rstate_gc);
-  lua_setfield(L, -2, "__gc");
-  rstate_mt = lua_topointer(L, -1);
+  luaL_newmetatable(L, RBOX_MT);
+  rbox_mt = lua_topointer(L, -1);
   lua_pop(L, 1);
 
   lua_newtable(L);   /* the module */
