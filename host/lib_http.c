@@ -1010,6 +1010,7 @@ static int decide_keep(struct rstate *rs)
   struct conn *c = rs->c;
   struct ch_http_head *h = rs->h;
   if (!h->keepalive || rs->user_close || c->w->stopping) return 0;
+  if (rs->body_status) return 0;   /* the body broke: its end is unknown */
   if (c->nreq + 1 >= c->srv->keepalive_requests) return 0;
   /* A body the client holds back for our 100 Continue never comes. */
   if (!h->body_done && h->expect_continue && !rs->continue_sent) return 0;
