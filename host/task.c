@@ -108,6 +108,7 @@ void ch_task_raise_quiet(lua_State *L, const char *msg)
   }
   lua_setmetatable(L, -2);
   lua_error(L);
+  __builtin_unreachable();   /* lua_error longjmps or unwinds */
 }
 
 /* Message handler of every task's pcall: runs where the error was raised,
