@@ -9,9 +9,10 @@
 -- Patterns are compiled into a tree of path segments: literal segments
 -- first, then a `:param` (one non-empty segment), then a trailing `*splat`
 -- (the rest of the path), with backtracking, so the most specific route
--- wins whatever the order of registration. Patterns with no parameter are
--- also kept in a hash for an exact lookup, so the common case costs one
--- table lookup. See docs/http-router.md.
+-- wins whatever the order of registration (a plain descent finds it
+-- unless a deeper segment fails). Patterns with no parameter are also
+-- kept in a hash for an exact lookup, so the common case costs one table
+-- lookup. See docs/http-router.md.
 local cohost = require "cohost"
 local static = require "cohost.http.static"
 
@@ -21,6 +22,10 @@ local Router = {}
 Router.__index = Router
 
 local byte, sub, find, concat = string.byte, string.sub, string.find, table.concat
+local debug_traceback = debug.traceback
+
+-- The segments of "/", which a mounted router sees for its bare prefix.
+local ROOT = { "" }
 
 local METHODS = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS" }
 
@@ -51,27 +56,24 @@ local function split(path, out)
   end
 end
 
--- The request's path segments, each percent-decoded. Segments come from
--- the raw target when it has escapes, so "/files/a%2Fb" gives the one
--- segment "a/b"; but only when they spell req.path, which the server
--- decoded and normalized: otherwise ("/a/..%2fb", "/a/%2e%2e/b") the
--- segments of req.path count, as for every target without escapes.
+-- The request's path segments, each percent-decoded, when its target has
+-- escapes in the path: those segments come from the raw target, so
+-- "/files/a%2Fb" gives the one segment "a/b"; but only when they spell
+-- req.path, which the server decoded and normalized: otherwise
+-- ("/a/..%2fb", "/a/%2e%2e/b") the segments of req.path count. Returns
+-- false when req.path alone will do (route splits it only if needed).
 local function segments(req)
-  local segs = {}
-  local path = req.path
   local target = req.target
-  local q = target and find(target, "?", 1, true)
-  local raw = target and (q and sub(target, 1, q - 1) or target)
-  if raw and byte(raw, 1) == 47 and find(raw, "%", 1, true) then   -- 47: "/"
-    local n = split(raw, segs)
-    for i = 1, n do segs[i] = decode(segs[i]) end
-    if "/" .. concat(segs, "/", 1, n) == path then
-      segs.raw = true
-      return segs, n
-    end
-    segs = {}
-  end
-  return segs, split(path, segs)
+  if not target then return false end
+  local q = find(target, "?", 1, true)
+  local pct = find(target, "%", 1, true)
+  if not pct or (q and pct > q) or byte(target, 1) ~= 47 then return false end   -- 47: "/"
+  local segs = {}
+  local n = split(q and sub(target, 1, q - 1) or target, segs)
+  for i = 1, n do segs[i] = decode(segs[i]) end
+  if "/" .. concat(segs, "/", 1, n) ~= req.path then return false end
+  segs.raw = true
+  return segs, n
 end
 
 -- -- Patterns -----------------------------------------------------------------
@@ -167,6 +169,34 @@ local function search(nd, segs, i, n, method, caps)
   end
 end
 
+-- The search's first path, as a loop: at each segment the literal child,
+-- else the parameter, else the splat. When it ends in a route that is the
+-- search's answer; when it fails the search runs (backtracking is rare).
+local function descend(nd, segs, i, n, method, caps)
+  local nc = 0
+  while i <= n do
+    local s = segs[i]
+    local lit = nd.lit
+    local child = lit and lit[s]
+    if child then
+      nd = child
+    elseif nd.param and s ~= "" then
+      nc = nc + 1
+      caps[nc] = s
+      nd = nd.param
+    else
+      child = nd.splat
+      if not child then return nil end
+      local rt = pick(child.routes, method)
+      if not rt then return nil end
+      caps[nc + 1] = i == n and s or concat(segs, "/", i, n)
+      return rt, i
+    end
+    i = i + 1
+  end
+  return pick(nd.routes, method)
+end
+
 -- Adds to allow every method some route matching segs[i..n] takes.
 local function methods(nd, segs, i, n, allow)
   if i > n then
@@ -203,48 +233,57 @@ local function answer(req, res, status, msg)
 end
 M.answer = answer
 
+-- The Allow header for a set of methods: the standard ones in their usual
+-- order (HEAD wherever GET is, OPTIONS always), then others by name.
 local function allow_header(allow)
   if allow.GET then allow.HEAD = true end
   allow.OPTIONS = true
-  local list = {}
+  local list, others = {}, {}
   for _, m in ipairs(METHODS) do
     if allow[m] then list[#list + 1] = m; allow[m] = nil end
   end
-  for m in pairs(allow) do list[#list + 1] = m end   -- methods of our own
-  table.sort(list, function(a, b)
-    -- Standard methods keep their usual order; others follow by name.
-    local ia, ib = 99, 99
-    for k, m in ipairs(METHODS) do
-      if m == a then ia = k end
-      if m == b then ib = k end
-    end
-    if ia ~= ib then return ia < ib end
-    return a < b
-  end)
+  for m in pairs(allow) do others[#others + 1] = m end
+  table.sort(others)
+  for _, m in ipairs(others) do list[#list + 1] = m end
   return concat(list, ", ")
 end
 
--- The default error handler: 500, and the error text only in debug.
-local function default_on_error(self)
-  return function(err, req, res, trace)
-    answer(req, res, 500, self.debug and trace or "internal server error")
-  end
+-- The default error handler: 500, and the traceback only in debug.
+local function default_on_error(_, req, res, trace, debug)
+  answer(req, res, 500, debug and trace or "internal server error")
 end
 
 -- -- Dispatch -----------------------------------------------------------------
 
 -- Routes a request whose path segments from index i on belong to this
 -- router (a mounted router sees only what follows its prefix).
+-- segs is false for a top-level request whose target has no escapes: its
+-- segments are split from req.path only if the exact lookup misses.
 local function route(self, req, res, segs, i, n)
   local method = req.method
-  local caps = {}
-  local rt, at
-  -- Exact lookup first: patterns without parameters are in a hash.
-  local key = req.path
-  if i ~= 1 or segs.raw then key = "/" .. concat(segs, "/", i, n) end
-  local exact = self.exact[key]
+  local rt, at, caps
+  -- Exact lookup first: patterns without parameters are in a hash. Raw
+  -- segments may hold a decoded "/", which only the tree tells apart.
+  local key
+  if not segs then key = req.path
+  elseif not segs.raw then key = "/" .. concat(segs, "/", i, n) end
+  local exact = key and self.exact[key]
   if exact then rt = pick(exact, method) end
-  if not rt then rt, at = search(self.root, segs, i, n, method, caps) end
+  if rt then
+    req.params = {}
+    if rt.mount then return rt.mount:_dispatch(req, res, ROOT, 1, 1) end
+    return rt.fn(req, res)
+  end
+  if not segs then
+    segs = {}
+    n = split(req.path, segs)
+  end
+  caps = {}
+  rt, at = descend(self.root, segs, i, n, method, caps)
+  if not rt then
+    caps = {}
+    rt, at = search(self.root, segs, i, n, method, caps)
+  end
   if not rt then
     local allow = {}
     methods(self.root, segs, i, n, allow)
@@ -264,18 +303,18 @@ local function route(self, req, res, segs, i, n)
   for k = 1, #names do params[names[k]] = caps[k] end
   req.params = params
   if rt.mount then
-    return rt.mount:_dispatch(req, res, segs, at or n + 1, n)
+    if at then return rt.mount:_dispatch(req, res, segs, at, n) end
+    return rt.mount:_dispatch(req, res, ROOT, 1, 1)
   end
   return rt.fn(req, res)
 end
 
 -- Runs the middleware matching the path in order, then the route. next()
 -- does nothing once the response has started or when called again.
-function Router:_dispatch(req, res, segs, i, n)
+local function chain(self, req, res, segs, i, n)
   local mw = self.middleware
   local count = #mw
-  if count == 0 then return route(self, req, res, segs, i, n) end
-  local path = "/" .. concat(segs, "/", i, n)
+  local path = segs and "/" .. concat(segs, "/", i, n) or req.path
   local k = 0
   local function step()
     while true do
@@ -297,6 +336,14 @@ function Router:_dispatch(req, res, segs, i, n)
   return step()
 end
 
+-- Dispatches the segments i..n of a request (all of them at the top;
+-- what follows the prefix in a mounted router). Kept free of closures, so
+-- it compiles when there is no middleware.
+function Router:_dispatch(req, res, segs, i, n)
+  if self.middleware[1] then return chain(self, req, res, segs, i, n) end
+  return route(self, req, res, segs, i, n)
+end
+
 -- An error value that must reach the server unchanged: the server's quiet
 -- errors (the client went away: "closed", "timeout", raised as a table
 -- with the registry's "cohost.quiet_error" metatable) and cancellation
@@ -308,25 +355,32 @@ local function passthrough(err)
   return mt and mt == registry["cohost.quiet_error"] or false
 end
 
+-- xpcall's message handler: wraps a handler error with its traceback
+-- (taken where it was raised); passes the others on unchanged.
+local Traced = {}
+local function traced(e)
+  if passthrough(e) then return e end
+  return setmetatable({ e, debug_traceback(tostring(e), 2) }, Traced)
+end
+
 -- Handles one request: dispatch under xpcall; a handler error is logged
 -- with its traceback and answered by the error handler (500 by default)
 -- when no response has started. Once one has, the error is raised again so
 -- the server closes the connection rather than end a truncated response.
-function Router:_handle(req, res)
+function Router:_handle(req, res, debug)
   local segs, n = segments(req)
-  local trace
-  local ok, err = xpcall(Router._dispatch, function(e)
-    if not passthrough(e) then trace = debug.traceback(tostring(e), 2) end
-    return e
-  end, self, req, res, segs, 1, n)
+  local ok, err = xpcall(self._dispatch, traced, self, req, res, segs, 1, n)
   if ok then return end
-  if not trace then error(err, 0) end
+  if getmetatable(err) ~= Traced then error(err, 0) end
+  local trace
+  err, trace = err[1], err[2]
   if res:sent() then error(trace, 0) end
   cohost.log(cohost.ERR, "http: ", req.method, " ", req.path, ": ", trace)
-  local ok2, err2 = xpcall(self.error_handler, debug.traceback, err, req, res, trace)
+  debug = debug or self.debug
+  local ok2, err2 = xpcall(self.error_handler, debug_traceback, err, req, res, trace, debug)
   if not ok2 then
     cohost.log(cohost.ERR, "http: the error handler failed: ", err2)
-    if not res:sent() then default_on_error(self)(err, req, res, trace) end
+    if not res:sent() then default_on_error(err, req, res, trace, debug) end
   end
 end
 
@@ -340,7 +394,7 @@ function M.new(opts)
     middleware = {},   -- { prefix =, fn = } in order
     debug = opts and opts.debug or false,
   }, Router)
-  self.error_handler = default_on_error(self)
+  self.error_handler = default_on_error
   self.not_found = function(req, res) answer(req, res, 404, "not found") end
   return self
 end
@@ -405,8 +459,8 @@ function Router:mount(prefix, sub_router)
   return self
 end
 
--- on_error(fn): fn(err, req, res, traceback) answers a handler error; it
--- runs only when no response has started. Returns the router.
+-- on_error(fn): fn(err, req, res, traceback, debug) answers a handler
+-- error; it runs only when no response has started. Returns the router.
 function Router:on_error(fn)
   self.error_handler = fn
   return self
@@ -418,12 +472,14 @@ function Router:on_not_found(fn)
   return self
 end
 
--- handler() -> function(req, res) for http.listen.
-function Router:handler()
-  return function(req, res) return self:_handle(req, res) end
+-- handler([opts]) -> function(req, res) for http.listen; opts.debug (the
+-- listener's) puts tracebacks in 500 bodies as the router's own does.
+function Router:handler(opts)
+  local debug = opts and opts.debug or false
+  return function(req, res) return self:_handle(req, res, debug) end
 end
 
-Router.__call = Router._handle
+function Router:__call(req, res) return self:_handle(req, res) end
 
 M.Router = Router
 

@@ -95,9 +95,13 @@ function M.new(dir, opts)
     local path = dir .. rel
     if rel == "" then
       if not is_dir(path) then return text(res, 404, "not found") end
-    elseif sub(rel, -1) == "/" then
+    elseif sub(rel, -1) == "/" and sub(req.path, -1) == "/" then
       if index and send_file(req, res, path .. index, max_age) then return end
       return text(res, 404, "not found")
+    elseif sub(rel, -1) == "/" then
+      -- The directory of a mounted router's bare prefix ("/docs" seen as
+      -- "/"): its URL needs the slash too.
+      if not is_dir(path) then return text(res, 404, "not found") end
     elseif send_file(req, res, path, max_age) then
       return
     elseif not is_dir(path) then
