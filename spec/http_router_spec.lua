@@ -368,6 +368,32 @@ listener = assert(http.listen("127.0.0.1:0", r))
     assert.matches("in %a* ?function 'deep'", log)
   end)
 
+  it("lets a client that went away end the handler quietly, not as a handler error", function()
+    local script = h.tmpfile(h.server_script [[
+local http = require "cohost.http"
+local r = http.router()
+r:get("/stream", function(_, res)
+  local piece = ("x"):rep(65536)
+  for _ = 1, 100000 do res:write(piece) end   -- until the client leaves
+end)
+listener = assert(http.listen("127.0.0.1:0", r))
+]])
+    local p = h.start("--log-level info " .. h.shell_quote(script))
+    defer(p.stop)
+    local s = h.connect(p.port, 5000)
+    assert(s:send("GET /stream HTTP/1.1\r\nHost: t\r\n\r\n"))
+    assert(s:receive(100000))
+    s:close()
+    -- The server logs the end at info level; give it a moment.
+    local deadline = cohost.monotonic() + 5
+    while not h.slurp(p.err):find("closed", 1, true) and cohost.monotonic() < deadline do
+      cohost.sleep(0.05)
+    end
+    local log = h.slurp(p.err)
+    assert.matches("closed", log)
+    assert.is_nil(log:find("[error]", 1, true), log)
+  end)
+
   it("lets on_error answer, and falls back to the default when on_error raises", function()
     local r = router.new()
     r:get("/boom", function() error({ code = 418 }) end)
