@@ -19,7 +19,7 @@ function M.listen(addr, handler, opts)
   if type(handler) == "table" then
     local r = handler
     if type(r.handler) == "function" then
-      handler = r:handler()
+      handler = r:handler(opts)
     else
       handler = function(req, res) return r(req, res) end
     end
@@ -87,15 +87,21 @@ function Response:redirect(url, status)
   return self:send("")
 end
 
--- res:sendfile(path [, opts]): Content-Type from the extension unless set.
+-- res:sendfile(path [, opts]): Content-Type from the extension (or
+-- opts.content_type) unless set; set only once the file is found.
 local sendfile = Response.sendfile
 function Response:sendfile(path, opts)
-  if not self:get_header("Content-Type") then
+  local typ = opts and opts.content_type
+  if not typ and not self:get_header("Content-Type") then
     local ok, mime = pcall(mime_mod)
-    local typ = ok and mime.type_of(path) or "application/octet-stream"
-    self:header("Content-Type", (opts and opts.content_type) or typ)
+    typ = ok and mime.type_of(path) or "application/octet-stream"
   end
-  return sendfile(self, path)
+  return sendfile(self, path, typ)
+end
+
+-- req:multipart(opts) -> streaming multipart parts (see docs/http-router.md)
+function Request:multipart(opts)
+  return form_mod().multipart(self, opts)
 end
 
 return M
