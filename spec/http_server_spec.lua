@@ -762,10 +762,14 @@ describe("http server res", function()
     end)
     local s = connect(port)
     assert(s:send(get("/") .. get("/next")))
-    local r = assert(read_response(s))
-    assert.equal("abcd", r.body)
-    local r2, err = read_response(s)   -- "efgh..." here would be a bad status line
-    if r2 then assert.equal("next", r2.body) else assert.equal("closed", err) end
+    -- The overrunning send raises before writing: the body stops at "ab"
+    -- and the connection closes (a short body the client detects).
+    local head = {}
+    repeat head[#head + 1] = assert(s:receive("*l")) until head[#head] == ""
+    local data, err, partial = s:receive(4)
+    assert.is_nil(data)
+    assert.equal("closed", err)
+    assert.equal("ab", partial)
   end)
 
   it("sends no body bytes with a 204 or 304, even from res:write", function()
