@@ -1,4 +1,6 @@
 /* cohost.core.sys: time, logging, worker identity and exit. */
+#include <sched.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -84,6 +86,20 @@ static int l_worker_count(lua_State *L)
   return 1;
 }
 
+/* worker_cpu() -> the CPU this worker's thread runs on right now (pinned
+** with --cpu-affinity, it stays there), or nil, err. */
+static int l_worker_cpu(lua_State *L)
+{
+  int cpu = sched_getcpu();
+  if (cpu < 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, strerror(errno));
+    return 2;
+  }
+  lua_pushinteger(L, cpu);
+  return 1;
+}
+
 /* exit([code]) ends the process now (flushing stdio), like os.exit. */
 static int l_exit(lua_State *L)
 {
@@ -98,16 +114,27 @@ static int l_shutdown(lua_State *L)
   return 0;
 }
 
-/* stats() -> table of this worker's scheduler counters. */
+/* stats() -> table of this worker's scheduler counters; per priority
+** class, ready_<class> (queued now) and runs_<class> (switched into). */
 static int l_stats(lua_State *L)
 {
+  static const char *const classes[3] = { "high", "normal", "low" };
   struct ch_stats st;
   if (ch_stats(&st) < 0) return 0;
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 16);
 #define FIELD(name) (lua_pushnumber(L, (lua_Number)st.name), lua_setfield(L, -2, #name))
   FIELD(coros); FIELD(ready); FIELD(waiting); FIELD(sleeping); FIELD(spawned);
   FIELD(switches); FIELD(timers); FIELD(stacks_free); FIELD(stack_bytes);
 #undef FIELD
+  for (int p = 0; p < 3; p++) {
+    char key[16];
+    snprintf(key, sizeof key, "ready_%s", classes[p]);
+    lua_pushnumber(L, (lua_Number)st.prio_ready[p]);
+    lua_setfield(L, -2, key);
+    snprintf(key, sizeof key, "runs_%s", classes[p]);
+    lua_pushnumber(L, (lua_Number)st.prio_runs[p]);
+    lua_setfield(L, -2, key);
+  }
   lua_pushnumber(L, ch_worker_self ? (lua_Number)ch_worker_self->connections : 0);
   lua_setfield(L, -2, "connections");
   return 1;
@@ -121,6 +148,7 @@ static const luaL_Reg sys_funcs[] = {
   { "log_enabled", l_log_enabled },
   { "worker_id", l_worker_id },
   { "worker_count", l_worker_count },
+  { "worker_cpu", l_worker_cpu },
   { "exit", l_exit },
   { "shutdown", l_shutdown },
   { "stats", l_stats },

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <lauxlib.h>
@@ -34,10 +35,41 @@ static struct ch_worker *worker(lua_State *L)
   return w;
 }
 
+/* Priority class names, indexed by CH_PRIO_*. */
+static const char *const prio_names[] = { "high", "normal", "low", NULL };
+
+/* The class named by the string at idx; raises an argument error naming
+** argument argn of the calling function for anything else. */
+static int check_prio(lua_State *L, int idx, int argn)
+{
+  const char *name = lua_tostring(L, idx);
+  for (int i = 0; name && prio_names[i]; i++)
+    if (strcmp(name, prio_names[i]) == 0) return i;
+  return luaL_argerror(L, argn, lua_pushfstring(L, "priority must be \"high\", \"normal\" or \"low\", got %s",
+                                                name ? name : luaL_typename(L, idx)));
+}
+
+/* A task's coroutine, as ch_task_spawn's own (task.c), started with a
+** class: ch_task_spawn has no class argument. */
+static void task_entry(void *p)
+{
+  struct ch_task *t = p;
+  ch_task_run(t, t->nargs);
+  ch_task_release(t);
+}
+
 /* Spawns fn(...) as a task; daemon tasks are cancelled when shutdown
-** starts (timers), the others get the shutdown timeout. */
+** starts (timers), the others get the shutdown timeout. An options table
+** may come first: spawn({priority = "high"}, fn, ...). */
 static int spawn(lua_State *L, int daemon)
 {
+  int prio = CH_PRIO_NORMAL;
+  if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_getfield(L, 1, "priority");
+    if (!lua_isnil(L, -1)) prio = check_prio(L, -1, 1);
+    lua_pop(L, 1);
+    lua_remove(L, 1);
+  }
   luaL_checktype(L, 1, LUA_TFUNCTION);
   struct ch_worker *w = worker(L);
   int nargs = lua_gettop(L) - 1;
@@ -51,7 +83,10 @@ static int spawn(lua_State *L, int daemon)
   t->daemon = (uint8_t)daemon;
   lua_xmove(L, t->T, nargs + 1);
   if (w->stopping && daemon) t->status = CH_TASK_KILLED;
-  if (ch_task_spawn(t, nargs) < 0) {
+  t->nargs = nargs;
+  if (ch_spawn_prio(task_entry, t, prio) < 0) {
+    t->status = CH_TASK_FAILED;
+    ch_task_release(t);   /* never ran: frees it */
     lua_pushnil(L);
     lua_pushliteral(L, "no memory");
     return 2;
@@ -191,6 +226,32 @@ static int l_sleep(lua_State *L)
   return 0;
 }
 
+/* -- Priority ------------------------------------------------------------- */
+
+static struct ch_coro *current(lua_State *L)
+{
+  struct ch_coro *c = ch_current();
+  if (!c) luaL_error(L, "cohost: not inside a coroutine");
+  return c;
+}
+
+/* setpriority(class): the calling thread's class from its next wakeup on;
+** it keeps running until it yields or blocks. */
+static int l_setpriority(lua_State *L)
+{
+  luaL_checkstring(L, 1);
+  int prio = check_prio(L, 1, 1);
+  ch_coro_set_priority(current(L), prio);
+  return 0;
+}
+
+/* getpriority() -> "high", "normal" or "low". */
+static int l_getpriority(lua_State *L)
+{
+  lua_pushstring(L, prio_names[ch_coro_priority(current(L))]);
+  return 1;
+}
+
 /* -- Wait queues ---------------------------------------------------------- */
 
 /* A FIFO of parked coroutines. Nodes live on the waiters' own stacks and
@@ -305,6 +366,8 @@ static const luaL_Reg task_funcs[] = {
   { "wait", l_wait },
   { "kill", l_kill },
   { "sleep", l_sleep },
+  { "setpriority", l_setpriority },
+  { "getpriority", l_getpriority },
   { "waitq", l_waitq },
   { NULL, NULL }
 };

@@ -45,6 +45,13 @@ static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
 
+/* Scheduling policy from the command line (see ch_sched_set_fairness). */
+static unsigned fair_switches = 64, fair_usec = 1000;
+static int *worker_cpus;          /* --cpu-affinity: CPU of worker i is
+                                  ** worker_cpus[i % nworker_cpus]; NULL: off */
+static int nworker_cpus;
+static const char *affinity_arg;  /* as given, parsed once -w is known */
+
 static struct ch_worker *workers;
 /* Guards workers[i].sched: a worker whose ch_run returned lets its thread
 ** end, which frees its scheduler; the signal thread must not post to it. */
@@ -74,6 +81,11 @@ static void usage(FILE *f)
     "      --max-connections N    per worker; more are closed at once (default 0 = no limit)\n"
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT (default 10)\n"
     "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
+    "      --cpu-affinity auto|LIST  pin worker i to the i-th CPU of LIST (e.g. 0,2-3)\n"
+    "                             or of the CPUs allowed to the process (default: off)\n"
+    "      --fair-switches N      a coroutine that keeps yielding lets I/O and timers\n"
+    "      --fair-usec US         in after N switches or US microseconds, whichever\n"
+    "                             first (default 64 and 1000; 0 US: no time limit)\n"
     "  -e CHUNK                   run CHUNK before the script (repeatable)\n"
     "      --check                load and compile the script only\n"
     "  -v, --version              print the version\n"
@@ -106,6 +118,96 @@ static int cpu_count(void)
   if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
+}
+
+/* -- CPU affinity --------------------------------------------------------- */
+
+/* set as a CPU list, "0-3,6", into buf. */
+static void format_cpus(const cpu_set_t *set, char *buf, size_t size)
+{
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int c = 0; c < CPU_SETSIZE && n < size; c++) {
+    if (!CPU_ISSET(c, set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, set)) last++;
+    int w = last > c ? snprintf(buf + n, size - n, "%s%d-%d", n ? "," : "", c, last)
+                     : snprintf(buf + n, size - n, "%s%d", n ? "," : "", c);
+    if (w < 0) break;
+    n += (size_t)w;
+    c = last;
+  }
+}
+
+static int parse_cpu(const char **p, const char *arg)
+{
+  char *end;
+  errno = 0;
+  long v = strtol(*p, &end, 10);
+  if (errno || end == *p || v < 0 || v >= CPU_SETSIZE) die("bad CPU list '%s'", arg);
+  *p = end;
+  return (int)v;
+}
+
+/* Turns --cpu-affinity's value into worker_cpus: "auto" is every CPU the
+** process may use, in order; a list ("0,2-3") is taken as written and each
+** of its CPUs must be allowed. Exits with status 2 otherwise. */
+static void parse_affinity(const char *arg)
+{
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) < 0) die("sched_getaffinity failed%s", "");
+  worker_cpus = calloc(CPU_SETSIZE, sizeof *worker_cpus);
+  if (!worker_cpus) die("no memory%s", "");
+  if (!strcmp(arg, "auto")) {
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &allowed)) worker_cpus[nworker_cpus++] = c;
+    return;
+  }
+  const char *p = arg;
+  while (*p) {
+    int lo = parse_cpu(&p, arg), hi = lo;
+    if (*p == '-') {
+      p++;
+      hi = parse_cpu(&p, arg);
+      if (hi < lo) die("bad CPU list '%s'", arg);
+    }
+    if (*p == ',') p++;
+    else if (*p) die("bad CPU list '%s'", arg);
+    for (int c = lo; c <= hi; c++) {
+      if (!CPU_ISSET(c, &allowed)) {
+        char set[512], msg[600];
+        format_cpus(&allowed, set, sizeof set);
+        snprintf(msg, sizeof msg, "--cpu-affinity: CPU %d is not in the set this process may use (%s)", c, set);
+        die("%s", msg);
+      }
+      if (nworker_cpus < CPU_SETSIZE) worker_cpus[nworker_cpus++] = c;
+    }
+  }
+  if (nworker_cpus == 0) die("bad CPU list '%s'", arg);
+}
+
+/* Pins the calling worker thread to its CPU, if --cpu-affinity asked. */
+static void pin_worker(int id)
+{
+  if (!worker_cpus) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(worker_cpus[id % nworker_cpus], &set);
+  int r = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  if (r != 0) {
+    fprintf(stderr, "cohost: cannot pin worker %d to CPU %d: %s\n", id,
+            worker_cpus[id % nworker_cpus], strerror(r));
+    exit(2);
+  }
+}
+
+static unsigned parse_uint(const char *v, const char *opt, unsigned max)
+{
+  char *end;
+  errno = 0;
+  unsigned long n = strtoul(v, &end, 10);
+  if (errno || end == v || *end || v[0] == '-' || n > max) die("bad value for %s", opt);
+  return (unsigned)n;
 }
 
 /* Value of an option: "--opt=value" or the next argument. */
@@ -147,6 +249,13 @@ static int parse_args(int argc, char **argv, int *check)
     } else if (is(a, "--log-level")) {
       const char *v = value(argc, argv, &i, "--log-level");
       if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+    } else if (is(a, "--cpu-affinity")) {
+      affinity_arg = value(argc, argv, &i, "--cpu-affinity");
+    } else if (is(a, "--fair-switches")) {
+      fair_switches = parse_uint(value(argc, argv, &i, "--fair-switches"), "--fair-switches", 1000000);
+      if (fair_switches == 0) die("bad value for %s", "--fair-switches");
+    } else if (is(a, "--fair-usec")) {
+      fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
     } else if (!strcmp(a, "-e")) {
       if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
       chunks[nchunks++] = value(argc, argv, &i, "-e");
@@ -156,6 +265,7 @@ static int parse_args(int argc, char **argv, int *check)
       die("unknown option '%s' (cohost --help lists them)", a);
     }
   }
+  if (affinity_arg) parse_affinity(affinity_arg);
   if (i < argc) {
     script = argv[i];
     script_index = i;
@@ -319,8 +429,10 @@ static void *worker_main(void *p)
 {
   struct ch_worker *w = p;
   ch_worker_self = w;
+  pin_worker(w->id);
   struct ch_sched *s = ch_sched_self();
   if (!s) { fprintf(stderr, "cohost: cannot create a scheduler\n"); exit(1); }
+  if (ch_sched_set_fairness(fair_switches, fair_usec) < 0) die("bad fairness settings%s", "");
   pthread_mutex_lock(&workers_lock);
   w->sched = s;
   pthread_mutex_unlock(&workers_lock);

@@ -43,6 +43,7 @@ struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
   c->id = new_id();
   c->state = CH_CORO_NEW;
   c->may_yield = 1;
+  c->prio = CH_PRIO_NORMAL;
   ch_stack_set_owner(&c->stack, c->id);
   ch_ctx_make(&c->ctx, (char *)c->stack.base + c->stack.size, entry, c);
   return c;

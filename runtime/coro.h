@@ -34,6 +34,7 @@ struct ch_coro {
   uint8_t may_yield;        /* hooks may park it (default 1) */
   uint8_t cancelled;        /* ch_cancel was called */
   uint8_t uncancellable;    /* current park ignores ch_cancel */
+  uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
 };

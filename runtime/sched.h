@@ -16,15 +16,40 @@
 #include "stack.h"
 #include "timer.h"
 
-#define CH_SCHED_BATCH 64   /* direct switches before the loop polls epoll */
+/* Fairness defaults (see ch_sched_set_fairness): the loop polls epoll and
+** expires timers after at most this many direct switches, or once a batch
+** has run this long, whichever comes first. */
+#define CH_SCHED_SWITCHES 64
+#define CH_SCHED_USEC 1000
+#define CH_SCHED_SWITCHES_MAX 1000000u   /* setter limits, see cohost.h */
+#define CH_SCHED_USEC_MAX 10000000u      /* 10 s */
+
+/* Starvation guard: a normal or low class with ready coroutines waits
+** through at most this many runs of other classes (CH_SCHED_SHARE - 1,
+** one more when normal and low come due together), so each gets at least
+** one run in CH_SCHED_SHARE + 1 however busy high is. */
+#define CH_SCHED_SHARE 8
+
+#define CH_PRIO_CLASSES 3
 
 struct ch_post;
+
+/* A FIFO of NEW and READY coroutines of one class. */
+struct ch_readyq {
+  struct ch_coro *head;
+  struct ch_coro *tail;
+  uint64_t pushes;              /* ever queued (pushes - runs: queued now) */
+  uint64_t runs;                /* coroutines of this class switched into */
+};
 
 struct ch_sched {
   struct ch_ctx ctx;            /* the loop's context, on the thread's stack */
   struct ch_coro *current;      /* running coroutine; NULL in the loop */
-  struct ch_coro *ready_head;   /* FIFO of NEW and READY coroutines */
-  struct ch_coro *ready_tail;
+  struct ch_readyq rq[CH_PRIO_CLASSES];   /* by CH_PRIO_* */
+  uint32_t other_mask;          /* bit p set: rq[p] not empty, p not NORMAL */
+  uint32_t skipped[CH_PRIO_CLASSES];   /* runs of others while this class
+                                ** had ready coroutines (pick_class) */
+  uint64_t normal_runs_seen;    /* rq[NORMAL].runs after the last pop_other */
   struct ch_coro *dead;         /* EXITED, waiting for the loop to reclaim */
   struct ch_coro *spare;        /* freed coroutine structs for reuse */
   struct ch_timerq timers;      /* includes coroutine timeouts */
@@ -34,10 +59,17 @@ struct ch_sched {
   int epfd;                     /* epoll instance */
   int evfd;                     /* eventfd other threads write to wake us */
   uint32_t batch;               /* direct switches in the current batch */
+  uint32_t fair_switches;       /* batch limit, switches (>= 1) */
+  uint32_t fair_usec;           /* batch limit, microseconds; 0: none */
+  uint64_t fair_ticks;          /* fair_usec in ticks (see sched.c); 0: none */
+  uint64_t batch_tick;          /* tick count when the batch began */
+  uint32_t batch_stop;          /* batch count of the next limit check */
+  uint64_t cal_tick, cal_ns;    /* calibration origin of the tick clock */
+  uint32_t ticks_per_us;        /* measured tick rate; 0 until calibrated */
   uint8_t running;              /* inside ch_run */
   uint8_t stopping;             /* ch_stop was called */
   uint64_t nlive;               /* coroutines not yet EXITED */
-  uint64_t nwaiting, nsleeping, nready; /* by state, for stats */
+  uint64_t nwaiting, nsleeping; /* by state, for stats */
   uint64_t spawned;             /* total spawned */
   uint64_t switches;            /* context switches */
   pthread_mutex_t post_lock;    /* guards posts */

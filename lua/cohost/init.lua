@@ -24,17 +24,25 @@ M.now = sys.now
 M.time = sys.time
 M.monotonic = sys.monotonic
 
--- Light threads: spawn(fn, ...) -> thread; wait(t1, ...) -> ok, results...
--- of the first to finish (false, err if it failed); kill(t).
+-- Light threads: spawn(fn, ...) or spawn({priority = "high"}, fn, ...)
+-- -> thread; wait(t1, ...) -> ok, results... of the first to finish
+-- (false, err if it failed); kill(t).
 M.spawn = task.spawn
 M.wait = task.wait
 M.kill = task.kill
+
+-- Priority classes "high", "normal" (the default), "low": which ready
+-- thread runs first (see docs/lua-api.md). setpriority(class) applies to
+-- the calling thread from its next wakeup.
+M.setpriority = task.setpriority
+M.getpriority = task.getpriority
 
 -- log(level, ...): level is M.ERR .. M.DEBUG or a name ("err", "info").
 M.log = sys.log
 
 M.worker_id = sys.worker_id
 M.worker_count = sys.worker_count
+M.worker_cpu = sys.worker_cpu
 M.stats = sys.stats
 
 -- exit(code): ends the process now. shutdown(): stops the way SIGTERM does.
