@@ -10,5 +10,7 @@ int luaopen_cohost_core_sys(lua_State *L);      /* lib_sys.c */
 int luaopen_cohost_core_socket(lua_State *L);   /* lib_socket.c */
 int luaopen_cohost_core_crypto(lua_State *L);   /* lib_crypto.c */
 int luaopen_cohost_core_http(lua_State *L);     /* lib_http.c */
+int luaopen_cohost_core_re(lua_State *L);       /* lib_re.c */
+int luaopen_cohost_core_file(lua_State *L);     /* lib_file.c */
 
 #endif

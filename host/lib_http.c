@@ -188,9 +188,9 @@ static void on_input(struct ch_watch *wt, int revents)
     return;
   }
   c->active = 1;
-  int prio = ch_listener_prio(c->l);
-  (void)prio;
-  if (ch_spawn(conn_main, c) < 0) conn_free(c);   /* no stack: shed it */
+  /* The listener's class (opts.priority) orders its requests against
+  ** other work on this worker. */
+  if (ch_spawn_prio(conn_main, c, ch_listener_prio(c->l)) < 0) conn_free(c);   /* no stack: shed it */
 }
 
 /* Waits for the next request with no coroutine. Call with nothing
@@ -488,6 +488,7 @@ struct rstate {
   uint8_t chunked;                /* body in chunked encoding */
   uint8_t until_close;            /* HTTP/1.0 stream: ends by closing */
   uint8_t head_only;              /* HEAD: no body bytes */
+  uint8_t nobody;                 /* 1xx, 204, 304: no body bytes */
   uint8_t keep;                   /* keep-alive, decided with the head */
   uint8_t hijacked;               /* res:hijack() took the connection */
   uint8_t user_close;             /* the handler set Connection: close */
@@ -830,7 +831,7 @@ static void push_query(lua_State *L, const char *q, size_t n)
   size_t i = 0;
   while (i < n) {
     size_t j = i;
-    while (j < n && q[j] != '&' && q[j] != ';') j++;
+    while (j < n && q[j] != '&') j++;   /* not ';' (CVE-2021-23336) */
     if (j > i) {
       const char *eq = memchr(q + i, '=', j - i);
       size_t kl = eq ? (size_t)(eq - q - i) : j - i;
@@ -894,7 +895,8 @@ static int req_header(lua_State *L)
       lua_pushlstring(L, base + h->value[i].off, h->value[i].len);
       return 1;
     }
-  return 0;
+  lua_pushnil(L);
+  return 1;
 }
 
 /* -- Response headers ------------------------------------------------------ */
@@ -990,7 +992,10 @@ static int res_get_header(lua_State *L)
   size_t nl;
   const char *name = luaL_checklstring(L, 2, &nl);
   int i = hx_find(rs, name, nl, 0);
-  if (i < 0) return 0;
+  if (i < 0) {
+    lua_pushnil(L);
+    return 1;
+  }
   const char *line = rs->hdrs.p + rs->hx[i].off;
   lua_pushlstring(L, line + nl + 2, rs->hx[i].len - nl - 4);
   return 1;
@@ -1056,6 +1061,7 @@ static void build_head(struct rstate *rs, struct obuf *out, int64_t clen, int de
   for (int i = 0; i < rs->nhx; i++)
     if (rs->hx[i].len) ob_add(out, rs->hdrs.p + rs->hx[i].off, rs->hx[i].len);
   int nobody = rs->status == 204 || rs->status == 304 || rs->status < 200;
+  rs->nobody = (uint8_t)nobody;
   if (default_ctype && !nobody && hx_find(rs, "content-type", 12, 0) < 0)
     ob_adds(out, "Content-Type: text/plain; charset=utf-8\r\n");
   rs->keep = (uint8_t)decide_keep(rs);
@@ -1096,6 +1102,14 @@ static int res_status(lua_State *L, int res)
   return st;
 }
 
+/* Raises unless n more body bytes fit the Content-Length sent (clen):
+** the excess would be read as the next response. */
+static void check_room(lua_State *L, struct rstate *rs, int64_t clen, size_t n)
+{
+  if (clen >= 0 && !rs->head_only && rs->sent + n > (uint64_t)clen)
+    luaL_error(L, "body longer than its Content-Length (%lld)", (long long)clen);
+}
+
 /* Yields. Writes head (if any) and a body piece. */
 static int emit(lua_State *L, struct rstate *rs, struct obuf *head, const char *body, size_t n)
 {
@@ -1103,7 +1117,7 @@ static int emit(lua_State *L, struct rstate *rs, struct obuf *head, const char *
   int k = 0;
   char hex[24];
   if (head && head->len) iov[k++] = (struct iovec){ head->p, head->len };
-  if (!rs->head_only && n > 0) {
+  if (!rs->head_only && !rs->nobody && n > 0) {
     if (rs->chunked) {
       int hl = snprintf(hex, sizeof hex, "%zx\r\n", n);
       iov[k++] = (struct iovec){ hex, (size_t)hl };
@@ -1149,6 +1163,7 @@ static int res_send(lua_State *L)
     r = emit(L, rs, &head, body, n);
     free(head.p);
   } else {
+    check_room(L, rs, rs->clen, n);
     rs->finished = 1;
     if (rs->chunked) {
       r = emit(L, rs, NULL, body, n);
@@ -1179,12 +1194,14 @@ static int res_write(lua_State *L)
     int uclen = hx_find(rs, "content-length", 14, 0);
     int64_t clen = -1;
     if (uclen >= 0) clen = strtoll(rs->hdrs.p + rs->hx[uclen].off + 16, NULL, 10);
+    check_room(L, rs, clen, n);
     build_head(rs, &head, clen, 1);
     if (!head.p) return luaL_error(L, "no memory");
     r = emit(L, rs, &head, body, n);
     free(head.p);
   } else {
     if (n == 0) { lua_settop(L, 1); return 1; }
+    check_room(L, rs, rs->clen, n);
     r = emit(L, rs, NULL, body, n);
   }
   if (r < 0) raise_io(L, r);
@@ -1246,7 +1263,9 @@ static int parse_range(const char *v, size_t n, int64_t size, int64_t *from, int
   return 1;
 }
 
-/* res:sendfile(path) -> true, or nil, err ("not found": nothing sent). */
+/* res:sendfile(path [, content_type]) -> true, or nil, err ("not found":
+** nothing sent, no header set). content_type is set unless the handler
+** set one. */
 static int res_sendfile(lua_State *L)
 {
   struct rstate *rs = check_rs(L, 1);
@@ -1260,6 +1279,9 @@ static int res_sendfile(lua_State *L)
     lua_pushliteral(L, "not found");
     return 2;
   }
+  size_t tl = 0;
+  const char *ctype = luaL_optlstring(L, 3, NULL, &tl);
+  if (ctype && hx_find(rs, "content-type", 12, 0) < 0) hx_add(L, rs, "Content-Type", 12, ctype, tl);
   char etag[64], lm[40];
   snprintf(etag, sizeof etag, "\"%llx-%llx\"", (unsigned long long)st.st_mtime,
            (unsigned long long)st.st_size);
@@ -1405,6 +1427,43 @@ static void access_log(struct conn *c, struct rstate *rs, const char *base)
   (void)w;
 }
 
+/* http.current() support, off until a module asks (cohost.ngx does): a
+** weak-keyed registry table from the handler's Lua thread to {req, res}.
+** Per worker (each has its own Lua state). */
+#define CURRENT_KEY "cohost.http.current"
+static __thread int track_current;
+
+/* track_current(on): starts (or stops) recording the running request. */
+static int l_track_current(lua_State *L)
+{
+  track_current = lua_toboolean(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+  if (lua_isnil(L, -1)) {
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+  }
+  return 0;
+}
+
+/* current([thread]) -> req, res of the handler running on thread (default:
+** the caller's), or nothing. Needs track_current(true). */
+static int l_current(lua_State *L)
+{
+  lua_getfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+  if (!lua_istable(L, -1)) return 0;
+  if (lua_isthread(L, 1)) lua_pushvalue(L, 1);
+  else lua_pushthread(L);
+  lua_rawget(L, -2);
+  if (!lua_istable(L, -1)) return 0;
+  lua_rawgeti(L, -1, 1);
+  lua_rawgeti(L, -2, 2);
+  return 2;
+}
+
 /* Yields. Runs handler(req, res) for head h on a task. Everything that
 ** needs Lua happens here, before any later wait: once the handler has
 ** returned, the server touches the Lua thread no more. Sets *failed and
@@ -1456,9 +1515,27 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   luaL_getmetatable(T, "cohost.http.res");
   lua_setmetatable(T, res);
   lua_remove(T, req + 1);
+  if (track_current) {   /* http.current(): thread -> req, res */
+    lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
+    lua_pushthread(T);
+    lua_createtable(T, 2, 0);
+    lua_pushvalue(T, req);
+    lua_rawseti(T, -2, 1);
+    lua_pushvalue(T, res);
+    lua_rawseti(T, -2, 2);
+    lua_rawset(T, -3);
+    lua_pop(T, 1);
+  }
   lua_pushvalue(T, -1);
   int res_ref = luaL_ref(T, LUA_REGISTRYINDEX);
   ch_task_run(t, 2);
+  if (track_current) {
+    lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
+    lua_pushthread(T);
+    lua_pushnil(T);
+    lua_rawset(T, -3);
+    lua_pop(T, 1);
+  }
   *failed = t->status != CH_TASK_DONE;
   if (*failed && srv->debug && t->nresults > 0 && lua_isstring(T, 1))
     snprintf(err, errsz, "%s", lua_tostring(T, 1));
@@ -1737,6 +1814,8 @@ static const luaL_Reg res_methods[] = {
 };
 
 static const luaL_Reg funcs[] = {
+  { "track_current", l_track_current },
+  { "current", l_current },
   { "server", l_server },
   { "listen", l_listen },
   { NULL, NULL }

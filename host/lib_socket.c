@@ -1584,6 +1584,7 @@ struct listener {
   ch_admit_fn admit;        /* a C protocol's hand-off (lib_http.c), or
                             ** NULL: handler(sock, peer) on a task */
   void *admit_ud;           /* admit's first argument */
+  int prio;                 /* CH_PRIO_* of its connections (opts.priority) */
   struct listener *next;    /* this worker's open listeners */
 };
 
@@ -1726,7 +1727,7 @@ static void admit(struct listener *l, int fd, const union addr *peer)
   c->peer = *peer;
   l->refs++;
   w->connections++;
-  int id = ch_spawn(conn_main, c);
+  int id = ch_spawn_prio(conn_main, c, l->prio);
   if (id < 0) {
     w->connections--;
     l->refs--;
@@ -1941,14 +1942,24 @@ static int open_unix(const char *spec, int nth, const union addr *a, socklen_t a
 ** connection going to admit (lib_http.c) instead of a handler task when
 ** admit is not NULL; the value at index 2 is anchored while the listener
 ** lives. */
-static int listen_with(lua_State *L, ch_admit_fn admit, void *admit_ud)
+static int listen_with(lua_State *L, ch_admit_fn on_conn, void *admit_ud)
 {
   const char *spec = luaL_checkstring(L, 1);
   int backlog = BACKLOG;
+  int prio = CH_PRIO_NORMAL;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_getfield(L, 3, "backlog");
     if (!lua_isnil(L, -1)) backlog = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 3, "priority");   /* index = CH_PRIO_* */
+    if (!lua_isnil(L, -1)) {
+      static const char *const classes[] = { "high", "normal", "low", NULL };
+      const char *name = lua_tostring(L, -1);
+      for (prio = 0; classes[prio] && (!name || strcmp(name, classes[prio])); prio++) {}
+      if (!classes[prio])
+        return luaL_argerror(L, 3, "priority must be \"high\", \"normal\" or \"low\"");
+    }
     lua_pop(L, 1);
   }
   struct ch_worker *w = ch_worker_self;
@@ -2000,8 +2011,9 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *admit_ud)
   l->shared = shared;
   l->addr = a;
   l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  l->admit = admit;
+  l->admit = on_conn;
   l->admit_ud = admit_ud;
+  l->prio = prio;
   lua_pushvalue(L, 2);
   l->handler = luaL_ref(L, LUA_REGISTRYINDEX);
   l->refs = 2;   /* the Lua object and the acceptor */
@@ -2027,9 +2039,9 @@ static int sock_listen(lua_State *L)
   return listen_with(L, NULL, NULL);
 }
 
-int ch_socket_listen_with(lua_State *L, ch_admit_fn admit, void *ud)
+int ch_socket_listen_with(lua_State *L, ch_admit_fn on_conn, void *ud)
 {
-  return listen_with(L, admit, ud);
+  return listen_with(L, on_conn, ud);
 }
 
 void ch_listener_conn_end(struct ch_listener *cl)
@@ -2041,8 +2053,7 @@ void ch_listener_conn_end(struct ch_listener *cl)
 
 int ch_listener_prio(const struct ch_listener *cl)
 {
-  (void)cl;
-  return 1;   /* CH_PRIO_NORMAL until listeners carry a class */
+  return ((const struct listener *)cl)->prio;
 }
 
 void ch_socket_push_conn(lua_State *L, int fd, const char *pre, size_t n)

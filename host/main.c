@@ -65,6 +65,8 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.socket", luaopen_cohost_core_socket },
   { "cohost.core.crypto", luaopen_cohost_core_crypto },
   { "cohost.core.http", luaopen_cohost_core_http },
+  { "cohost.core.re", luaopen_cohost_core_re },
+  { "cohost.core.file", luaopen_cohost_core_file },
   { NULL, NULL }
 };
 

@@ -48,6 +48,12 @@ local form_mod = lazy "cohost.http.form"
 local mime_mod = lazy "cohost.http.mime"
 local client_mod = lazy "cohost.http.client"
 
+-- current() -> req, res of the HTTP handler running on the calling Lua
+-- thread, or nothing. Off by default (it costs a table write per request):
+-- track_current(true) turns it on for this worker (cohost.ngx does).
+M.current = core.current
+M.track_current = core.track_current
+
 function M.router(...) return router_mod().new(...) end
 function M.request(url, opts) return client_mod().request(url, opts) end
 function M.client(opts) return client_mod().new(opts) end
