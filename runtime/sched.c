@@ -288,15 +288,14 @@ static void unqueue(struct ch_sched *s, struct ch_coro *c)
 
 /* Called when the batch's direct switch count reaches batch_stop: non-zero
 ** if the batch may go on, with the next stop set. The clock is read at the
-** batch's switches 0, 1, 2, 4, 8, ...: a read costs about as much as the
-** rest of a switch, and a batch of even slices so overshoots its time by
-** 2x at most (one slow from its first slice is caught at once). */
+** batch's switches 1, 2, 4, 8, ...: a read costs about half a yield, and a
+** batch of even slices so overshoots its time by 2x at most. */
 static __attribute__((noinline)) int batch_goes_on(struct ch_sched *s)
 {
   uint32_t b = s->batch;
   if (b >= s->fair_switches) return 0;
   if (s->fair_ticks && ticks() - s->batch_tick >= s->fair_ticks) return 0;
-  uint32_t next = s->fair_ticks ? (b ? 2 * b : 1) : s->fair_switches;
+  uint32_t next = s->fair_ticks ? 2 * b : s->fair_switches;
   s->batch_stop = next < s->fair_switches ? next : s->fair_switches;
   return 1;
 }
@@ -350,9 +349,10 @@ static void reclaim(struct ch_sched *s)
 
 /* -- Coroutine API -------------------------------------------------------- */
 
-int ch_spawn_prio(void (*fn)(void *), void *arg, int prio)
+/* Inlined into both entry points, so ch_spawn's constant class folds the
+** class test of push_ready away. */
+static inline int spawn(void (*fn)(void *), void *arg, int prio)
 {
-  if (prio < CH_PRIO_HIGH || prio > CH_PRIO_LOW) return -EINVAL;
   int err = 0;
   struct ch_sched *s = ch_sched_get(&err);
   if (!s) return err;
@@ -365,9 +365,15 @@ int ch_spawn_prio(void (*fn)(void *), void *arg, int prio)
   return c->id;
 }
 
+int ch_spawn_prio(void (*fn)(void *), void *arg, int prio)
+{
+  if (prio < CH_PRIO_HIGH || prio > CH_PRIO_LOW) return -EINVAL;
+  return spawn(fn, arg, prio);
+}
+
 int ch_spawn(void (*fn)(void *), void *arg)
 {
-  return ch_spawn_prio(fn, arg, CH_PRIO_NORMAL);
+  return spawn(fn, arg, CH_PRIO_NORMAL);
 }
 
 int ch_coro_set_priority(struct ch_coro *c, int prio)
@@ -792,7 +798,7 @@ static void run_batch(struct ch_sched *s)
   assert(c->state == CH_CORO_READY || c->state == CH_CORO_NEW);
   s->batch = 0;
   s->batch_tick = ticks();
-  s->batch_stop = s->fair_ticks ? 0 : s->fair_switches;
+  s->batch_stop = s->fair_ticks ? 1 : s->fair_switches;
   c->state = CH_CORO_RUNNING;
   s->current = c;
   s->switches++;
