@@ -67,6 +67,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.http", luaopen_cohost_core_http },
   { "cohost.core.re", luaopen_cohost_core_re },
   { "cohost.core.file", luaopen_cohost_core_file },
+  { "cohost.core.shdict", luaopen_cohost_core_shdict },
   { NULL, NULL }
 };
 
