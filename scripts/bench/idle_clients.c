@@ -20,6 +20,7 @@
 ** several processes to stay well under the open-files limit. This program
 ** runs no coroutine, so the cohost hooks linked in pass through to libc.
 */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -29,12 +30,13 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <strings.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
-#define MAX_SIZE 4096
+#define MAX_SIZE 4096            /* echo message, and whole HTTP response */
 #define IO_TIMEOUT_S 10         /* per connect, write and read: a bound */
 
 static double now_s(void)
@@ -57,8 +59,127 @@ static int write_all(int fd, const char *buf, size_t len)
   return 0;
 }
 
-/* Opens one connection and does one echo round trip on it. Returns the
-** descriptor, or -1 after printing why. */
+/* -- HTTP mode ----------------------------------------------------------- */
+
+/* The value of header NAME in the head buf[0..head) (NUL-terminated
+** copy in out, at most outsz - 1 bytes), or NULL. Only for the few headers
+** below: no folding, first occurrence wins. */
+static const char *header(const char *buf, size_t head, const char *name,
+                          char *out, size_t outsz)
+{
+  size_t nl = strlen(name);
+  const char *p = memchr(buf, '\n', head), *end = buf + head;
+  while (p != NULL && p + 1 < end) {
+    const char *line = p + 1, *eol = memchr(line, '\n', (size_t)(end - line));
+    if (eol == NULL)
+      break;
+    if ((size_t)(eol - line) > nl && line[nl] == ':' &&
+        strncasecmp(line, name, nl) == 0) {
+      const char *v = line + nl + 1;
+      while (v < eol && (*v == ' ' || *v == '\t'))
+        v++;
+      size_t len = (size_t)(eol - v);
+      while (len > 0 && isspace((unsigned char)v[len - 1]))
+        len--;
+      if (len >= outsz)
+        len = outsz - 1;
+      memcpy(out, v, len);
+      out[len] = '\0';
+      return out;
+    }
+    p = eol;
+  }
+  return NULL;
+}
+
+/* Length of the chunked body at b[0..len) through its last CRLF, 0 if it
+** is not all there yet, -1 if it is malformed. No trailers expected. */
+static long chunked_len(const char *b, size_t len)
+{
+  size_t i = 0;
+  for (;;) {
+    const char *eol = memchr(b + i, '\n', len - i);
+    if (eol == NULL)
+      return 0;
+    char *endp;
+    unsigned long sz = strtoul(b + i, &endp, 16);
+    if (endp == b + i)
+      return -1;
+    i = (size_t)(eol - b) + 1;  /* past the size line */
+    if (sz == 0)                /* the last chunk: one more CRLF */
+      return len - i >= 2 ? (memcmp(b + i, "\r\n", 2) == 0 ? (long)(i + 2) : -1) : 0;
+    if (len - i < sz + 2)
+      return 0;
+    i += sz + 2;                /* data and its CRLF */
+  }
+}
+
+/* Reads one whole HTTP response on fd; 0 if it is a 200 that keeps the
+** connection open and nothing follows it, -1 after printing why not.
+** Responses are small: everything fits in one buffer, parsed again after
+** every read. */
+static int read_response(int fd)
+{
+  char buf[MAX_SIZE + 1], val[64];
+  size_t got = 0;
+  for (;;) {
+    if (got == MAX_SIZE) {
+      fprintf(stderr, "idle_clients: response over %d bytes\n", MAX_SIZE);
+      return -1;
+    }
+    ssize_t n = read(fd, buf + got, MAX_SIZE - got);
+    if (n <= 0) {
+      fprintf(stderr, "idle_clients: read: %s\n",
+              n == 0 ? "closed by server" : strerror(errno));
+      return -1;
+    }
+    got += (size_t)n;
+    buf[got] = '\0';
+    const char *eoh = strstr(buf, "\r\n\r\n");
+    if (eoh == NULL)
+      continue;
+    size_t head = (size_t)(eoh - buf) + 4, total;
+    if (strncmp(buf, "HTTP/1.1 200 ", 13) != 0) {
+      fprintf(stderr, "idle_clients: not a 200: %.*s\n",
+              (int)strcspn(buf, "\r\n"), buf);
+      return -1;
+    }
+    if (header(buf, head, "Connection", val, sizeof val) &&
+        strcasecmp(val, "close") == 0) {
+      fprintf(stderr, "idle_clients: the server closes the connection\n");
+      return -1;
+    }
+    if (header(buf, head, "Content-Length", val, sizeof val)) {
+      total = head + strtoul(val, NULL, 10);
+    } else if (header(buf, head, "Transfer-Encoding", val, sizeof val) &&
+               strcasecmp(val, "chunked") == 0) {
+      long body = chunked_len(buf + head, got - head);
+      if (body < 0) {
+        fprintf(stderr, "idle_clients: bad chunked body\n");
+        return -1;
+      }
+      if (body == 0)
+        continue;
+      total = head + (size_t)body;
+    } else {
+      fprintf(stderr, "idle_clients: response has no length\n");
+      return -1;
+    }
+    if (got < total)
+      continue;
+    if (got > total) {
+      fprintf(stderr, "idle_clients: %zu bytes after the response\n", got - total);
+      return -1;
+    }
+    return 0;
+  }
+}
+
+/* -- Connections ----------------------------------------------------------- */
+
+/* Opens one connection and does one echo round trip on it (size 0: one
+** HTTP exchange instead). Returns the descriptor, or -1 after printing
+** why. */
 static int open_one(const struct sockaddr_in *dst, const struct sockaddr_in *src,
                     const char *init, const char *msg, size_t size)
 {
@@ -91,6 +212,11 @@ static int open_one(const struct sockaddr_in *dst, const struct sockaddr_in *src
     perror("idle_clients: write");
     goto fail;
   }
+  if (size == 0) {
+    if (read_response(fd) < 0)
+      goto fail;
+    return fd;
+  }
   char buf[MAX_SIZE];
   for (size_t got = 0; got < size;) {
     ssize_t n = read(fd, buf + got, size - got);
@@ -114,10 +240,10 @@ fail:
 int main(int argc, char **argv)
 {
   const char *host = "127.0.0.1", *bind_addr = NULL, *init = "";
-  int port = 0, n = 0, hold = 120;
+  int port = 0, n = 0, hold = 120, http = 0;
   size_t size = 64;
   int opt;
-  while ((opt = getopt(argc, argv, "H:B:p:n:s:i:t:")) != -1) {
+  while ((opt = getopt(argc, argv, "H:B:p:n:s:i:t:R")) != -1) {
     switch (opt) {
     case 'H': host = optarg; break;
     case 'B': bind_addr = optarg; break;
@@ -126,11 +252,17 @@ int main(int argc, char **argv)
     case 's': size = strtoul(optarg, NULL, 10); break;
     case 'i': init = optarg; break;
     case 't': hold = atoi(optarg); break;
+    case 'R': http = 1; break;
     default: goto usage;
     }
   }
   if (port <= 0 || n <= 0 || size == 0 || size > MAX_SIZE || hold <= 0)
     goto usage;
+  if (http) {
+    size = 0;                   /* no echo message: the request is the init */
+    if (*init == '\0')
+      init = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  }
 
   /* The soft open-files limit up to the hard one; N plus a few needed. */
   struct rlimit rl;
@@ -177,6 +309,6 @@ int main(int argc, char **argv)
 
 usage:
   fprintf(stderr, "usage: %s -p PORT -n N [-H host] [-B src_addr] [-s size]"
-          " [-i init] [-t hold_secs]\n", argv[0]);
+          " [-i init] [-t hold_secs] [-R]\n", argv[0]);
   return 2;
 }

@@ -20,13 +20,28 @@
 # skipped with a note. Generated configs go under build/bench/; every
 # server is killed on exit, nginx's worker included.
 #
+# Peers (section http and idle_http): examples/hello.lua served by
+# build/cohost with one worker, nginx + OpenResty's Lua module answering
+# from content_by_lua (scripts/bench/nginx_http_lua.conf) and plain nginx
+# answering from its config (nginx_http_plain.conf), loaded by wrk (Debian)
+# with one thread pinned to the other CPU; req/CPU-s as for echo, with the
+# server's CPU time read around each wrk run.
+#
 # Environment:
-#   BENCH_QUICK=1        about a minute instead of about five
-#   BENCH_SECTIONS="..." sections to run, in order (default: all below)
+#   BENCH_QUICK=1        about two minutes instead of about eleven (http:
+#                        3 x 3 s at 50 connections instead of 3 x 10 s at 50
+#                        and 1000)
+#   BENCH_SECTIONS="..." sections to run, in order, separated by spaces or
+#                        commas (default: switch spawn echo idle http idle_http)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default: all)
-#   BENCH_IDLE_CONNS     idle connections per server (default 10000)
+#   BENCH_IDLE_CONNS     idle connections per server (default 10000; idle
+#                        and idle_http)
+#   BENCH_HTTP_CONNS, BENCH_HTTP_SECS, BENCH_HTTP_REPS   wrk connection
+#                        counts (default "50 1000"), seconds, runs per server
+#   BENCH_HTTP_SCRIPT    cohost's HTTP server (default examples/hello.lua;
+#                        takes its port as arg[1], GET / answers "hello")
 #
 # Adding a section: write a function section_NAME that calls title once and
 # row (or its own printf) per line of the table, and add NAME to SECTIONS;
@@ -51,7 +66,7 @@ rm -f "$LOGS"/*.log
 : > "$TABLE"
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle"}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http"}
 ECHO_PEERS=${BENCH_ECHO_PEERS:-"lua ch epoll nginx tarantool"}  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
@@ -59,6 +74,10 @@ ECHO_VS="epoll ch nginx tarantool"
 IDLE_PEERS="lua nginx tarantool ch"
 IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
+HTTP_PEERS="cohost nginxlua nginx"  # table order and order of the runs
+IDLE_HTTP_PEERS="cohost nginxlua"
+HTTP_SCRIPT=${BENCH_HTTP_SCRIPT:-examples/hello.lua}
+HZ=$(getconf CLK_TCK)           # /proc/PID/stat's unit of CPU time
 SRV_CPU=0                       # servers and micro-benchmarks
 CLI_CPU=1                       # load generators
 if [ "$(nproc)" -lt 2 ]; then CLI_CPU=0; fi
@@ -68,6 +87,8 @@ if [ "$QUICK" = 1 ]; then
   SPAWN_N=200000; TIMER_N=1000000; TIMER_RUNS=1; YIELD_N=1000000; MICRO_RUNS=3
   ECHO_CONNS=${BENCH_ECHO_CONNS:-"50"}; ECHO_SECS=${BENCH_ECHO_SECS:-2}
   ECHO_WARM=0.5; ECHO_REPS=${BENCH_ECHO_REPS:-3}
+  HTTP_CONNS=${BENCH_HTTP_CONNS:-"50"}; HTTP_SECS=${BENCH_HTTP_SECS:-3}
+  HTTP_REPS=${BENCH_HTTP_REPS:-3}; HTTP_WARM=1s
   QUIET_MAX=2
 else
   SW_N=10000000; SW_SLOW_N=1000000; SW_RUNS=5
@@ -76,6 +97,9 @@ else
   # about +-8%, and a median of five is steadier for the same total time.
   ECHO_CONNS=${BENCH_ECHO_CONNS:-"50 1000"}; ECHO_SECS=${BENCH_ECHO_SECS:-3}
   ECHO_WARM=1; ECHO_REPS=${BENCH_ECHO_REPS:-5}
+  # Three interleaved rounds of cohost, nginx+lua, nginx (issue 4).
+  HTTP_CONNS=${BENCH_HTTP_CONNS:-"50 1000"}; HTTP_SECS=${BENCH_HTTP_SECS:-10}
+  HTTP_REPS=${BENCH_HTTP_REPS:-3}; HTTP_WARM=2s
   QUIET_MAX=5
 fi
 CG_N1=100000; CG_N2=200000      # callgrind round trips; the difference counts
@@ -584,10 +608,361 @@ section_idle() {
   LOG_PREFIX=""
 }
 
+# -- HTTP ------------------------------------------------------------------------
+
+# cpu_ticks PID...: utime + stime of the PIDs in clock ticks (fields 14 and
+# 15 of /proc/PID/stat, counted after the ")" that ends the command name).
+cpu_ticks() {
+  local p t=0 f
+  for p in "$@"; do
+    f=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    t=$(( t + $(awk '{ print $12 + $13 }' <<< "$f") ))
+  done
+  echo "$t"
+}
+
+# busy_ticks: ticks all CPUs spent outside idle and iowait (/proc/stat).
+busy_ticks() { awk 'NR == 1 { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+
+# http_nginx_start NAME CONF PORT: nginx from scripts/bench/CONF with its
+# own prefix (config, pid file, temp directories) in build/bench/NAME/;
+# sets SRV_PID (the master) and PEER_MEASURE (the worker, whose CPU time
+# and memory are the server's; it joins PIDS should the master die first).
+http_nginx_start() {
+  local name=$1 conf=$2 port=$3 dir=$PWD/$B/$1 worker=""
+  if ! command -v nginx > /dev/null; then
+    log "nginx is missing (scripts/deps.sh bench)"; return 1
+  fi
+  if grep -q '^load_module' "scripts/bench/$conf" &&
+     [ ! -f "$NGINX_MODS/ngx_http_lua_module.so" ]; then
+    log "libnginx-mod-http-lua is missing (scripts/deps.sh bench)"; return 1
+  fi
+  mkdir -p "$dir"
+  sed -e "s|@PORT@|$port|g" -e "s|@PREFIX@|$dir|g" -e "s|@FILES@|$FILES|g" \
+    "scripts/bench/$conf" > "$dir/nginx.conf" || return 1
+  start_server "$name" nginx -p "$dir/" -c nginx.conf -e stderr
+  for _ in $(seq 100); do
+    kill -0 "$SRV_PID" 2>/dev/null || return 1
+    worker=$(cat "/proc/$SRV_PID/task/$SRV_PID/children" 2>/dev/null)
+    worker=${worker%% *}
+    [ -n "$worker" ] && break
+    sleep 0.05
+  done
+  [ -n "$worker" ] || return 1
+  PIDS+=("$worker")
+  PEER_MEASURE=$worker
+}
+
+http_start_cohost() {
+  PEER_LABEL="cohost ($HTTP_SCRIPT)"
+  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
+  [ -f "$HTTP_SCRIPT" ] || { log "$HTTP_SCRIPT is missing"; return 1; }
+  start_server http_cohost build/cohost -w 1 "$HTTP_SCRIPT" "$1"
+}
+
+http_start_nginxlua() {
+  PEER_LABEL="nginx+lua (content_by_lua)"
+  http_nginx_start nginx_http_lua nginx_http_lua.conf "$1"
+}
+
+http_start_nginx() {
+  PEER_LABEL="nginx (return 200)"
+  http_nginx_start nginx_http_plain nginx_http_plain.conf "$1"
+}
+
+# http_check PORT: true if GET / answers 200 with the body "hello".
+http_check() {
+  local body
+  body=$(curl -sf --max-time 5 "http://127.0.0.1:$1/" 2>/dev/null) || return 1
+  [ "$body" = hello ]
+}
+
+# wrk_us VALUE: a wrk latency ("745.00us", "1.23ms", "2.01s") in us.
+wrk_us() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    if (u == "us") print n; else if (u == "ms") print n * 1000
+    else if (u == "s") print n * 1000000; else if (u == "m") print n * 60000000 }'
+}
+
+# http_run PORT CONNS SECS MEASURE: one pinned wrk run; prints key=value
+# words: reqs, secs, req_s, p99_us, srv_cpu_s, other_cpu_s (CPU time of
+# processes other than server and wrk over the window: the machine's busy
+# time from /proc/stat less both), errors (socket errors), non2xx.
+http_run() {
+  local port=$1 c=$2 secs=$3 measure=${4//,/ } out s0 s1 b0 b1 wcpu
+  s0=$(cpu_ticks $measure); b0=$(busy_ticks)
+  # times, after wrk, prints the subshell's children's user and system
+  # time (wrk's: taskset execs it) on its second line.
+  out=$( { taskset -c "$CLI_CPU" timeout -k 2 "$(( ${secs%.*} + 30 ))" \
+           wrk -t1 -c"$c" -d"${secs}s" --timeout 5s --latency \
+           "http://127.0.0.1:$port/" 2>&1; times; } )
+  s1=$(cpu_ticks $measure); b1=$(busy_ticks)
+  echo "$out" >> "$LOGS/wrk.log"
+  wcpu=$(tail -1 <<< "$out" | awk '{
+    t = 0
+    for (i = 1; i <= 2; i++) { split($i, a, "m"); sub(/s$/, "", a[2]); t += a[1] * 60 + a[2] }
+    print t }')
+  awk -v out="$out" -v s0="$s0" -v s1="$s1" -v b0="$b0" -v b1="$b1" \
+      -v w="$wcpu" -v hz="$HZ" -v p99="$(wrk_us "$(sed -n 's/^ *99% *//p' <<< "$out")")" 'BEGIN {
+    n = split(out, l, "\n"); reqs = ""; errs = 0; non = 0
+    for (i = 1; i <= n; i++) {
+      if (l[i] ~ /requests in/) {
+        split(l[i], f, " "); reqs = f[1]; secs = f[4]; sub(/s,$/, "", secs)
+      }
+      if (l[i] ~ /^Requests\/sec:/) { split(l[i], f, " "); rate = f[2] }
+      if (l[i] ~ /Socket errors:/) {
+        m = l[i]; gsub(/[^0-9 ]/, "", m); split(m, f, " ")
+        errs = f[1] + f[2] + f[3] + f[4]
+      }
+      if (l[i] ~ /Non-2xx/) { split(l[i], f, ":"); non = f[2] + 0 }
+    }
+    if (reqs == "") { print "errors=1 failed=1"; exit }
+    srv = (s1 - s0) / hz; other = (b1 - b0) / hz - srv - w
+    if (other < 0) other = 0
+    per = srv > 0 ? sprintf("%.0f", reqs / srv) : ""
+    printf "reqs=%s secs=%s req_s=%s p99_us=%s srv_cpu_s=%.2f other_cpu_s=%.2f", reqs, secs, rate, p99, srv, other
+    printf " req_per_cpu_s=%s errors=%d non2xx=%d\n", per, errs, non }'
+}
+
+# http_ratio ARRAY A B CONNS: the median over repetitions of
+# ARRAY[A.CONNS.r] / ARRAY[B.CONNS.r] (section_http's arrays, seen through
+# bash's dynamic scope).
+http_ratio() {
+  local -n arr=$1
+  local r ratios=""
+  for r in $(seq "$HTTP_REPS"); do
+    ratios+=" $(ratio "${arr[$2.$4.$r]:-}" "${arr[$3.$4.$r]:-}" 3)"
+  done
+  median $ratios
+}
+
+# wrk against examples/hello.lua, nginx+lua and plain nginx, all running
+# for the whole section and measured in turn (cohost, nginx+lua, nginx,
+# repeated), so that the machine's drift hits all three alike.
+section_http() {
+  title "HTTP GET / (\"hello\"), wrk -t1 keep-alive: server on CPU $SRV_CPU, wrk on CPU $CLI_CPU, median of $HTTP_REPS x ${HTTP_SECS} s"
+  command -v wrk > /dev/null || { note "skipped: wrk is missing (scripts/deps.sh bench)"; return; }
+  local peer port c r line attempt RETRIES=$(( 2 * HTTP_REPS ))
+  local -A PORT PID MEASURE LABEL RATE P99 PERCPU CPU FAILED DISTURBED ERRS RUN RUNRATE
+  for peer in $HTTP_PEERS; do
+    port=$(free_port)
+    PEER_LABEL=$peer; PEER_MEASURE=""; SRV_PID=""
+    if ! "http_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+      note "skipped $peer: server did not start (see $LOGS)"
+      [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "${PEER_MEASURE:-$SRV_PID}"
+      continue
+    fi
+    if ! http_check "$port"; then
+      note "skipped $peer: GET / did not answer 200 \"hello\""
+      stop_peer "$SRV_PID" "${PEER_MEASURE:-$SRV_PID}"
+      continue
+    fi
+    PORT[$peer]=$port; PID[$peer]=$SRV_PID; MEASURE[$peer]=${PEER_MEASURE:-$SRV_PID}
+    LABEL[$peer]=$PEER_LABEL
+    # Warm-up: LuaJIT traces, nginx's and cohost's pools and caches.
+    log "http $peer: warm-up"
+    taskset -c "$CLI_CPU" timeout -k 2 30 wrk -t1 -c50 -d"$HTTP_WARM" \
+      "http://127.0.0.1:$port/" >> "$LOGS/wrk.log" 2>&1
+  done
+  for r in $(seq "$HTTP_REPS"); do
+    for c in $HTTP_CONNS; do
+      for peer in $HTTP_PEERS; do
+        [ -n "${PORT[$peer]:-}" ] || continue
+        log "http $peer c=$c run $r/$HTTP_REPS"
+        for attempt in 1 2 3; do
+          wait_quiet
+          echo "== $peer c=$c run $r" >> "$LOGS/wrk.log"
+          line=$(http_run "${PORT[$peer]}" "$c" "$HTTP_SECS" "${MEASURE[$peer]}")
+          echo "$peer c=$c $line" >> "$LOGS/wrk.log"
+          disturbed "$line" || break
+          if [ "$attempt" = 3 ] || [ "$RETRIES" -le 0 ]; then
+            DISTURBED[$peer.$c]=$(( ${DISTURBED[$peer.$c]:-0} + 1 ))
+            break
+          fi
+          RETRIES=$(( RETRIES - 1 ))
+          log "http $peer c=$c: $(kv other_cpu_s "$line") CPU-s used by other processes; again"
+        done
+        # A server that answers errors fast must not look fast.
+        if [ -n "$(kv failed "$line")" ] || [ "$(kv non2xx "$line")" != 0 ]; then
+          log "http $peer c=$c: failed run: $line (see $LOGS/wrk.log)"
+          FAILED[$peer.$c]=$(( ${FAILED[$peer.$c]:-0} + 1 ))
+          continue
+        fi
+        [ "$(kv errors "$line")" != 0 ] &&
+          ERRS[$peer.$c]=$(( ${ERRS[$peer.$c]:-0} + $(kv errors "$line") ))
+        RATE[$peer.$c]+=" $(kv req_s "$line")"
+        P99[$peer.$c]+=" $(kv p99_us "$line")"
+        PERCPU[$peer.$c]+=" $(kv req_per_cpu_s "$line")"
+        RUN[$peer.$c.$r]=$(kv req_per_cpu_s "$line")
+        RUNRATE[$peer.$c.$r]=$(kv req_s "$line")
+        CPU[$peer.$c]+=" $(awk -v c="$(kv srv_cpu_s "$line")" -v s="$(kv secs "$line")" \
+          'BEGIN { if (s > 0) printf "%.0f", 100 * c / s }')"
+      done
+    done
+  done
+  for peer in $HTTP_PEERS; do
+    [ -n "${PID[$peer]:-}" ] && stop_peer "${PID[$peer]}" "${MEASURE[$peer]}"
+  done
+
+  printf "  %-32s %6s %10s %8s %7s %12s\n" server conns req/s p99_ms srv_cpu \
+    req/CPU-s >> "$TABLE"
+  local rate p99 percpu cpu
+  for c in $HTTP_CONNS; do
+    for peer in $HTTP_PEERS; do
+      [ -n "${PORT[$peer]:-}" ] || continue
+      rate=$(median ${RATE[$peer.$c]:-}); p99=$(median ${P99[$peer.$c]:-})
+      percpu=$(median ${PERCPU[$peer.$c]:-}); cpu=$(median ${CPU[$peer.$c]:-})
+      printf "  %-32s %6s %10s %8s %6s%% %12s\n" "${LABEL[$peer]}" "$c" \
+        "$(fmt "$rate" 0)" "$(fmt "$(ratio "$p99" 1000 6)" 2)" "$(fmt "$cpu" 0)" \
+        "$(fmt "$percpu" 0)" >> "$TABLE"
+      result "http.$peer.c$c.req_s" "$rate"; result "http.$peer.c$c.p99_us" "$p99"
+      result "http.$peer.c$c.req_per_cpu_s" "$percpu"; result "http.$peer.c$c.srv_cpu_pct" "$cpu"
+      [ -n "${FAILED[$peer.$c]:-}" ] &&
+        note "  ^ ${FAILED[$peer.$c]} of $HTTP_REPS runs failed or got non-2xx answers (see $LOGS/wrk.log)"
+      [ -n "${ERRS[$peer.$c]:-}" ] &&
+        note "  ^ wrk counted ${ERRS[$peer.$c]} socket errors over the runs (see $LOGS/wrk.log)"
+      [ -n "${DISTURBED[$peer.$c]:-}" ] &&
+        note "  ^ ${DISTURBED[$peer.$c]} of $HTTP_REPS runs shared the machine with other load"
+    done
+  done
+  note "req/CPU-s = requests / server utime+stime over the run (/proc/PID/stat;"
+  note "nginx: its worker); srv_cpu = share of CPU $SRV_CPU the server used;"
+  note "p99 from wrk --latency; 1000 requests per connection everywhere; bodies:"
+  note "cohost \"hello\" (Content-Length), nginx+lua \"hello\\n\" (chunked:"
+  note "ngx.say), nginx \"hello\\n\" (Content-Length)"
+
+  local subj=cohost other pc ms p9
+  [ -n "${PORT[$subj]:-}" ] || return 0
+  printf "\n  %-32s %6s %12s %10s %8s\n" "cohost vs" conns req/CPU-s req/s p99 >> "$TABLE"
+  for c in $HTTP_CONNS; do
+    for other in nginxlua nginx; do
+      [ -n "${PORT[$other]:-}" ] || continue
+      pc=$(fmt "$(http_ratio RUN "$subj" "$other" "$c")" 2)
+      ms=$(fmt "$(http_ratio RUNRATE "$subj" "$other" "$c")" 2)
+      p9=$(ratio "$(median ${P99[$subj.$c]:-})" "$(median ${P99[$other.$c]:-})")
+      printf "  %-32s %6s %11sx %9sx %7sx\n" "${LABEL[$other]}" "$c" "$pc" "$ms" \
+        "$p9" >> "$TABLE"
+      result "http.$subj.c$c.vs_$other.req_per_cpu_s" "$pc"
+      result "http.$subj.c$c.vs_$other.req_s" "$ms"
+      result "http.$subj.c$c.vs_$other.p99" "$p9"
+    done
+  done
+  note "higher is better for cohost in req/CPU-s and req/s, lower in p99;"
+  note "req/CPU-s and req/s: median of per-run ratios; p99: ratio of medians"
+}
+
+# -- Idle HTTP connections -----------------------------------------------------------
+
+# status_kib PID FIELD: a "FIELD: N kB" line of /proc/PID/status (VmRSS,
+# RssAnon...); pss_kib PID: Pss of /proc/PID/smaps_rollup. Empty if gone.
+status_kib() { sed -n "s/^$2:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$1/status" 2>/dev/null; }
+pss_kib() { sed -n 's/^Pss:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/smaps_rollup" 2>/dev/null; }
+fd_count() { ls "/proc/$1/fd" 2>/dev/null | wc -l; }
+
+# per_conn BEFORE AFTER N: (AFTER - BEFORE) / N with two decimals, or "-".
+per_conn() {
+  awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN {
+    if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && n > 0) printf "%.2f", (b - a) / n
+    else print "-" }'
+}
+
+# Opens IDLE_CONNS keep-alive connections to examples/hello.lua and to
+# nginx+lua from several idle_clients -R processes; each sends one
+# "GET / HTTP/1.1" and reads the whole response before the next connection
+# opens, so the server has answered and the connection waits for a next
+# request. Compares the server's memory before and after: VmRSS (what the
+# issue's target is about), RssAnon (the same without file pages) and Pss;
+# the server's descriptor count says it still holds the connections.
+section_idle_http() {
+  local n=$IDLE_CONNS limited=""
+  if [ "$FILES" -lt $(( n + 64 )) ]; then
+    n=$(( FILES - 64 )); limited=" (open-files limit $FILES)"
+  fi
+  title "Idle HTTP keep-alive: server memory growth with $n connections after one GET / each$limited"
+  need idle_clients || return
+  local k=$(( (n + IDLE_PER_CLIENT - 1) / IDLE_PER_CLIENT ))
+  if [ "$k" -gt 250 ]; then log "idle_http: too many client processes"; return; fi
+  printf "  %-32s %7s %10s %10s %9s %9s %9s %s\n" server conns rss_before rss_after \
+    KiB/conn anon/conn pss/conn "open time" >> "$TABLE"
+  local peer port pid mpid i per out held secs t cpids line fd0 fd1 what
+  local rss0 rss1 anon0 anon1 pss0 pss1 m0 m1 kib
+  LOG_PREFIX=idle_
+  for peer in $IDLE_HTTP_PEERS; do
+    port=$(free_port)
+    PEER_LABEL=$peer; PEER_MEASURE=""; SRV_PID=""
+    log "idle_http $peer: $n connections"
+    if ! "http_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+      note "skipped $peer: server did not start (see $LOGS)"
+      [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "${PEER_MEASURE:-$SRV_PID}"
+      continue
+    fi
+    pid=$SRV_PID; mpid=${PEER_MEASURE:-$SRV_PID}
+    # One request first, outside the count: the first request's one-time
+    # allocations (Lua state warm-up, nginx's request pools) are not
+    # per-connection costs.
+    http_check "$port" || note "  $peer: GET / did not answer \"hello\""
+    sleep 0.5
+    rss0=$(rss_kib "$mpid"); anon0=$(status_kib "$mpid" RssAnon); pss0=$(pss_kib "$mpid")
+    m0=$(rss_kib "$pid"); fd0=$(fd_count "$mpid")
+    cpids=()
+    for i in $(seq 0 $(( k - 1 ))); do
+      per=$(( n / k + (i < n % k ? 1 : 0) ))
+      taskset -c "$CLI_CPU" "$B/idle_clients" -R -p "$port" -n "$per" \
+        -B "127.0.0.$(( i + 2 ))" -t 120 \
+        > "$LOGS/idle_http_$peer.$i.out" 2>> "$LOGS/idle_clients.log" &
+      cpids+=($!); PIDS+=($!)
+    done
+    t=$SECONDS
+    while [ $(( SECONDS - t )) -lt 60 ]; do
+      out=0
+      for i in $(seq 0 $(( k - 1 ))); do
+        if [ -s "$LOGS/idle_http_$peer.$i.out" ] || ! kill -0 "${cpids[$i]}" 2>/dev/null; then
+          out=$(( out + 1 ))
+        fi
+      done
+      [ "$out" = "$k" ] && break
+      sleep 0.1
+    done
+    sleep 1                      # let the server go idle
+    rss1=$(rss_kib "$mpid"); anon1=$(status_kib "$mpid" RssAnon); pss1=$(pss_kib "$mpid")
+    m1=$(rss_kib "$pid"); fd1=$(fd_count "$mpid")
+    held=0; secs=0
+    for i in $(seq 0 $(( k - 1 ))); do
+      line=$(head -1 "$LOGS/idle_http_$peer.$i.out" 2>/dev/null)
+      held=$(( held + $(kv conns "$line" | grep -E '^[0-9]+$' || echo 0) ))
+      secs=$(awk -v a="$secs" -v b="$(kv secs "$line")" 'BEGIN { print (b + 0 > a) ? b + 0 : a }')
+    done
+    for i in "${cpids[@]}"; do kill -TERM "$i" 2>/dev/null; done
+    for i in "${cpids[@]}"; do stop_server "$i"; done
+    stop_peer "$pid" "$mpid"
+    kib=$(per_conn "$rss0" "$rss1" "$held")
+    printf "  %-32s %7s %10s %10s %9s %9s %9s %s\n" "$PEER_LABEL" "$held" \
+      "${rss0:--} KiB" "${rss1:--} KiB" "$kib" "$(per_conn "$anon0" "$anon1" "$held")" \
+      "$(per_conn "$pss0" "$pss1" "$held")" "${secs} s, $k clients" >> "$TABLE"
+    [ "$held" -lt "$n" ] && note "  ^ only $held of $n connections opened (see $LOGS/idle_clients.log)"
+    [ $(( fd1 - fd0 )) -lt "$held" ] &&
+      note "  ^ the server gained only $(( fd1 - fd0 )) descriptors: it closed some connections"
+    if [ "$mpid" != "$pid" ]; then
+      what=$(per_conn "$m0" "$m1" "$held")
+      note "  ^ figures of the worker; the master went from ${m0:--} to ${m1:--} KiB ($what KiB/conn)"
+      result "idle_http.$peer.master_kib_per_conn" "$what"
+    fi
+    result "idle_http.$peer.conns" "$held"; result "idle_http.$peer.kib_per_conn" "$kib"
+    result "idle_http.$peer.anon_kib_per_conn" "$(per_conn "$anon0" "$anon1" "$held")"
+    result "idle_http.$peer.pss_kib_per_conn" "$(per_conn "$pss0" "$pss1" "$held")"
+    result "idle_http.$peer.rss_before_kib" "$rss0"; result "idle_http.$peer.rss_after_kib" "$rss1"
+    result "idle_http.$peer.fds_gained" "$(( fd1 - fd0 ))"
+  done
+  note "KiB/conn = (VmRSS after - before) / connections; anon = RssAnon only;"
+  note "pss = Pss (smaps_rollup); kernel socket buffers are in none of them."
+  LOG_PREFIX=""
+}
+
 # -- Main --------------------------------------------------------------------------
 
 start=$SECONDS
-for s in $SECTIONS; do
+for s in ${SECTIONS//,/ }; do
   if ! declare -F "section_$s" > /dev/null; then
     log "unknown section $s"; continue
   fi

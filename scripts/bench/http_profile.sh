@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Where cohost's HTTP server spends its time: build/cohost SCRIPT (default
+# examples/hello.lua, one worker, pinned to CPU 0) loaded by wrk -t1 -cCONNS
+# with keep-alive GET / (pinned to CPU 1), seen three ways:
+#   1. callgrind: user-space instructions per request (the difference
+#      between runs of N1 and N2 requests, so start-up and shutdown cancel
+#      out) and the top functions by self instructions of the larger run.
+#      Kernel work (system calls, loopback TCP) is not in it.
+#   2. strace -c: system calls per request, by name (one run of N1).
+#   3. perf record -e cpu-clock (a software clock: these VMs have no
+#      hardware counters, so `perf stat -e instructions` is "not
+#      supported") for SECS seconds at full speed: the share of samples per
+#      shared object (kernel, cohost, LuaJIT, libc, JIT code) and the top
+#      symbols, kernel included.
+# A part whose tool is missing is skipped. Output in build/bench/profile/.
+#
+#   bash scripts/bench/http_profile.sh [SCRIPT [N1 N2 [TOP [SECS]]]]
+#   (defaults: examples/hello.lua 20000 40000 15 5; HTTP_PROFILE_CONNS=50
+#   sets the wrk connections)
+set -u -o pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+SCRIPT=${1:-examples/hello.lua}
+CONNS=${HTTP_PROFILE_CONNS:-50}   # wrk connections
+N1=${2:-20000}; N2=${3:-40000}; TOP=${4:-15}; SECS=${5:-5}
+OUT=build/bench/profile
+mkdir -p "$OUT"
+command -v wrk > /dev/null || { echo "http_profile: wrk is missing" >&2; exit 1; }
+[ -x build/cohost ] || { echo "http_profile: build/cohost is missing (make)" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)" 2>/dev/null
+
+SRV=""
+trap '[ -n "$SRV" ] && kill -KILL "$SRV" 2>/dev/null' EXIT
+
+# A loopback port nobody listens on, below the ephemeral range.
+free_port() {
+  local low p
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+  while :; do
+    p=$(( 20000 + RANDOM % (low - 20000) ))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# serve LOG WRAPPER...: starts WRAPPER build/cohost -w 1 SCRIPT PORT on
+# CPU 0 and waits (30 s at most: valgrind starts slowly) until it accepts;
+# sets SRV (the wrapper's pid) and PORT.
+serve() {
+  local log=$1; shift
+  PORT=$(free_port)
+  taskset -c 0 "$@" build/cohost -w 1 "$SCRIPT" "$PORT" > "$log" 2>&1 &
+  SRV=$!
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+    kill -0 "$SRV" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "http_profile: server did not start (see $log)" >&2
+  return 1
+}
+
+# unserve: SIGTERM to cohost (strace's child; valgrind runs it in its own
+# process), and up to 30 s for the wrapper to write its output.
+unserve() {
+  local kid
+  kid=$(cat "/proc/$SRV/task/$SRV/children" 2>/dev/null)
+  kill -TERM "${kid%% *}" "$SRV" 2>/dev/null
+  for _ in $(seq 300); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.1; done
+  wait "$SRV" 2>/dev/null
+  SRV=""
+}
+
+# load N LOG: wrk until N answers (scripts/bench/http_count.lua); fails
+# unless all N were 200.
+load() {
+  HTTP_COUNT=$1 taskset -c 1 timeout 310 wrk -t1 -c"$CONNS" -d300s --timeout 30s \
+    -s scripts/bench/http_count.lua "http://127.0.0.1:$PORT/" > "$2" 2>&1
+  grep -q "^requests=$1 non200=0" "$2" && return 0
+  echo "http_profile: wrk did not get $1 answers 200 (see $2)" >&2
+  return 1
+}
+
+# callgrind_run N: Ir total of one callgrind run serving N requests.
+callgrind_run() {
+  serve "$OUT/valgrind.$1.log" valgrind --tool=callgrind \
+    --callgrind-out-file="$OUT/callgrind.$1" || return 1
+  load "$1" "$OUT/wrk.callgrind.$1.log" || { unserve; return 1; }
+  unserve
+  sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$OUT/valgrind.$1.log"
+}
+
+echo "cohost $SCRIPT, 1 worker on CPU 0; wrk -t1 -c$CONNS keep-alive GET / on CPU 1"
+
+if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null; then
+  echo; echo "== callgrind: user-space instructions ($N1 and $N2 requests)"
+  if i1=$(callgrind_run "$N1") && i2=$(callgrind_run "$N2"); then
+    awk -v a="$i1" -v b="$i2" -v n=$(( N2 - N1 )) 'BEGIN {
+      if (a > 0 && b > 0) printf "instructions per request: %.0f (%s - %s over %d requests)\n", (b - a) / n, b, a, n }'
+    echo "top $TOP by self instructions, run of $N2 (start-up included):"
+    callgrind_annotate "$OUT/callgrind.$N2" 2>/dev/null |
+      awk '/file:function/ { on = 1; getline; next } on && NF { print } on && !NF && n++ { exit }' |
+      head -n "$TOP"
+    echo "(callgrind_annotate $OUT/callgrind.$N2 for all; --inclusive=yes for callers)"
+  fi
+else
+  echo "skipped callgrind: valgrind is missing"
+fi
+
+if command -v strace > /dev/null; then
+  echo; echo "== strace -c: system calls per request ($N1 requests, start-up included)"
+  if serve "$OUT/strace.log" strace -f -c -o "$OUT/strace.txt"; then
+    if load "$N1" "$OUT/wrk.strace.log"; then
+      unserve
+      awk -v n="$N1" '$1 ~ /^[0-9.]+$/ && NF >= 5 {
+          calls = $4; name = $NF; if (name == "total") next
+          printf "  %-16s %8.3f per request (%s calls)\n", name, calls / n, calls }' \
+        "$OUT/strace.txt" | sort -k2 -g -r | head -n 10
+    else
+      unserve
+    fi
+  fi
+else
+  echo "skipped strace: strace is missing"
+fi
+
+if command -v perf > /dev/null; then
+  echo; echo "== perf record -e cpu-clock: ${SECS} s at full speed, samples of the server"
+  if serve "$OUT/perf.log"; then
+    taskset -c 1 perf record -q -e cpu-clock -p "$SRV" -o "$OUT/perf.data" -- \
+      wrk -t1 -c"$CONNS" -d"${SECS}s" "http://127.0.0.1:$PORT/" > "$OUT/wrk.perf.log" 2>&1
+    unserve
+    grep -E "Requests/sec" "$OUT/wrk.perf.log"
+    echo "by shared object:"
+    perf report -i "$OUT/perf.data" --stdio --sort dso 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n 8
+    echo "top $TOP symbols:"
+    perf report -i "$OUT/perf.data" --stdio --sort dso,sym 2>/dev/null |
+      grep -E '^ +[0-9.]+%' | head -n "$TOP"
+  fi
+else
+  echo "skipped perf: perf is missing"
+fi
+exit 0
