@@ -8,6 +8,7 @@ OPT     ?= -O2 -g
 ARCH    ?= $(shell uname -m)
 PREFIX  ?= /usr/local
 PORT    ?= 8080
+FUZZ_SECONDS ?= 60
 # == END OF USER SETTINGS ==================================================
 
 B := build
@@ -63,7 +64,7 @@ BENCH_CXX := $(wildcard scripts/bench/*.cpp)
 BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
              $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
 
-.PHONY: all deps test run bench install clean
+.PHONY: all deps test run bench fuzz install clean
 
 all: $(LIB) $(HOST)
 
@@ -123,6 +124,11 @@ bench:
 	@bash scripts/deps.sh bench
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@bash scripts/bench/run.sh
+
+# The HTTP parser under libFuzzer with ASan + UBSan (clang); make test runs
+# it for 60 s too.
+fuzz: deps
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \

@@ -5,8 +5,9 @@
 ** Content-Length twice or beside Transfer-Encoding, codings other than
 ** chunked. What passes then goes through http-parser (Debian's
 ** libhttp-parser, the parser Node.js shipped for years), which parses the
-** request line and, later, decodes chunked bodies. A rejected head is
-** never half-used: the caller answers the status and closes.
+** request line. Chunked bodies are decoded here, strictly (see chunked()).
+** A rejected head is never half-used: the caller answers the status and
+** closes.
 */
 #include <string.h>
 #include <strings.h>
@@ -35,11 +36,13 @@ void ch_http_head_init(struct ch_http_head *h)
   /* Only the scalar part: the header arrays are written before read. */
   memset(h, 0, offsetof(struct ch_http_head, name));
   h->content_length = -1;
-  h->sink = NULL;
-  h->sink_ud = NULL;
   h->body_left = 0;
   h->version_minor = 0;
-  h->chunked = h->keepalive = h->expect_continue = h->body_done = h->lf_fed = 0;
+  h->chunked = h->keepalive = h->expect_continue = h->body_done = 0;
+  h->ck_state = 0;
+  h->ck_line = 0;
+  h->ck_left = h->ck_total = 0;
+  h->body_limit = UINT64_MAX;
 }
 
 int ch_http_name_is(const char *buf, struct ch_http_span s, const char *lname)
@@ -68,42 +71,32 @@ static int on_url(http_parser *p, const char *at, size_t len)
 
 static int on_headers_complete(http_parser *p)
 {
-  struct ch_http_head *h = p->data;
-  h->keepalive = (uint8_t)http_should_keep_alive(p);
-  /* Stop here: the body is parsed when the handler asks for it. */
-  http_parser_pause(p, 1);
+  http_parser_pause(p, 1);   /* a request line only: stop at once */
   return 0;
 }
 
-static int on_body(http_parser *p, const char *at, size_t len)
-{
-  struct ch_http_head *h = p->data;
-  if (h->sink) h->sink(h->sink_ud, at, len);
-  return 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-  struct ch_http_head *h = p->data;
-  h->body_done = 1;
-  /* Stop at the message's end: what follows is the next request. */
-  http_parser_pause(p, 1);
-  return 0;
-}
-
-static const http_parser_settings head_settings = {
+static const http_parser_settings line_settings = {
   .on_url = on_url,
   .on_headers_complete = on_headers_complete,
-};
-
-static const http_parser_settings body_settings = {
-  .on_body = on_body,
-  .on_message_complete = on_message_complete,
 };
 
 /* -- Header semantics ------------------------------------------------------ */
 
 static int is_ows(char c) { return c == ' ' || c == '\t'; }
+
+/* Whether the comma-separated list v[0..n) holds token (lower case),
+** case-insensitively. */
+static int token_in(const char *v, size_t n, const char *token)
+{
+  size_t tl = strlen(token), i = 0;
+  while (i < n) {
+    while (i < n && (is_ows(v[i]) || v[i] == ',')) i++;
+    size_t s0 = i;
+    while (i < n && v[i] != ',' && !is_ows(v[i])) i++;
+    if (i - s0 == tl && strncasecmp(v + s0, token, tl) == 0) return 1;
+  }
+  return 0;
+}
 
 /* Checks one Transfer-Encoding list into *chunked_last; returns 0, -400 for
 ** a malformed list or chunked not last, -501 for an unknown coding. */
@@ -129,7 +122,7 @@ static int coding_list(const char *v, size_t n, int *seen_chunked, int *unknown)
 /* Content-Length, Transfer-Encoding, Host and Expect, after the scan. */
 static int semantics(struct ch_http_head *h, const char *buf)
 {
-  int ncl = 0, nhost = 0, nte = 0, chunked = 0, unknown = 0;
+  int ncl = 0, nhost = 0, nte = 0, chunked = 0, unknown = 0, conn_close = 0, conn_ka = 0;
   for (int i = 0; i < h->nheaders; i++) {
     struct ch_http_span nm = h->name[i], vl = h->value[i];
     const char *v = buf + vl.off;
@@ -158,6 +151,12 @@ static int semantics(struct ch_http_head *h, const char *buf)
     case 4:
       if (ch_http_name_is(buf, nm, "host") && ++nhost > 1) return -400;
       break;
+    case 10:
+      if (ch_http_name_is(buf, nm, "connection")) {
+        if (token_in(v, vl.len, "close")) conn_close = 1;
+        if (token_in(v, vl.len, "keep-alive")) conn_ka = 1;
+      }
+      break;
     case 6:
       if (ch_http_name_is(buf, nm, "expect")) {
         /* Other expectations are ignored, as nginx does. */
@@ -174,6 +173,8 @@ static int semantics(struct ch_http_head *h, const char *buf)
     h->chunked = 1;
   }
   if (h->version_minor == 1 && nhost == 0) return -400;   /* RFC 9112 3.2 */
+  /* RFC 9112 9.3: HTTP/1.1 persists unless "close"; 1.0 only on request. */
+  h->keepalive = (uint8_t)(!conn_close && (h->version_minor == 1 || conn_ka));
   if (h->content_length > 0) h->body_left = (uint64_t)h->content_length;
   else if (!h->chunked) h->body_done = 1;
   return 0;
@@ -212,7 +213,12 @@ static int version(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t
   if (sp[5] != '1' || (sp[7] != '0' && sp[7] != '1')) return -505;
   h->version_minor = (uint8_t)(sp[7] - '0');
   uint32_t m = s;
-  while (m < e && buf[m] != ' ') m++;
+  while (m < e && tchar[(unsigned char)buf[m]]) m++;
+  /* One space each side of the target, exactly (RFC 9112 3: lenient
+  ** whitespace here is a smuggling vector). */
+  const char *t0 = buf + m + 1, *t1 = sp - 1;   /* the target: [t0, t1) */
+  if (m == s || buf[m] != ' ' || t1 <= t0 || *t0 == ' ' || memchr(t0, ' ', (size_t)(t1 - t0)))
+    return -400;
   h->method = (struct ch_http_span){ s, m - s };
   return 0;
 }
@@ -246,7 +252,8 @@ int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
         if (r < 0) return r;
       }
     } else if (c == '\r') {
-      if (pos + 1 < n && buf[pos + 1] != '\n') return -400;   /* bare CR */
+      if (pos + 1 == n) break;               /* its LF is in the next read */
+      if (buf[pos + 1] != '\n') return -400;   /* bare CR */
     } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
       return -400;                           /* NUL and other controls */
     }
@@ -263,15 +270,18 @@ int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
   if (h->head_len - h->line_end > lim->max_header) return -431;
   int r = semantics(h, buf);
   if (r < 0) return r;
-  /* http-parser over the whole head: it must stop, paused, on the blank
-  ** line's LF (see on_headers_complete). */
+  /* http-parser over the request line alone, then an empty header block:
+  ** the header lines were checked above, more strictly than it would, and
+  ** it must not disagree on them (tabs in OWS, for one). */
   http_parser_init(&h->p, HTTP_REQUEST);
   h->p.data = h;
   h->base = buf;
   h->target.len = 0;
-  size_t want = h->head_len - h->start;
-  size_t got = http_parser_execute(&h->p, &head_settings, buf + h->start, want);
-  if (HTTP_PARSER_ERRNO(&h->p) != HPE_PAUSED || got != want - 1 || h->target.len == 0) {
+  size_t want = h->line_end - h->start;
+  size_t got = http_parser_execute(&h->p, &line_settings, buf + h->start, want);
+  if (HTTP_PARSER_ERRNO(&h->p) == HPE_OK && got == want)
+    http_parser_execute(&h->p, &line_settings, "\r\n", 2);
+  if (HTTP_PARSER_ERRNO(&h->p) != HPE_PAUSED || h->target.len == 0) {
     h->head_len = 0;
     return -400;
   }
@@ -284,6 +294,120 @@ int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
 
 /* -- The body ------------------------------------------------------------- */
 
+/* Chunked decoding (RFC 9112 7.1), by hand and strictly: http-parser
+** forgives bare LF and CR in chunk lines, NUL in extensions, any two bytes
+** after chunk data and obs-fold in trailers, and each of those is a way
+** to make two parsers see different messages. */
+enum {
+  CK_SIZE = 0,        /* hex digits of the size; at least one */
+  CK_SIZE_BWS,        /* whitespace after the size: only ';' may follow */
+  CK_EXT,             /* extension bytes up to CR */
+  CK_SIZE_LF,         /* CR seen after the size line */
+  CK_DATA,            /* chunk data */
+  CK_DATA_CR,         /* CRLF after the data */
+  CK_DATA_LF,
+  CK_TRAILER,         /* start of a trailer line (or the final CRLF) */
+  CK_TRAILER_NAME,
+  CK_TRAILER_VALUE,
+  CK_TRAILER_LF,      /* CR seen at a trailer line's end */
+  CK_END_LF,          /* CR of the final empty line seen */
+};
+
+#define CK_MAX_LINE   4096   /* bytes of size line (extensions) per chunk */
+
+static long chunked(struct ch_http_head *h, const char *buf, size_t len,
+                    ch_http_body_fn sink, void *ud)
+{
+  size_t i = 0;
+  while (i < len) {
+    unsigned char c = (unsigned char)buf[i];
+    switch (h->ck_state) {
+    case CK_SIZE: {
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d >= 0) {
+        if (h->ck_left >> 52) return -400;   /* past 2^56: no body is that big */
+        if (++h->ck_line > CK_MAX_LINE) return -400;
+        h->ck_left = h->ck_left * 16 + (uint64_t)d;
+        break;
+      }
+      if (h->ck_line == 0) return -400;              /* no digits */
+      if (h->body_limit != UINT64_MAX && h->ck_left > h->body_limit - h->ck_total)
+        return -413;                                 /* declared too big: say so now */
+      if (c == '\r') h->ck_state = CK_SIZE_LF;
+      else if (c == ';') h->ck_state = CK_EXT;
+      else if (is_ows((char)c)) h->ck_state = CK_SIZE_BWS;
+      else return -400;
+      break;
+    }
+    case CK_SIZE_BWS:
+      if (c == ';') h->ck_state = CK_EXT;
+      else if (!is_ows((char)c)) return -400;        /* "5 x": no ';' */
+      if (++h->ck_line > CK_MAX_LINE) return -400;
+      break;
+    case CK_EXT:
+      if (c == '\r') h->ck_state = CK_SIZE_LF;
+      else if ((c < 0x20 && c != '\t') || c == 0x7f) return -400;   /* LF, NUL, ... */
+      if (++h->ck_line > CK_MAX_LINE) return -400;
+      break;
+    case CK_SIZE_LF:
+      if (c != '\n') return -400;
+      h->ck_line = 0;
+      if (h->ck_left == 0) {
+        h->ck_state = CK_TRAILER;
+      } else {
+        h->ck_state = CK_DATA;
+      }
+      break;
+    case CK_DATA: {
+      size_t n = len - i < h->ck_left ? len - i : (size_t)h->ck_left;
+      sink(ud, buf + i, n);
+      h->ck_left -= n;
+      h->ck_total += n;
+      i += n;
+      if (h->ck_left == 0) h->ck_state = CK_DATA_CR;
+      continue;
+    }
+    case CK_DATA_CR:
+      if (c != '\r') return -400;
+      h->ck_state = CK_DATA_LF;
+      break;
+    case CK_DATA_LF:
+      if (c != '\n') return -400;
+      h->ck_state = CK_SIZE;
+      h->ck_line = 0;
+      break;
+    case CK_TRAILER:
+      if (c == '\r') { h->ck_state = CK_END_LF; break; }
+      if (!tchar[c]) return -400;                    /* obs-fold, space first, bare LF */
+      h->ck_state = CK_TRAILER_NAME;
+      goto count;
+    case CK_TRAILER_NAME:
+      if (c == ':') h->ck_state = CK_TRAILER_VALUE;
+      else if (!tchar[c]) return -400;               /* space before the colon */
+      goto count;
+    case CK_TRAILER_VALUE:
+      if (c == '\r') h->ck_state = CK_TRAILER_LF;
+      else if ((c < 0x20 && c != '\t') || c == 0x7f) return -400;
+      goto count;
+    case CK_TRAILER_LF:
+      if (c != '\n') return -400;
+      h->ck_state = CK_TRAILER;
+      goto count;
+    case CK_END_LF:
+      if (c != '\n') return -400;
+      h->body_done = 1;
+      return (long)(i + 1);
+    }
+    i++;
+    continue;
+  count:
+    if (++h->ck_line > CK_MAX_LINE * 2) return -400;   /* trailer section size */
+    i++;
+  }
+  return (long)i;
+}
+
 long ch_http_body_parse(struct ch_http_head *h, const char *buf, size_t len,
                         ch_http_body_fn sink, void *ud)
 {
@@ -295,21 +419,5 @@ long ch_http_body_parse(struct ch_http_head *h, const char *buf, size_t len,
     if (h->body_left == 0) h->body_done = 1;
     return (long)n;
   }
-  h->sink = sink;
-  h->sink_ud = ud;
-  http_parser_pause(&h->p, 0);
-  if (!h->lf_fed) {
-    /* The head's last LF, where the head's parse paused. */
-    http_parser_execute(&h->p, &body_settings, "\n", 1);
-    h->lf_fed = 1;
-    if (HTTP_PARSER_ERRNO(&h->p) != HPE_OK) goto bad;
-  }
-  size_t got = http_parser_execute(&h->p, &body_settings, buf, len);
-  enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
-  if (e != HPE_OK && !(e == HPE_PAUSED && h->body_done)) goto bad;
-  h->sink = NULL;
-  return (long)got;
-bad:
-  h->sink = NULL;
-  return -400;
+  return chunked(h, buf, len, sink, ud);
 }

@@ -51,10 +51,14 @@ struct ch_http_head {
   uint8_t keepalive;              /* http_should_keep_alive at head end */
   uint8_t expect_continue;        /* Expect: 100-continue */
   uint8_t body_done;              /* the whole message has been parsed */
-  uint8_t lf_fed;                 /* chunked: the head's last LF went to p */
+  uint8_t ck_state;               /* chunked decoder state (http_parse.c) */
+  uint32_t ck_line;               /* bytes of the current chunk line */
+  uint64_t ck_left;               /* chunk: size being read, then bytes left */
+  uint64_t ck_total;              /* chunk data bytes so far */
+  uint64_t body_limit;            /* chunked: a declared chunk past this many
+                                  ** body bytes is -413 at once; set by the
+                                  ** caller (UINT64_MAX: none) */
   const char *base;               /* the buffer, during the head's parse */
-  ch_http_body_fn sink;           /* during ch_http_body_parse only */
-  void *sink_ud;
 };
 
 void ch_http_head_init(struct ch_http_head *h);
@@ -70,8 +74,9 @@ int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
 
 /* Decodes body bytes buf[0..len), which follow the head or the bytes the
 ** last call consumed, calling sink for each piece of body. Stops at the
-** end of the message (h->body_done). Returns the bytes consumed, or -400
-** for a malformed chunked body. */
+** end of the message (h->body_done). Returns the bytes consumed, -400 for
+** a malformed chunked body, or -413 for a chunk declared past
+** h->body_limit. */
 long ch_http_body_parse(struct ch_http_head *h, const char *buf, size_t len,
                         ch_http_body_fn sink, void *ud);
 

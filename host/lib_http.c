@@ -577,8 +577,12 @@ static int body_more(lua_State *L, struct rstate *rs, ch_http_body_fn sink)
   uint64_t before = rs->body_total;
   while (!h->body_done) {
     if (c->pos < c->len) {
+      h->body_limit = c->srv->max_body;
       long n = ch_http_body_parse(h, c->buf + c->pos, c->len - c->pos, sink, rs);
-      if (n < 0) { rs->body_status = 400; return -400; }
+      if (n < 0) {
+        rs->body_status = (int)-n;   /* 400, or 413 for a chunk declared too big */
+        return (int)n;
+      }
       c->pos += (uint32_t)n;
       if (rs->body_total > c->srv->max_body && sink == sink_pend) {
         rs->body_status = 413;

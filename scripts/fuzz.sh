@@ -45,7 +45,7 @@ set +e
 "$bin" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
   -max_total_time="$secs" -max_len=16384 -timeout=10 \
   -dict=spec/fuzz/http.dict -artifact_prefix="$out/" -print_final_stats=1 \
-  "$@" "$out/corpus" spec/fuzz/corpus/http_parse >"$log" 2>&1 &
+  "$@" "$out/corpus" spec/fuzz/corpus/http_parse spec/fuzz/crashes >"$log" 2>&1 &
 pid=$!
 # Progress every 10 s: fork mode prints a status line per job.
 tail -n +1 -f --pid=$pid "$log" 2>/dev/null | awk '

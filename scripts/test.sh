@@ -117,5 +117,19 @@ for spec in "${specs[@]}"; do
   failed=$(( failed + f ))
 done
 
+# The HTTP parser's libFuzzer harness (ASan + UBSan), FUZZ_SECONDS long
+# (default 60; 0 skips), seeded with the framing corpus and the kept
+# reproducers: one test, passed when no input fails.
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+if [ "$FUZZ_SECONDS" -gt 0 ]; then
+  echo "== scripts/fuzz.sh $FUZZ_SECONDS"
+  if timeout $(( FUZZ_SECONDS + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1; then
+    passed=$(( passed + 1 ))
+  else
+    failed=$(( failed + 1 ))
+  fi
+  tail -5 "$out"
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

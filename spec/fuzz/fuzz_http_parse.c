@@ -192,6 +192,7 @@ static void sink_fn(void *ud, const char *p, size_t n)
 {
   struct sink *k = ud;
   CHECK(p >= k->lo && n <= (size_t)(k->hi - p));   /* inside the piece */
+  if (n == 0) return;   /* memcpy to a NULL buffer is undefined even for 0 */
   if (k->n + n > k->cap) {
     k->cap = (k->n + n) * 2;
     k->out = realloc(k->out, k->cap);
@@ -275,9 +276,11 @@ static long ref_chunked(const uint8_t *s, size_t n, struct sink *k)
       if (e == n) return -2;
       if (s[e] != ';') return -1;
       for (; i < n && s[i] != '\r'; i++)
-        if (is_ctl(s[i])) return -1;
+        if (is_ctl(s[i]) || i - d >= 4096) return -1;   /* see below */
       if (i == n) return -2;
     }
+    if (i - d > 4096) return -1;   /* the server's CK_MAX_LINE: a size line
+                                   ** of 4 KiB is an attack, not a body */
     if (++i == n) return -2;
     if (s[i++] != '\n') return -1;
     if (size == 0) break;
@@ -292,8 +295,10 @@ static long ref_chunked(const uint8_t *s, size_t n, struct sink *k)
     if (i == n) return -2;
     if (s[i++] != '\n') return -1;
   }
-  /* trailer-section CRLF */
+  /* trailer-section CRLF, at most 8 KiB (the server's 2 * CK_MAX_LINE) */
+  size_t tstart = i;
   for (;;) {
+    if (i - tstart > 8192) return -1;
     if (i == n) return -2;
     if (s[i] == '\r') {
       if (++i == n) return -2;
