@@ -142,11 +142,13 @@ static void sync_run(void *arg)
 
 /* Yields. Runs fn(arg) on the thread pool when this coroutine may park
 ** here; inline otherwise (outside a coroutine, or where the VM forbids a
-** park: an FFI callback, a finalizer), which blocks the worker like libc. */
-static void run_off_worker(lua_State *L, void (*fn)(void *), void *arg)
+** park: an FFI callback, a finalizer), which blocks the worker like libc.
+** A cancelled thread still gets its sync (the pool's park cannot be
+** cancelled, and a final flush on shutdown is what a cancelled timer
+** callback does): cancellation shows at its next wait. */
+static void run_off_worker(void (*fn)(void *), void *arg)
 {
   struct ch_coro *c = ch_current();
-  ch_task_check_cancel(L);
   if (c && ch_task_may_park(c) && ch_pool_call(fn, arg) == 0) return;
   fn(arg);
 }
@@ -159,7 +161,7 @@ static int do_sync(lua_State *L, int data_only)
   int fd = open_fd(L);
   struct sync_job j = { fd, data_only, 0 };
   f->syncing++;
-  run_off_worker(L, sync_run, &j);
+  run_off_worker(sync_run, &j);
   f->syncing--;
   if (f->close_pending && f->syncing == 0) {
     close(f->fd);

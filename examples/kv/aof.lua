@@ -1,0 +1,263 @@
+-- The append-only log: every command that changed data, as RESP (the
+-- format of Redis's own appendonly.aof, so redis-check-aof reads it),
+-- replayed at start.
+--
+-- Commands append records to a memory buffer; one flusher thread writes
+-- the whole buffer with one writev(2) whenever it has work, so every
+-- connection served in one scheduler round shares one write (group
+-- commit). With appendfsync always it then fdatasyncs, on the thread pool
+-- (cohost.file), and only then are the replies of those commands sent.
+-- With everysec a timer fdatasyncs once a second; with no, the kernel
+-- decides. In every mode a reply waits until its records are written to
+-- the file: a killed process (kill -9) loses nothing acknowledged; a
+-- crashed machine loses up to a second with everysec, nothing with
+-- always.
+--
+-- A write error (disk full) keeps the records in memory, makes write
+-- commands fail with -MISCONF (as Redis) and retries every second; the
+-- file is cut back to its last good size first, so a partial record is
+-- never left behind. A torn last record found at start (a crash mid-
+-- write) is truncated with a log line; garbage anywhere else stops the
+-- start.
+local cohost = require "cohost"
+local file = require "cohost.file"
+local R = require "kv.registry"
+local resp = require "kv.resp"
+
+local byte, sub = string.byte, string.sub
+
+local M = {}
+
+M.FILE = "appendonly.aof"
+local CHUNK = 1024 * 1024   -- replay reads
+
+local f                     -- the open log ("a+": appends, reads from 0)
+local path
+local mode                  -- "always", "everysec" or "no"
+local buf, nbuf = {}, 0     -- records not yet written
+M.seq = 0                   -- records appended since start
+local written = 0           -- records in the file (write(2) done)
+local synced = 0            -- records on disk (fdatasync done)
+local size = 0              -- file bytes after the last good write
+local wake = cohost.semaphore.new(0)
+local wake_posted = false
+local wseq, wsema, whead, wtail = {}, {}, 1, 0   -- waiters, FIFO by seq
+local last_error
+local fsyncs, last_sync_ms = 0, 0
+
+local function log(level, ...)
+  cohost.log(level, "kv: ", ...)
+end
+
+-- Appends one RESP record. O(1); the flusher does the I/O.
+function M.feed(rec)
+  local n = nbuf + 1
+  nbuf = n
+  buf[n] = rec
+  M.seq = M.seq + 1
+  if not wake_posted then
+    wake_posted = true
+    wake:post()
+  end
+end
+
+local function durable()
+  return mode == "always" and synced or written
+end
+
+-- Yields. Returns once record number seq is written (and synced with
+-- always); sema is the caller's own semaphore.
+function M.wait(seq, sema)
+  if durable() >= seq then return end
+  wtail = wtail + 1
+  wseq[wtail], wsema[wtail] = seq, sema
+  repeat sema:wait(1e6) until durable() >= seq
+end
+
+local function wake_waiters()
+  local done = durable()
+  while whead <= wtail and wseq[whead] <= done do
+    local s = wsema[whead]
+    wseq[whead], wsema[whead] = nil, nil
+    whead = whead + 1
+    s:post()
+  end
+  if whead > wtail then whead, wtail = 1, 0 end
+end
+
+-- Writes batch (an array of records) after the file's good size; on
+-- failure cuts the file back. Returns true or nil, err.
+local function write_batch(batch)
+  local bytes, err = f:write(batch)
+  if bytes then
+    size = size + bytes
+    return true
+  end
+  f:truncate(size)
+  return nil, err
+end
+
+local function fail(err)
+  if not last_error then log(cohost.ERR, "writing ", path, " failed: ", err, "; retrying every second") end
+  last_error = err
+  R.write_error = "-MISCONF Errors writing to the AOF file: " .. err .. "\r\n"
+end
+
+local function recovered()
+  if last_error then log(cohost.NOTICE, "writing ", path, " works again") end
+  last_error = nil
+  R.write_error = nil
+end
+
+local function sync(upto)
+  local ok, err = f:fdatasync()
+  if not ok then
+    if mode == "always" then
+      -- After a failed fsync the kernel may have dropped the dirty pages:
+      -- nothing written since the last good sync can be trusted (Redis
+      -- exits here too).
+      log(cohost.ERR, "fdatasync of ", path, " failed with appendfsync always: ", err, "; exiting")
+      cohost.exit(1)
+    end
+    fail(err)
+    return false
+  end
+  fsyncs = fsyncs + 1
+  last_sync_ms = cohost.now() * 1000
+  if upto > synced then synced = upto end
+  return true
+end
+
+local function flusher()
+  while true do
+    while nbuf == 0 do
+      wake_posted = false
+      wake:wait(1e6)
+    end
+    local batch, upto = buf, M.seq
+    buf, nbuf = {}, 0
+    local ok, err = write_batch(batch)
+    if ok then
+      recovered()
+      written = upto
+      if mode == "always" then sync(upto) end
+      wake_waiters()
+    else
+      -- Keep the records, in order, ahead of what came meanwhile.
+      for i = 1, nbuf do batch[#batch + 1] = buf[i] end
+      buf, nbuf = batch, #batch
+      fail(err)
+      cohost.sleep(1)
+    end
+  end
+end
+
+-- -- Replay ----------------------------------------------------------------
+
+-- Replays the log at path through exec(argv, argc) -> nil or an error
+-- reply. Returns the count of records, or raises on a bad file.
+local function replay(exec)
+  local argv = {}
+  local data, pos, len = "", 1, 0
+  local offset = 0            -- file offset of data's first byte
+  local eof, count, bad = false, 0, nil
+  while true do
+    local argc, nxt
+    if pos <= len then
+      if byte(data, pos) ~= 42 then
+        bad = "expected '*'"
+      else
+        argc, nxt = resp.parse(data, pos, len, argv)
+        if argc == false then bad = nxt end
+      end
+      if bad then break end
+    end
+    if argc then
+      if argc > 0 then
+        local err = exec(argv, argc)
+        if err then
+          error(("%s: record %d at byte %d failed: %s"):format(path, count + 1, offset + pos - 1,
+                                                              err:gsub("\r\n$", "")), 0)
+        end
+        count = count + 1
+      end
+      pos = nxt
+    else
+      if eof then break end
+      local want = CHUNK
+      if nxt and nxt - (len - pos + 1) > want then want = nxt - (len - pos + 1) end
+      local more = assert(f:read(want))
+      if more == "" then
+        eof = true
+      else
+        offset = offset + pos - 1
+        data = sub(data, pos) .. more
+        pos, len = 1, #data
+      end
+    end
+  end
+  local good = offset + pos - 1
+  local total = f:stat().size
+  if good < total then
+    local tail = sub(data, pos)
+    if bad then tail = tail .. assert(f:read()) end
+    if bad and tail:find("[^%z]") then
+      error(("%s: bad record at byte %d (%s); fix it with redis-check-aof --fix, "
+             .. "or move the file away"):format(path, good, bad), 0)
+    end
+    log(cohost.WARN, path, ": the last record is torn (", total - good, " bytes at byte ", good,
+        ", a crash mid-write): truncated to ", good, " bytes")
+    assert(f:truncate(good))
+    assert(f:fdatasync())
+  end
+  size = good
+  return count
+end
+
+-- -- Start and stop --------------------------------------------------------
+
+-- Opens (creating) dir/appendonly.aof, replays it through exec, and
+-- starts the flusher and, for everysec, the fsync timer. Returns the
+-- record count; raises on a bad file.
+function M.open(dir, fsync_mode, exec)
+  mode = fsync_mode
+  assert(file.mkdir_p(dir))
+  path = dir .. "/" .. M.FILE
+  local existed = file.exists(path)
+  f = assert(file.open(path, "a+", "644"))
+  if not existed then assert(file.sync_dir(dir)) end
+  local count = replay(exec)
+  cohost.spawn(flusher)
+  if mode == "everysec" then
+    cohost.timer.every(1, function(premature)
+      if not premature and written > synced then sync(written) end
+    end)
+  end
+  return count
+end
+
+-- Writes what is buffered and syncs: for an orderly stop.
+function M.close()
+  if not f then return end
+  if nbuf > 0 then
+    local batch, upto = buf, M.seq
+    buf, nbuf = {}, 0
+    if write_batch(batch) then written = upto end
+  end
+  if mode ~= "no" then sync(written) end
+end
+
+-- Fields for INFO's Persistence section.
+function M.status()
+  return {
+    { "aof_rewrite_in_progress", 0 },
+    { "aof_last_write_status", last_error and "err" or "ok" },
+    { "aof_current_size", size },
+    { "aof_buffer_length", nbuf },
+    { "aof_appendfsync", mode or "none" },
+    { "aof_fsyncs", fsyncs },
+    { "aof_last_fsync_ms", math.floor(last_sync_ms) },
+  }
+end
+
+return M

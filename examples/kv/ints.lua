@@ -1,0 +1,85 @@
+-- 64-bit integers as Redis reads and prints them. Lua numbers are exact
+-- up to 2^53; past that the values go through LuaJIT's int64_t cdata, so
+-- INCRBY near the int64 limits behaves as Redis does, overflow error
+-- included.
+local ffi = require "ffi"
+
+local M = {}
+
+local byte, find, tonumber, tostring, format = string.byte, string.find, tonumber, tostring, string.format
+
+local I64_MAX = 9223372036854775807LL
+local I64_MIN = -9223372036854775807LL - 1
+local EXACT = 2 ^ 53
+
+-- The integer in s as Redis's string2ll accepts it (an optional '-', no
+-- '+', no spaces, no leading zeros, within int64), or nil. A Lua number
+-- when exact, else an int64_t cdata.
+function M.parse(s)
+  local len = #s
+  if len == 0 or len > 20 then return nil end
+  if len <= 15 then
+    -- Fast path, a byte loop the JIT compiles: exact in a double.
+    local i, neg = 1, false
+    if byte(s, 1) == 45 then
+      if len == 1 then return nil end
+      i, neg = 2, true
+    end
+    local c = byte(s, i)
+    if c == 48 then return (len == 1) and 0 or nil end   -- no leading zero, no "-0"
+    local v = 0
+    for j = i, len do
+      c = byte(s, j)
+      if c < 48 or c > 57 then return nil end
+      v = v * 10 + (c - 48)
+    end
+    return neg and -v or v
+  end
+  if not find(s, "^%-?[1-9]%d*$") then return nil end
+  local neg = byte(s, 1) == 45
+  local v = 0LL
+  for i = neg and 2 or 1, len do
+    local d = byte(s, i) - 48
+    -- Accumulate toward the sign so INT64_MIN fits.
+    if neg then
+      if v < (I64_MIN + d) / 10 then return nil end
+      v = v * 10 - d
+    else
+      if v > (I64_MAX - d) / 10 then return nil end
+      v = v * 10 + d
+    end
+  end
+  if v > -EXACT and v < EXACT then return tonumber(v) end
+  return v
+end
+
+-- a + b, or nil on int64 overflow. Either may be a number or an int64.
+function M.add(a, b)
+  if type(a) == "number" and type(b) == "number" then
+    local r = a + b
+    if r > -EXACT and r < EXACT then return r end
+  end
+  a, b = a + 0LL, b + 0LL
+  if (b > 0 and a > I64_MAX - b) or (b < 0 and a < I64_MIN - b) then return nil end
+  local r = a + b
+  if r > -EXACT and r < EXACT then return tonumber(r) end
+  return r
+end
+
+-- -v, or nil for INT64_MIN (DECRBY's "decrement would overflow").
+function M.neg(v)
+  if type(v) == "number" then return -v end
+  if v == I64_MIN then return nil end
+  return -v
+end
+
+-- The decimal text of an integer from parse or add.
+function M.str(v)
+  if type(v) == "number" then
+    if v > -1e14 and v < 1e14 then return tostring(v) end
+    return format("%d", v)
+  end
+  return (tostring(v):gsub("LL$", ""))
+end
+
+return M

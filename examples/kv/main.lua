@@ -1,0 +1,130 @@
+-- A Redis-protocol key-value store on cohost: RESP2 for redis-cli,
+-- redis-benchmark and client libraries, strings, lists (with blocking
+-- pops), hashes, expiry, pub/sub, and an append-only log. See docs/kv.md.
+--
+--   build/cohost examples/kv/main.lua [--port P] [--bind ADDR] [--dir D]
+--       [--appendonly yes|no] [--appendfsync always|everysec|no] [--announce]
+--
+-- One worker only: the data lives in the worker's Lua state, so with
+-- -w N each worker would hold a separate store and a client would see
+-- whichever its connection landed on. More workers are refused.
+local cohost = require "cohost"
+
+-- The modules sit beside this file as kv/*.lua: put its parent directory
+-- on the path, wherever the server is started from.
+local here = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+local parent = here:match("^(.*)/[^/]*$") or (here == "." and ".." or ".")
+package.path = parent .. "/?.lua;" .. package.path
+
+local R = require "kv.registry"
+require "kv.strings"
+require "kv.lists"
+require "kv.hashes"
+require "kv.pubsub"
+local admin = require "kv.admin"
+local aof = require "kv.aof"
+local server = require "kv.server"
+local store = require "kv.store"
+
+local USAGE = [[
+usage: cohost examples/kv/main.lua [options]
+  --port P                     TCP port (default 6379; 0 picks a free one)
+  --bind ADDR                  address to listen on (default 127.0.0.1)
+  --dir D                      directory of appendonly.aof (default .)
+  --appendonly yes|no          keep the append-only log (default yes)
+  --appendfsync always|everysec|no
+                               when the log reaches the disk (default everysec)
+  --announce                   print "<port> <pid>" on stdout once listening]]
+
+local function die(msg)
+  io.stderr:write("kv: ", msg, "\n")
+  cohost.exit(2)
+end
+
+local function parse_args(args)
+  local cfg = R.config
+  local i = 1
+  while i <= #args do
+    local a, v = args[i], args[i + 1]
+    if a == "--port" then
+      cfg.port = tonumber(v)
+      if not cfg.port or cfg.port < 0 or cfg.port > 65535 then die("bad --port " .. tostring(v)) end
+      i = i + 1
+    elseif a == "--bind" and v then
+      cfg.bind = v
+      i = i + 1
+    elseif a == "--dir" and v then
+      cfg.dir = v
+      i = i + 1
+    elseif a == "--appendonly" and (v == "yes" or v == "no") then
+      cfg.appendonly = v == "yes"
+      i = i + 1
+    elseif a == "--appendfsync" and (v == "always" or v == "everysec" or v == "no") then
+      cfg.appendfsync = v
+      i = i + 1
+    elseif a == "--announce" then
+      cfg.announce = true
+    elseif a == "-h" or a == "--help" then
+      io.stdout:write(USAGE, "\n")
+      cohost.exit(0)
+    else
+      die("bad argument " .. a .. "\n" .. USAGE)
+    end
+    i = i + 1
+  end
+end
+
+if cohost.worker_count() > 1 then
+  if cohost.worker_id() == 0 then
+    io.stderr:write("kv: run it with one worker: the data lives in a worker's memory, ",
+                    "so each of the ", cohost.worker_count(), " workers would keep a store ",
+                    "of its own\n")
+    cohost.exit(2)
+  end
+  cohost.sleep(10)   -- worker 0 ends the process once it has said why
+end
+
+parse_args(arg or {})
+local cfg = R.config
+R.stats.started = cohost.now()
+math.randomseed(os.time())
+
+if cfg.appendonly then
+  local t0 = cohost.monotonic()
+  local ok, count = pcall(aof.open, cfg.dir, cfg.appendfsync, server.exec)
+  if not ok then
+    cohost.log(cohost.ERR, "kv: cannot load the log: ", count)
+    cohost.exit(1)
+  end
+  cohost.log(cohost.NOTICE, ("kv: replayed %d records from %s/%s in %.3f s: %d keys"):format(
+    count, cfg.dir, aof.FILE, cohost.monotonic() - t0, store.size()))
+  admin.set_aof_status(aof.status)
+end
+
+local listener = server.start(cfg.bind .. ":" .. cfg.port, cfg.appendonly)
+local _, port = listener:addr()
+cfg.port = port
+cohost.log(cohost.NOTICE, "kv: ready on ", cfg.bind, ":", port, " (appendonly ",
+           cfg.appendonly and cfg.appendfsync or "off", ")")
+
+-- Active expiry: ten times a second, as Redis's hz 10.
+cohost.timer.every(0.1, function(premature)
+  if not premature then store.sweep(2) end
+end)
+
+-- SIGTERM/SIGINT: write and sync the log, then exit at once as Redis
+-- does (clients are not waited for). The timer is cut short at shutdown.
+cohost.timer.at(1e9, function(premature)
+  if not premature then return end
+  if cfg.appendonly then aof.close() end
+  cohost.log(cohost.NOTICE, "kv: log synced, exiting")
+  cohost.exit(0)
+end)
+
+if cfg.announce then
+  local f = io.open("/proc/self/stat")
+  local pid = f and f:read("*n") or 0
+  if f then f:close() end
+  io.stdout:write(port, " ", pid, "\n")
+  io.stdout:flush()
+end

@@ -1,0 +1,70 @@
+-- The command table and the state commands share with the connection
+-- loop: how a command asks for its logging, which list keys got elements
+-- while clients wait on them, and the server's counters.
+local M = {}
+
+-- name -> command, under the lower- and upper-case spellings (other
+-- spellings are lowered first). A command is { name, arity, fn, write,
+-- pubsub }: arity as Redis's (n: exactly n arguments with the name;
+-- -n: at least n); fn(c, argv, argc, out, n) appends its reply to out
+-- after position n and returns the new length; write marks commands that
+-- change data (refused while the log cannot be written); pubsub marks
+-- those allowed in subscribed mode.
+M.commands = {}
+
+function M.register(name, arity, fn, flags)
+  flags = flags or {}
+  local cmd = { name = name, arity = arity, fn = fn, write = flags.write or false,
+                pubsub = flags.pubsub or false }
+  M.commands[name] = cmd
+  M.commands[name:upper()] = cmd
+end
+
+-- Set by a handler that changed data, read and reset by the dispatcher:
+-- true logs the request as received; a string logs that RESP instead (a
+-- relative expiry becomes an absolute one, BLPOP becomes LPOP).
+M.prop = nil
+
+-- Extra records a command logs after itself (the pops that serve blocked
+-- clients); an array of RESP strings, or nil.
+M.extra = nil
+
+-- Logs rec (a RESP string) after the current command's own record.
+function M.log_after(rec)
+  local e = M.extra
+  if not e then
+    e = {}
+    M.extra = e
+  end
+  e[#e + 1] = rec
+end
+
+-- key -> true for list keys that got elements while clients block on
+-- them; the dispatcher serves them once the command is logged.
+M.ready = {}
+M.any_ready = false
+
+-- Counters for INFO.
+M.stats = {
+  started = 0,            -- Unix seconds at start
+  connections = 0,        -- total accepted
+  clients = 0,            -- connected now
+  blocked = 0,            -- in BLPOP/BRPOP now
+  commands = 0,           -- processed
+  pubsub_channels = 0,
+  pubsub_patterns = 0,
+}
+
+-- Settings from the command line (main.lua fills them).
+M.config = {
+  port = 6379,
+  bind = "127.0.0.1",
+  dir = ".",
+  appendonly = true,
+  appendfsync = "everysec",
+}
+
+-- Set by aof.lua: the reason writes are refused, or nil.
+M.write_error = nil
+
+return M

@@ -1,0 +1,226 @@
+-- RESP2: the request parser and reply encoders. The parser works on a
+-- string buffer with byte positions (no copies but the arguments
+-- themselves), so a connection can parse every complete request it has
+-- received in one go and answer them with one send. Limits and error
+-- texts are Redis 7.0's (networking.c: processMultibulkBuffer,
+-- processInlineBuffer).
+local M = {}
+
+local byte, find, sub, char = string.byte, string.find, string.sub, string.char
+local tostring, tonumber, format = tostring, tonumber, string.format
+local concat = table.concat
+
+M.MAX_INLINE = 64 * 1024            -- PROTO_INLINE_MAX_SIZE
+M.MAX_MBULK = 2147483647            -- INT_MAX, as Redis
+M.MAX_BULK = 512 * 1024 * 1024      -- proto-max-bulk-len
+
+local CR, LF, STAR, DOLLAR, MINUS = 13, 10, 42, 36, 45
+
+-- Reads the decimal integer that starts at buf[i] and ends with CR, the
+-- way Redis's string2ll accepts it (optional '-', no leading zeros, no
+-- spaces). Returns value, position of the CR; nil, nil if the CR has not
+-- arrived (or its LF); false if the text is not such an integer.
+local function header_int(buf, i, len)
+  local neg = false
+  if byte(buf, i) == MINUS then neg = true; i = i + 1 end
+  local start, n = i, 0
+  while true do
+    if i > len then return nil end
+    local c = byte(buf, i)
+    if c == CR then break end
+    if c < 48 or c > 57 or i - start >= 18 then return false end
+    n = n * 10 + (c - 48)
+    i = i + 1
+  end
+  if i + 1 > len then return nil end   -- the LF after the CR
+  local digits = i - start
+  if digits == 0 or (digits > 1 and byte(buf, start) == 48) then return false end
+  return neg and -n or n, i
+end
+
+-- Splits an inline request line into arguments as Redis's sdssplitargs:
+-- blanks separate, "double quotes" take \n \r \t \b \a \\ \" and \xHH,
+-- 'single quotes' take \'; a closing quote must be followed by a blank.
+-- Returns the count (filling argv), or nil for unbalanced quotes.
+local escapes = { n = "\n", r = "\r", t = "\t", b = "\b", a = "\a" }
+
+local function split_inline(line, argv)
+  local argc, i, len = 0, 1, #line
+  while true do
+    i = find(line, "[^ \t\n\r\v\f]", i)
+    if not i then return argc end
+    local parts, np = {}, 0
+    local inq, insq = false, false
+    while true do
+      local c = sub(line, i, i)
+      if inq then
+        if c == "" then return nil end
+        if c == "\\" and sub(line, i + 1, i + 1) == "x"
+            and find(sub(line, i + 2, i + 3), "^%x%x$") then
+          np = np + 1; parts[np] = char(tonumber(sub(line, i + 2, i + 3), 16))
+          i = i + 3
+        elseif c == "\\" and i < len then
+          local e = sub(line, i + 1, i + 1)
+          np = np + 1; parts[np] = escapes[e] or e
+          i = i + 1
+        elseif c == '"' then
+          local nx = sub(line, i + 1, i + 1)
+          if nx ~= "" and not find(nx, "^[ \t\n\r\v\f]") then return nil end
+          inq = false
+          i = i + 1
+          break
+        else
+          np = np + 1; parts[np] = c
+        end
+      elseif insq then
+        if c == "" then return nil end
+        if c == "\\" and sub(line, i + 1, i + 1) == "'" then
+          np = np + 1; parts[np] = "'"
+          i = i + 1
+        elseif c == "'" then
+          local nx = sub(line, i + 1, i + 1)
+          if nx ~= "" and not find(nx, "^[ \t\n\r\v\f]") then return nil end
+          insq = false
+          i = i + 1
+          break
+        else
+          np = np + 1; parts[np] = c
+        end
+      else
+        if c == "" or find(c, "^[ \t\n\r\v\f]") then break end
+        if c == '"' then inq = true
+        elseif c == "'" then insq = true
+        else np = np + 1; parts[np] = c end
+      end
+      i = i + 1
+    end
+    argc = argc + 1
+    argv[argc] = concat(parts)
+  end
+end
+
+-- Parses one request at buf[pos..len] into argv. Returns:
+--   argc, next              a request of argc arguments (argc may be 0:
+--                           an empty line or "*0", nothing to run), and
+--                           inline = true as a third value for inline ones
+--   nil, need               incomplete; need is the byte count from pos
+--                           that would complete it when known (a bulk)
+--   false, message          a protocol error: reply it, then close
+function M.parse(buf, pos, len, argv)
+  if byte(buf, pos) ~= STAR then
+    -- Inline: a line of blank-separated words.
+    local nl = find(buf, "\n", pos, true)
+    if not nl then
+      if len - pos + 1 > M.MAX_INLINE then return false, "Protocol error: too big inline request" end
+      return nil
+    end
+    local e = nl - 1
+    if e >= pos and byte(buf, e) == CR then e = e - 1 end
+    local argc = split_inline(sub(buf, pos, e), argv)
+    if not argc then return false, "Protocol error: unbalanced quotes in request" end
+    return argc, nl + 1, true
+  end
+  local n, i = header_int(buf, pos + 1, len)
+  if n == nil then
+    if len - pos + 1 > M.MAX_INLINE then return false, "Protocol error: too big mbulk count string" end
+    return nil
+  end
+  if not n or n > M.MAX_MBULK then return false, "Protocol error: invalid multibulk length" end
+  i = i + 2
+  if n <= 0 then return 0, i end
+  for a = 1, n do
+    if i > len then return nil end
+    if byte(buf, i) ~= DOLLAR then
+      return false, format("Protocol error: expected '$', got '%s'", sub(buf, i, i))
+    end
+    local l, e = header_int(buf, i + 1, len)
+    if l == nil then
+      if len - i + 1 > M.MAX_INLINE then return false, "Protocol error: too big bulk count string" end
+      return nil
+    end
+    if not l or l < 0 or l > M.MAX_BULK then return false, "Protocol error: invalid bulk length" end
+    local s = e + 2
+    local stop = s + l + 1            -- the LF after the body
+    if stop > len then return nil, stop - pos + 1 + (n - a) * 4 end
+    argv[a] = sub(buf, s, s + l - 1)
+    i = stop + 1
+  end
+  return n, i
+end
+
+-- -- Replies -------------------------------------------------------------
+
+M.OK = "+OK\r\n"
+M.PONG = "+PONG\r\n"
+M.NULL = "$-1\r\n"
+M.NULL_ARRAY = "*-1\r\n"
+M.EMPTY_ARRAY = "*0\r\n"
+M.ZERO = ":0\r\n"
+M.ONE = ":1\r\n"
+M.WRONGTYPE = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+M.NOT_INT = "-ERR value is not an integer or out of range\r\n"
+M.SYNTAX = "-ERR syntax error\r\n"
+
+-- "$<n>\r\n" for small n, made once.
+local bulk_heads = {}
+for n = 0, 1023 do bulk_heads[n] = "$" .. n .. "\r\n" end
+M.bulk_heads = bulk_heads
+
+-- Integer replies for small values, made once.
+local ints = {}
+for n = -1, 1023 do ints[n] = ":" .. n .. "\r\n" end
+
+-- A decimal integer as Redis prints it (tostring gives 1e+15 past 1e14).
+local function int_str(n)
+  if n > -1e14 and n < 1e14 then return tostring(n) end
+  return format("%d", n)
+end
+M.int_str = int_str
+
+function M.int(n)
+  return ints[n] or ":" .. int_str(n) .. "\r\n"
+end
+
+-- Appends a bulk string reply for s to out after position n; returns the
+-- new length. Two pieces: the string is not copied.
+function M.bulk(out, n, s)
+  local l = #s
+  out[n + 1] = bulk_heads[l] or "$" .. l .. "\r\n"
+  out[n + 2] = s
+  out[n + 3] = "\r\n"
+  return n + 3
+end
+
+-- The same as one string, for a queue or a log.
+function M.bulk_str(s)
+  local l = #s
+  return (bulk_heads[l] or "$" .. l .. "\r\n") .. s .. "\r\n"
+end
+
+function M.array_head(count)
+  return "*" .. count .. "\r\n"
+end
+
+-- An error reply for msg (which starts with its code, "ERR ...").
+-- CR and LF would break the framing: Redis replaces them with spaces.
+function M.err(msg)
+  return "-" .. msg:gsub("[\r\n]", " ") .. "\r\n"
+end
+
+function M.simple(s)
+  return "+" .. s .. "\r\n"
+end
+
+-- A request as RESP (for the log): argv[1..argc].
+function M.encode(argv, argc)
+  local t = { "*" .. argc .. "\r\n" }
+  for i = 1, argc do
+    local a = argv[i]
+    t[#t + 1] = bulk_heads[#a] or "$" .. #a .. "\r\n"
+    t[#t + 1] = a
+    t[#t + 1] = "\r\n"
+  end
+  return concat(t)
+end
+
+return M

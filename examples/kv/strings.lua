@@ -1,0 +1,507 @@
+-- String and keyspace commands: GET, SET and friends, counters, expiry,
+-- DEL/EXISTS/TYPE, KEYS and SCAN, DBSIZE, FLUSHALL. Replies and error
+-- texts are Redis 7.0's (t_string.c, expire.c, db.c).
+local R = require "kv.registry"
+local resp = require "kv.resp"
+local store = require "kv.store"
+local ints = require "kv.ints"
+
+local reg = R.register
+local get, set, read = store.get, store.set, store.read
+local bulk, int = resp.bulk, resp.int
+local OK, NULL, WRONGTYPE, NOT_INT, SYNTAX = resp.OK, resp.NULL, resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
+local lower, ceil, floor = string.lower, math.ceil, math.floor
+local type, tonumber = type, tonumber
+local parse_int = ints.parse
+
+local M = {}
+
+local function invalid_expire(cmd)
+  return "-ERR invalid expire time in '" .. cmd .. "' command\r\n"
+end
+
+-- An integer argument as a Lua number (int64 values past 2^53 lose
+-- precision, which no expiry or count needs), or nil.
+local function num_arg(s)
+  local v = parse_int(s)
+  if v == nil then return nil end
+  return tonumber(v)
+end
+M.num_arg = num_arg
+
+-- -- Strings ---------------------------------------------------------------
+
+reg("get", 2, function(_, argv, _, out, n)
+  local v = read(argv[2])
+  if v == nil then
+    out[n + 1] = NULL
+    return n + 1
+  end
+  if type(v) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  end
+  return bulk(out, n, v)
+end)
+
+-- SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]
+reg("set", -3, function(_, argv, argc, out, n)
+  local nx, xx, want_get, keep, unit, when
+  local j = 4
+  while j <= argc do
+    local o = lower(argv[j])
+    local nxt = argv[j + 1]
+    local timed = unit ~= nil
+    if o == "nx" and not xx then nx = true
+    elseif o == "xx" and not nx then xx = true
+    elseif o == "get" then want_get = true
+    elseif o == "keepttl" and not timed then keep = true
+    elseif (o == "ex" or o == "px" or o == "exat" or o == "pxat") and not keep
+        and (not timed or unit == o) and j < argc then
+      unit, when = o, nxt
+      j = j + 1
+    else
+      out[n + 1] = SYNTAX
+      return n + 1
+    end
+    j = j + 1
+  end
+  local deadline
+  if unit then
+    local v = num_arg(when)
+    if not v then
+      out[n + 1] = NOT_INT
+      return n + 1
+    end
+    if v <= 0 then
+      out[n + 1] = invalid_expire("set")
+      return n + 1
+    end
+    if unit == "ex" then deadline = store.now_ms() + v * 1000
+    elseif unit == "px" then deadline = store.now_ms() + v
+    elseif unit == "exat" then deadline = v * 1000
+    else deadline = v end
+  end
+  local k = argv[2]
+  local old = get(k)
+  if want_get and old ~= nil and type(old) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  end
+  if (nx and old ~= nil) or (xx and old == nil) then
+    if want_get and old ~= nil then return bulk(out, n, old) end
+    out[n + 1] = NULL
+    return n + 1
+  end
+  set(k, argv[3], keep)
+  if deadline then
+    store.expire_at(k, deadline)
+    R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(floor(deadline)) }, 5)
+  else
+    R.prop = true
+  end
+  if want_get then
+    if old == nil then
+      out[n + 1] = NULL
+      return n + 1
+    end
+    return bulk(out, n, old)
+  end
+  out[n + 1] = OK
+  return n + 1
+end, { write = true })
+
+reg("setnx", 3, function(_, argv, _, out, n)
+  if get(argv[2]) ~= nil then
+    out[n + 1] = resp.ZERO
+    return n + 1
+  end
+  set(argv[2], argv[3])
+  R.prop = true
+  out[n + 1] = resp.ONE
+  return n + 1
+end, { write = true })
+
+-- SETEX key seconds value, PSETEX key ms value.
+local function setex(name, scale)
+  return function(_, argv, _, out, n)
+    local v = num_arg(argv[3])
+    if not v then
+      out[n + 1] = NOT_INT
+      return n + 1
+    end
+    if v <= 0 then
+      out[n + 1] = invalid_expire(name)
+      return n + 1
+    end
+    local k = argv[2]
+    local deadline = store.now_ms() + v * scale
+    set(k, argv[4])
+    store.expire_at(k, deadline)
+    R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(floor(deadline)) }, 5)
+    out[n + 1] = OK
+    return n + 1
+  end
+end
+reg("setex", 4, setex("setex", 1000), { write = true })
+reg("psetex", 4, setex("psetex", 1), { write = true })
+
+reg("getset", 3, function(_, argv, _, out, n)
+  local k = argv[2]
+  local old = get(k)
+  if old ~= nil and type(old) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  end
+  set(k, argv[3])
+  R.prop = true
+  if old == nil then
+    out[n + 1] = NULL
+    return n + 1
+  end
+  return bulk(out, n, old)
+end, { write = true })
+
+reg("getdel", 2, function(_, argv, _, out, n)
+  local k = argv[2]
+  local old = get(k)
+  if old == nil then
+    out[n + 1] = NULL
+    return n + 1
+  end
+  if type(old) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  end
+  store.del(k)
+  R.prop = true
+  return bulk(out, n, old)
+end, { write = true })
+
+reg("mget", -2, function(_, argv, argc, out, n)
+  out[n + 1] = resp.array_head(argc - 1)
+  n = n + 1
+  for i = 2, argc do
+    local v = read(argv[i])
+    if type(v) == "string" then
+      n = bulk(out, n, v)
+    else
+      n = n + 1
+      out[n] = NULL
+    end
+  end
+  return n
+end)
+
+reg("mset", -3, function(_, argv, argc, out, n)
+  if argc % 2 == 0 then
+    out[n + 1] = "-ERR wrong number of arguments for 'mset' command\r\n"
+    return n + 1
+  end
+  for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
+  R.prop = true
+  out[n + 1] = OK
+  return n + 1
+end, { write = true })
+
+-- INCR, INCRBY, DECR, DECRBY. by: a fixed step, or nil to read argv[3]
+-- (negated for DECRBY).
+local function incr(by, negate)
+  return function(_, argv, _, out, n)
+    local step = by
+    if not step then
+      step = parse_int(argv[3])
+      if step == nil then
+        out[n + 1] = NOT_INT
+        return n + 1
+      end
+      if negate then
+        step = ints.neg(step)
+        if step == nil then
+          out[n + 1] = "-ERR decrement would overflow\r\n"
+          return n + 1
+        end
+      end
+    end
+    local k = argv[2]
+    local v = get(k)
+    local cur = 0
+    if v ~= nil then
+      if type(v) ~= "string" then
+        out[n + 1] = WRONGTYPE
+        return n + 1
+      end
+      cur = parse_int(v)
+      if cur == nil then
+        out[n + 1] = NOT_INT
+        return n + 1
+      end
+    end
+    local r = ints.add(cur, step)
+    if r == nil then
+      out[n + 1] = "-ERR increment or decrement would overflow\r\n"
+      return n + 1
+    end
+    local s = ints.str(r)
+    if v == nil then set(k, s) else store.replace(k, s) end
+    R.prop = true
+    out[n + 1] = ":" .. s .. "\r\n"
+    return n + 1
+  end
+end
+reg("incr", 2, incr(1), { write = true })
+reg("decr", 2, incr(-1), { write = true })
+reg("incrby", 3, incr(nil, false), { write = true })
+reg("decrby", 3, incr(nil, true), { write = true })
+
+reg("append", 3, function(_, argv, _, out, n)
+  local k = argv[2]
+  local v = get(k)
+  if v == nil then
+    set(k, argv[3])
+    v = argv[3]
+  elseif type(v) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  else
+    if #v + #argv[3] > resp.MAX_BULK then
+      out[n + 1] = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"
+      return n + 1
+    end
+    v = v .. argv[3]
+    store.replace(k, v)
+  end
+  R.prop = true
+  out[n + 1] = int(#v)
+  return n + 1
+end, { write = true })
+
+reg("strlen", 2, function(_, argv, _, out, n)
+  local v = get(argv[2])
+  if v ~= nil and type(v) ~= "string" then
+    out[n + 1] = WRONGTYPE
+    return n + 1
+  end
+  out[n + 1] = int(v and #v or 0)
+  return n + 1
+end)
+
+-- -- Keys ------------------------------------------------------------------
+
+local function del(_, argv, argc, out, n)
+  local count = 0
+  for i = 2, argc do
+    if store.del(argv[i]) then count = count + 1 end
+  end
+  if count > 0 then R.prop = true end
+  out[n + 1] = int(count)
+  return n + 1
+end
+reg("del", -2, del, { write = true })
+reg("unlink", -2, del, { write = true })
+
+reg("exists", -2, function(_, argv, argc, out, n)
+  local count = 0
+  for i = 2, argc do
+    if get(argv[i]) ~= nil then count = count + 1 end
+  end
+  out[n + 1] = int(count)
+  return n + 1
+end)
+
+reg("type", 2, function(_, argv, _, out, n)
+  local v = get(argv[2])
+  out[n + 1] = v == nil and "+none\r\n" or resp.simple(store.type_of(v))
+  return n + 1
+end)
+
+reg("randomkey", 1, function(_, _, _, out, n)
+  local k = store.random_key()
+  if not k then
+    out[n + 1] = NULL
+    return n + 1
+  end
+  return bulk(out, n, k)
+end)
+
+reg("dbsize", 1, function(_, _, _, out, n)
+  out[n + 1] = int(store.size())
+  return n + 1
+end)
+
+local function flushall(_, argv, argc, out, n)
+  if argc > 2 or (argc == 2 and lower(argv[2]) ~= "async" and lower(argv[2]) ~= "sync") then
+    out[n + 1] = SYNTAX
+    return n + 1
+  end
+  store.flush()
+  R.prop = true
+  out[n + 1] = OK
+  return n + 1
+end
+reg("flushall", -1, flushall, { write = true })
+reg("flushdb", -1, flushall, { write = true })
+
+-- -- Expiry ----------------------------------------------------------------
+
+-- EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT key time [NX|XX|GT|LT]. scale
+-- turns the argument into ms; absolute ones are not added to now.
+local function expire(name, scale, absolute)
+  return function(_, argv, argc, out, n)
+    local nx, xx, gt, lt
+    for j = 4, argc do
+      local o = lower(argv[j])
+      if o == "nx" then nx = true
+      elseif o == "xx" then xx = true
+      elseif o == "gt" then gt = true
+      elseif o == "lt" then lt = true
+      else
+        out[n + 1] = resp.err("ERR Unsupported option " .. argv[j])
+        return n + 1
+      end
+    end
+    if nx and (xx or gt or lt) then
+      out[n + 1] = "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"
+      return n + 1
+    end
+    if gt and lt then
+      out[n + 1] = "-ERR GT and LT options at the same time are not compatible\r\n"
+      return n + 1
+    end
+    local v = num_arg(argv[3])
+    if not v then
+      out[n + 1] = NOT_INT
+      return n + 1
+    end
+    if v * scale > 9.2e18 or v * scale < -9.2e18 then
+      out[n + 1] = invalid_expire(name)
+      return n + 1
+    end
+    local when = v * scale
+    if not absolute then when = when + store.now_ms() end
+    local k = argv[2]
+    if get(k) == nil then
+      out[n + 1] = resp.ZERO
+      return n + 1
+    end
+    local cur = store.deadline(k)
+    if (nx and cur) or (xx and not cur) or (gt and (not cur or when <= cur))
+        or (lt and cur and when >= cur) then
+      out[n + 1] = resp.ZERO
+      return n + 1
+    end
+    if when <= store.now_ms() then
+      store.del(k)
+      R.prop = resp.encode({ "DEL", k }, 2)
+    else
+      store.expire_at(k, when)
+      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(floor(when)) }, 3)
+    end
+    out[n + 1] = resp.ONE
+    return n + 1
+  end
+end
+reg("expire", -3, expire("expire", 1000, false), { write = true })
+reg("pexpire", -3, expire("pexpire", 1, false), { write = true })
+reg("expireat", -3, expire("expireat", 1000, true), { write = true })
+reg("pexpireat", -3, expire("pexpireat", 1, true), { write = true })
+
+-- TTL and PTTL: -2 for a missing key, -1 without a deadline; TTL rounds
+-- to the nearest second as Redis does.
+local function ttl(ms)
+  return function(_, argv, _, out, n)
+    local k = argv[2]
+    if get(k) == nil then
+      out[n + 1] = int(-2)
+      return n + 1
+    end
+    local d = store.deadline(k)
+    if not d then
+      out[n + 1] = int(-1)
+      return n + 1
+    end
+    local left = floor(d - store.now_ms())
+    if left < 0 then left = 0 end
+    out[n + 1] = int(ms and left or floor((left + 500) / 1000))
+    return n + 1
+  end
+end
+reg("ttl", 2, ttl(false))
+reg("pttl", 2, ttl(true))
+
+reg("persist", 2, function(_, argv, _, out, n)
+  local k = argv[2]
+  if get(k) ~= nil and store.persist(k) then
+    R.prop = true
+    out[n + 1] = resp.ONE
+  else
+    out[n + 1] = resp.ZERO
+  end
+  return n + 1
+end, { write = true })
+
+-- -- Iteration -------------------------------------------------------------
+
+-- Appends an array of the n strings in list.
+local function bulk_array(out, n, list, count)
+  n = n + 1
+  out[n] = resp.array_head(count)
+  for i = 1, count do n = bulk(out, n, list[i]) end
+  return n
+end
+M.bulk_array = bulk_array
+
+reg("keys", 2, function(_, argv, _, out, n)
+  local list, count = store.keys(argv[2])
+  return bulk_array(out, n, list, count)
+end)
+
+-- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+reg("scan", -2, function(_, argv, argc, out, n)
+  local cur = argv[2]
+  if not cur:find("^%d+$") or #cur > 15 then
+    out[n + 1] = "-ERR invalid cursor\r\n"
+    return n + 1
+  end
+  local count, match, kind = 10, nil, nil
+  local j = 3
+  while j <= argc do
+    local o = lower(argv[j])
+    if j == argc then
+      out[n + 1] = SYNTAX
+      return n + 1
+    end
+    if o == "count" then
+      count = num_arg(argv[j + 1])
+      if not count then
+        out[n + 1] = NOT_INT
+        return n + 1
+      end
+      if count < 1 then
+        out[n + 1] = SYNTAX
+        return n + 1
+      end
+    elseif o == "match" then
+      match = argv[j + 1]
+    elseif o == "type" then
+      kind = lower(argv[j + 1])
+    else
+      out[n + 1] = SYNTAX
+      return n + 1
+    end
+    j = j + 2
+  end
+  local filter
+  if match or kind then
+    local m = match and match ~= "*" and store.matcher(match)
+    filter = function(k, v)
+      return (not m or m(k)) and (not kind or store.type_of(v) == kind)
+    end
+  end
+  local nextc, list, found = store.scan(tonumber(cur), count, filter)
+  out[n + 1] = "*2\r\n"
+  n = bulk(out, n + 1, tostring(nextc))
+  return bulk_array(out, n, list, found)
+end)
+
+return M

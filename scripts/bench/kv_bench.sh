@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# examples/kv against a real redis-server with redis-benchmark, side by side.
+#
+#   bash scripts/bench/kv_bench.sh            (N=200000 ROUNDS=3 by default)
+#   N=50000 ROUNDS=1 bash scripts/bench/kv_bench.sh
+#
+# Both servers run one thread pinned to CPU 0 (taskset), redis-benchmark runs
+# on CPU 1, so the client never steals the server's core. Two set-ups:
+#   - no log: kv --appendonly no, redis-server --save "" --appendonly no
+#   - everysec: both keep an append-only log fsynced once a second
+# Each is measured without pipelining and with -P 16, 50 connections,
+# ROUNDS times with kv and redis interleaved (so drift in the machine hits
+# both); the table shows the median ops/s of each and kv/redis.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+N=${N:-200000}
+ROUNDS=${ROUNDS:-3}
+TESTS=${TESTS:-set,get,incr,lpush,lpop}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+
+for p in redis-server redis-benchmark redis-cli taskset; do
+  command -v "$p" >/dev/null || { echo "kv_bench: $p is missing (apt-get install redis-server util-linux)" >&2; exit 1; }
+done
+[ -x build/cohost ] || make -s all
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_ready() {
+  for _ in $(seq 1 100); do
+    redis-cli -p "$1" ping >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "kv_bench: nothing answers on port $1" >&2
+  exit 1
+}
+
+# start_kv PORT DIR ARGS... / start_redis PORT DIR ARGS...
+start_kv() {
+  local port=$1 dir=$2; shift 2
+  taskset -c "$SERVER_CPU" build/cohost examples/kv/main.lua --port "$port" --dir "$dir" "$@" \
+    >"$work/kv.$port.log" 2>&1 &
+  pids+=($!)
+  wait_ready "$port"
+}
+start_redis() {
+  local port=$1 dir=$2; shift 2
+  taskset -c "$SERVER_CPU" redis-server --port "$port" --dir "$dir" --save "" "$@" \
+    >"$work/redis.$port.log" 2>&1 &
+  pids+=($!)
+  wait_ready "$port"
+}
+
+# bench PORT PIPELINE -> "TEST rps" lines.
+bench() {
+  redis-cli -p "$1" flushall >/dev/null
+  taskset -c "$CLIENT_CPU" redis-benchmark -p "$1" -t "$TESTS" -n "$N" -c 50 -P "$2" --csv 2>/dev/null |
+    awk -F'"' 'NR > 1 && $2 != "" { print $2, $4 }'
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# run LABEL KV_PORT REDIS_PORT: interleaved rounds, then the table.
+run() {
+  local label=$1 kvp=$2 rp=$3
+  for P in 1 16; do
+    : >"$work/kv.res"; : >"$work/redis.res"
+    for _ in $(seq 1 "$ROUNDS"); do
+      bench "$kvp" "$P" >>"$work/kv.res"
+      bench "$rp" "$P" >>"$work/redis.res"
+    done
+    printf '%-9s %-6s %-6s %12s %12s %7s\n' "$label" "-P $P" test "kv ops/s" "redis ops/s" "ratio"
+    for t in $(awk '{ print $1 }' "$work/kv.res" | awk '!seen[$0]++'); do
+      k=$(awk -v t="$t" '$1 == t { print $2 }' "$work/kv.res" | median)
+      r=$(awk -v t="$t" '$1 == t { print $2 }' "$work/redis.res" | median)
+      awk -v l="$label" -v p="-P $P" -v t="$t" -v k="$k" -v r="$r" \
+        'BEGIN { printf "%-9s %-6s %-6s %12.0f %12.0f %7.2f\n", l, p, t, k, r, k / r }'
+    done
+  done
+}
+
+echo "kv_bench: redis-benchmark -t $TESTS -n $N -c 50 [-P 16], servers on CPU $SERVER_CPU," \
+     "client on CPU $CLIENT_CPU, median of $ROUNDS"
+echo "kv_bench: $(redis-server --version | cut -d' ' -f1-3), cohost $(build/cohost -v 2>&1 | head -1)"
+
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv0" "$work/redis0"
+start_kv "$kvp" "$work/kv0" --appendonly no
+start_redis "$rp" "$work/redis0" --appendonly no
+run "no-log" "$kvp" "$rp"
+
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv1" "$work/redis1"
+start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec
+start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec
+run "everysec" "$kvp" "$rp"
