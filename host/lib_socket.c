@@ -2017,7 +2017,7 @@ static int listen_with(lua_State *L, ch_admit_fn on_conn, void *admit_ud)
   lua_pushvalue(L, 2);
   l->handler = luaL_ref(L, LUA_REGISTRYINDEX);
   l->refs = 2;   /* the Lua object and the acceptor */
-  int id = ch_spawn(acceptor, l);
+  int id = ch_spawn_prio(acceptor, l, l->prio);   /* a high listener accepts first too */
   if (id < 0) {
     l->refs = 1;
     listener_close(l);

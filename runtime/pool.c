@@ -7,6 +7,7 @@
 */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
@@ -57,6 +58,17 @@ static void *worker(void *unused)
   return NULL;
 }
 
+/* The CPUs the process could use when it started: pool threads are
+** created lazily by whichever scheduler thread first needs one, and must
+** not inherit that thread's pinning (cohost --cpu-affinity). */
+static cpu_set_t start_cpus;
+static int have_start_cpus;
+
+__attribute__((constructor)) static void remember_cpus(void)
+{
+  have_start_cpus = sched_getaffinity(0, sizeof start_cpus, &start_cpus) == 0;
+}
+
 static int start(void)
 {
   if (started) return 0;
@@ -71,6 +83,7 @@ static int start(void)
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&a, 256 * 1024);
+    if (have_start_cpus) pthread_attr_setaffinity_np(&a, sizeof start_cpus, &start_cpus);
     if (pthread_create(&t, &a, worker, NULL) != 0) r = -EAGAIN;
     pthread_attr_destroy(&a);
     if (r == 0) started++;
