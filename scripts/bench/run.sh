@@ -680,7 +680,7 @@ http_check() {
 # wrk_us VALUE: a wrk latency ("745.00us", "1.23ms", "2.01s") in us.
 wrk_us() {
   awk -v v="$1" 'BEGIN {
-    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+    n = v + 0; u = v; sub(/^[0-9.]+/, "", u); gsub(/[ \t]/, "", u)
     if (u == "us") print n; else if (u == "ms") print n * 1000
     else if (u == "s") print n * 1000000; else if (u == "m") print n * 60000000 }'
 }
