@@ -19,7 +19,7 @@ local req_api = require "cohost.ngx.http"
 
 local M = {}
 
-local type, select, error, rawget, setmetatable = type, select, error, rawget, setmetatable
+local type, select, error, setmetatable = type, select, error, setmetatable
 
 -- -- Unsupported names -----------------------------------------------------
 

@@ -8,7 +8,7 @@ local sys = require "cohost.core.sys"
 local M = {}
 
 local type, tostring, tonumber, pairs, ipairs = type, tostring, tonumber, pairs, ipairs
-local byte, char, format, gsub, sub = string.byte, string.char, string.format, string.gsub, string.sub
+local byte, char, format, gsub = string.byte, string.char, string.format, string.gsub
 local concat, sort, floor = table.concat, table.sort, math.floor
 
 -- -- URI escaping -------------------------------------------------------
