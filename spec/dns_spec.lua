@@ -500,3 +500,34 @@ describe("dns.install", function()
     u:close()
   end)
 end)
+
+describe("Debian's lua-nginx-dns (resty.dns.resolver) under cohost.ngx", function()
+  it("queries the spec's server over UDP, over TCP, and over TCP after a truncated reply", function()
+    require "cohost.ngx"
+    local resolver = require "resty.dns.resolver"
+    local srv = dns_server {
+      ["a.test"] = { A = { "10.0.0.1" }, ttl = 300 },
+      ["www.test"] = { cname = "a.test", ttl = 60 },
+      ["big.test"] = { A = { "10.0.0.7" }, ttl = 60, truncate = true },
+      ["v6.test"] = { AAAA = { "fd00::1" }, ttl = 60 },
+    }
+    local r = assert(resolver:new { nameservers = { { "127.0.0.1", srv.port } },
+                                    retrans = 2, timeout = 1000 })
+    local ans = assert(r:query("a.test", { qtype = r.TYPE_A }))
+    assert.same({ "a.test", "10.0.0.1", 300 }, { ans[1].name, ans[1].address, ans[1].ttl })
+    ans = assert(r:tcp_query("a.test", { qtype = r.TYPE_A }))
+    assert.equal("10.0.0.1", ans[1].address)
+    ans = assert(r:query("www.test", { qtype = r.TYPE_A }))
+    assert.same({ r.TYPE_CNAME, "a.test", "10.0.0.1" }, { ans[1].type, ans[1].cname, ans[2].address })
+    ans = assert(r:query("big.test", { qtype = r.TYPE_A }))
+    assert.equal("10.0.0.7", ans[1].address)
+    ans = assert(r:query("v6.test", { qtype = r.TYPE_AAAA }))
+    assert.equal("fd00::1", resolver.compress_ipv6_addr(ans[1].address))
+    ans = assert(r:query("missing.test", { qtype = r.TYPE_A }))
+    assert.same({ 3, "name error" }, { ans.errcode, ans.errstr })
+    local protos = {}
+    for i, q in ipairs(srv.log) do protos[i] = q.name .. "/" .. q.proto end
+    assert.same({ "a.test/udp", "a.test/tcp", "www.test/udp", "big.test/udp", "big.test/tcp",
+                  "v6.test/udp", "missing.test/udp" }, protos)
+  end)
+end)
