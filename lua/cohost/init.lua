@@ -53,4 +53,8 @@ M.timer = require "cohost.timer"
 M.semaphore = require "cohost.semaphore"
 M.channel = require("cohost.channel").new
 
+-- Names in connect/setpeername resolve through cohost.dns (cached with
+-- their TTL, on cosockets: a silent nameserver parks only its callers).
+require("cohost.dns").install()
+
 return M
