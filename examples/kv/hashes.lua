@@ -17,7 +17,7 @@ local M = {}
 local function hash_at(k)
   local v = get(k)
   if v == nil then return false end
-  if type(v) == "string" or v.kind ~= "hash" then return nil end
+  if type(v) ~= "table" or v.kind ~= "hash" then return nil end
   return v
 end
 

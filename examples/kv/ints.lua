@@ -18,22 +18,13 @@ local EXACT = 2 ^ 53
 function M.parse(s)
   local len = #s
   if len == 0 or len > 20 then return nil end
-  if len <= 15 then
-    -- Fast path, a byte loop the JIT compiles: exact in a double.
-    local i, neg = 1, false
-    if byte(s, 1) == 45 then
-      if len == 1 then return nil end
-      i, neg = 2, true
-    end
-    local c = byte(s, i)
-    if c == 48 then return (len == 1) and 0 or nil end   -- no leading zero, no "-0"
-    local v = 0
-    for j = i, len do
-      c = byte(s, j)
-      if c < 48 or c > 57 then return nil end
-      v = v * 10 + (c - 48)
-    end
-    return neg and -v or v
+  if len <= 14 then
+    -- Fast path, compiled by the JIT: the canonical decimal text of an
+    -- integer is exactly what tostring gives back for it (this rejects
+    -- "+1", " 1", "01", "1e3", "0x1", "1.0"); "-0" needs its own check.
+    local v = tonumber(s)
+    if v and v % 1 == 0 and tostring(v) == s and (v ~= 0 or len == 1) then return v end
+    return nil
   end
   if not find(s, "^%-?[1-9]%d*$") then return nil end
   local neg = byte(s, 1) == 45

@@ -22,7 +22,7 @@ local strings = require "kv.strings"
 
 local reg = R.register
 local get, set = store.get, store.set
-local bulk, int = resp.bulk, resp.int
+local bulk, int, int_into = resp.bulk, resp.int, resp.int_into
 local NULL, WRONGTYPE, NOT_INT = resp.NULL, resp.WRONGTYPE, resp.NOT_INT
 local type, floor, lower = type, math.floor, string.lower
 local num_arg = strings.num_arg
@@ -57,7 +57,7 @@ end
 local function list_at(k)
   local v = get(k)
   if v == nil then return false end
-  if type(v) == "string" or v.kind ~= "list" then return nil end
+  if type(v) ~= "table" or v.kind ~= "list" then return nil end
   return v
 end
 
@@ -115,8 +115,7 @@ local function push(left)
       R.ready[k] = true
       R.any_ready = true
     end
-    out[n + 1] = int(l.n)
-    return n + 1
+    return int_into(out, n, l.n)
   end
 end
 reg("lpush", -3, push(true), { write = true })

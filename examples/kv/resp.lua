@@ -181,9 +181,30 @@ function M.int(n)
   return ints[n] or ":" .. int_str(n) .. "\r\n"
 end
 
--- Appends a bulk string reply for s to out after position n; returns the
--- new length. Two pieces: the string is not copied.
+-- Appends an integer reply for n after position n_out; returns the new
+-- length. Past the cached values it appends the number itself, which
+-- table.concat prints into the batch: no string is made per reply.
+function M.int_into(out, n_out, n)
+  local s = ints[n]
+  if s then
+    out[n_out + 1] = s
+    return n_out + 1
+  end
+  if n <= -1e14 or n >= 1e14 then
+    out[n_out + 1] = ":" .. int_str(n) .. "\r\n"
+    return n_out + 1
+  end
+  out[n_out + 1] = ":"
+  out[n_out + 2] = n
+  out[n_out + 3] = "\r\n"
+  return n_out + 3
+end
+
+-- Appends a bulk string reply for s (a string, or a counter kept as a
+-- number) to out after position n; returns the new length. Three pieces:
+-- the string is not copied.
 function M.bulk(out, n, s)
+  if type(s) == "number" then s = tostring(s) end
   local l = #s
   out[n + 1] = bulk_heads[l] or "$" .. l .. "\r\n"
   out[n + 2] = s
@@ -193,6 +214,7 @@ end
 
 -- The same as one string, for a queue or a log.
 function M.bulk_str(s)
+  if type(s) == "number" then s = tostring(s) end
   local l = #s
   return (bulk_heads[l] or "$" .. l .. "\r\n") .. s .. "\r\n"
 end

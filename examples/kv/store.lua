@@ -1,6 +1,7 @@
 -- The keyspace: one database of strings, lists and hashes with expiry.
 --
--- A string value is a Lua string; a list is { kind = "list", h, t, [h..t]
+-- A string value is a Lua string, or a Lua number for a counter INCR
+-- made (below 1e14 in magnitude, printed exactly by tostring); a list is { kind = "list", h, t, [h..t]
 -- = items } (a deque on integer keys, negative ones below 1); a hash is
 -- { kind = "hash", n, f = { field = value } }.
 --
@@ -171,7 +172,7 @@ end
 
 -- Redis's TYPE name of a value.
 function M.type_of(v)
-  if type(v) == "string" then return "string" end
+  if type(v) ~= "table" then return "string" end
   return v.kind
 end
 
@@ -334,5 +335,4 @@ function M.random_key()
   return nil
 end
 
-M.floor = floor
 return M

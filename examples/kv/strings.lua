@@ -37,7 +37,7 @@ reg("get", 2, function(_, argv, _, out, n)
     out[n + 1] = NULL
     return n + 1
   end
-  if type(v) ~= "string" then
+  if type(v) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   end
@@ -84,7 +84,7 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   local k = argv[2]
   local old = get(k)
-  if want_get and old ~= nil and type(old) ~= "string" then
+  if want_get and old ~= nil and type(old) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   end
@@ -149,7 +149,7 @@ reg("psetex", 4, setex("psetex", 1), { write = true })
 reg("getset", 3, function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
-  if old ~= nil and type(old) ~= "string" then
+  if old ~= nil and type(old) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   end
@@ -169,7 +169,7 @@ reg("getdel", 2, function(_, argv, _, out, n)
     out[n + 1] = NULL
     return n + 1
   end
-  if type(old) ~= "string" then
+  if type(old) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   end
@@ -183,7 +183,7 @@ reg("mget", -2, function(_, argv, argc, out, n)
   n = n + 1
   for i = 2, argc do
     local v = read(argv[i])
-    if type(v) == "string" then
+    if v ~= nil and type(v) ~= "table" then
       n = bulk(out, n, v)
     else
       n = n + 1
@@ -227,14 +227,17 @@ local function incr(by, negate)
     local v = get(k)
     local cur = 0
     if v ~= nil then
-      if type(v) ~= "string" then
+      if type(v) == "number" then
+        cur = v
+      elseif type(v) == "table" then
         out[n + 1] = WRONGTYPE
         return n + 1
-      end
-      cur = parse_int(v)
-      if cur == nil then
-        out[n + 1] = NOT_INT
-        return n + 1
+      else
+        cur = parse_int(v)
+        if cur == nil then
+          out[n + 1] = NOT_INT
+          return n + 1
+        end
       end
     end
     local r = ints.add(cur, step)
@@ -242,11 +245,17 @@ local function incr(by, negate)
       out[n + 1] = "-ERR increment or decrement would overflow\r\n"
       return n + 1
     end
-    local s = ints.str(r)
-    if v == nil then set(k, s) else store.replace(k, s) end
+    -- A counter is kept as a number (Redis's int encoding): no string is
+    -- made per increment. Past 1e14 it is kept as text, which the reply
+    -- and GET would otherwise print with an exponent.
+    if type(r) ~= "number" or r <= -1e14 or r >= 1e14 then r = ints.str(r) end
+    if v == nil then set(k, r) else store.replace(k, r) end
     R.prop = true
-    out[n + 1] = ":" .. s .. "\r\n"
-    return n + 1
+    -- Three pieces: table.concat prints the number into the batch's send.
+    out[n + 1] = ":"
+    out[n + 2] = r
+    out[n + 3] = "\r\n"
+    return n + 3
   end
 end
 reg("incr", 2, incr(1), { write = true })
@@ -260,10 +269,11 @@ reg("append", 3, function(_, argv, _, out, n)
   if v == nil then
     set(k, argv[3])
     v = argv[3]
-  elseif type(v) ~= "string" then
+  elseif type(v) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   else
+    v = tostring(v)   -- a counter kept as a number
     if #v + #argv[3] > resp.MAX_BULK then
       out[n + 1] = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"
       return n + 1
@@ -278,11 +288,11 @@ end, { write = true })
 
 reg("strlen", 2, function(_, argv, _, out, n)
   local v = get(argv[2])
-  if v ~= nil and type(v) ~= "string" then
+  if v ~= nil and type(v) == "table" then
     out[n + 1] = WRONGTYPE
     return n + 1
   end
-  out[n + 1] = int(v and #v or 0)
+  out[n + 1] = int(v and #tostring(v) or 0)
   return n + 1
 end)
 
