@@ -100,6 +100,9 @@ describe("cohost.ngx install", function()
     assert.is_true(s:wait(1))
     assert.is_function(require("ngx.re").split)
     assert.is_table(require "resty.core")
+    local b64 = require "ngx.base64"
+    assert.equal("-_8", b64.encode_base64url("\251\255"))
+    assert.equal("\251\255", b64.decode_base64url("-_8"))
   end)
 
   it("has LuaJIT's table.new and table.clear", function()
@@ -463,7 +466,7 @@ describe("ngx.thread, ngx.timer, ngx.semaphore, ngx.worker", function()
     assert.is_string(err)
   end)
 
-  it("timer.every repeats until shutdown", function()
+  it("timer.every calls back repeatedly with its arguments", function()
     local code, out = run([[
 require "cohost.ngx"
 local n = 0
@@ -735,6 +738,8 @@ describe("ngx inside cohost.http handlers", function()
       ngx.req.set_header("X-Custom", "changed")
       seen.changed = ngx.req.get_headers()["x-custom"]
       seen.var_changed = ngx.var.http_x_custom
+      ngx.req.clear_header("X-Multi")
+      seen.cleared = ngx.req.get_headers()["x-multi"] == nil
       ngx.print("ok")
     end)
     get(base .. "/p?a=1&a=2&b&c=&s%20p=x+y", { method = "PUT", body = "data",
@@ -751,6 +756,7 @@ describe("ngx inside cohost.http handlers", function()
     assert.is_false(seen.internal)
     assert.equal("changed", seen.changed)
     assert.equal("changed", seen.var_changed)
+    assert.is_true(seen.cleared)
   end)
 
   it("read_body, get_body_data and get_post_args give the body", function()
@@ -768,6 +774,17 @@ describe("ngx inside cohost.http handlers", function()
     assert.equal("name=a+b&x=%41&x=2", seen.data)
     assert.same({ name = "a b", x = { "A", "2" } }, seen.args)
     assert.equal("name=a+b&x=%41&x=2", seen.var)
+  end)
+
+  it("discard_body reads and drops the body, keeping the connection", function()
+    local base = serve(function()
+      ngx.req.discard_body()
+      ngx.print("dropped")
+    end)
+    for _ = 1, 2 do
+      local r = get(base .. "/", { method = "POST", body = ("y"):rep(1000) })
+      assert.equal("dropped", r.body)
+    end
   end)
 
   it("read_body past max_body_size answers 413", function()
