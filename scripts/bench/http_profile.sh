@@ -5,7 +5,10 @@
 #   1. callgrind: user-space instructions per request (the difference
 #      between runs of N1 and N2 requests, so start-up and shutdown cancel
 #      out) and the top functions by self instructions of the larger run.
-#      Kernel work (system calls, loopback TCP) is not in it.
+#      Kernel work (system calls, loopback TCP) is not in it. The same
+#      difference for nginx+lua and plain nginx (the bench's configs with
+#      master_process off, so that callgrind sees the one process) puts
+#      the figure beside theirs.
 #   2. strace -c: system calls per request, by name (one run of N1).
 #   3. perf record -e cpu-clock (a software clock: these VMs have no
 #      hardware counters, so `perf stat -e instructions` is "not
@@ -89,6 +92,30 @@ callgrind_run() {
   sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$OUT/valgrind.$1.log"
 }
 
+# nginx_ir CONF N: Ir total of nginx (scripts/bench/CONF, one process)
+# under callgrind serving N requests.
+nginx_ir() {
+  local conf=$1 n=$2 dir=$PWD/$OUT/nginx_${1%.conf} ok=""
+  mkdir -p "$dir"
+  PORT=$(free_port)
+  sed -e "s|@PORT@|$PORT|g" -e "s|@PREFIX@|$dir|g" -e "s|@FILES@|1024|g" \
+    -e "s|^master_process on;.*|master_process off;|" \
+    "scripts/bench/$conf" > "$dir/nginx.conf" || return 1
+  taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.$n" \
+    nginx -p "$dir/" -c nginx.conf -e stderr > "$dir/valgrind.$n.log" 2>&1 &
+  SRV=$!
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && { ok=1; break; }
+    kill -0 "$SRV" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$ok" ] && load "$n" "$dir/wrk.$n.log" || ok=""
+  kill -QUIT "$SRV" 2>/dev/null   # nginx's graceful stop
+  wait "$SRV" 2>/dev/null
+  SRV=""
+  [ -n "$ok" ] && sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$dir/valgrind.$n.log"
+}
+
 echo "cohost $SCRIPT, 1 worker on CPU 0; wrk -t1 -c$CONNS keep-alive GET / on CPU 1"
 
 if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null; then
@@ -101,6 +128,14 @@ if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null;
       awk '/file:function/ { on = 1; getline; next } on && NF { print } on && !NF && n++ { exit }' |
       head -n "$TOP"
     echo "(callgrind_annotate $OUT/callgrind.$N2 for all; --inclusive=yes for callers)"
+    if command -v nginx > /dev/null; then
+      for conf in nginx_http_lua.conf nginx_http_plain.conf; do
+        if i1=$(nginx_ir "$conf" "$N1") && i2=$(nginx_ir "$conf" "$N2"); then
+          awk -v a="$i1" -v b="$i2" -v n=$(( N2 - N1 )) -v c="$conf" 'BEGIN {
+            if (a > 0 && b > 0) printf "%s: %.0f instructions per request\n", c, (b - a) / n }'
+        fi
+      done
+    fi
   fi
 else
   echo "skipped callgrind: valgrind is missing"
