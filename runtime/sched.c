@@ -832,6 +832,7 @@ int ch_run(void)
     uint64_t now = ch_now_ns();
     if (!s->ticks_per_us) calibrate(s, now);
     ch_timerq_expire(&s->timers, now);
+    ch_stack_trim(&s->stacks, now);
     run_batch(s);
     if (s->stopping) break;
     /* With no coroutine left, every armed timer is a ch_timer_start one;

@@ -117,6 +117,7 @@ int ch_stack_new(struct ch_stack_pool *p, size_t size, struct ch_stack *st)
   }
   *st = c->free[--c->nfree];
   if (c->resident > 0) c->resident--;   /* the warm ones sit on top */
+  if (c->nfree < c->low) c->low = c->nfree;
   return 0;
 }
 
@@ -131,14 +132,29 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
     c->free = f;
     c->cap = cap;
   }
-  /* Keep the top CH_STACK_WATERMARK free stacks warm; deeper ones give
-  ** their pages back. The madvise costs a system call, paid only above the
-  ** watermark, i.e. after a burst of coroutines has ended. */
-  if (c->resident >= CH_STACK_WATERMARK)
-    madvise(st->base, st->size, MADV_DONTNEED);
-  else
-    c->resident++;
+  c->resident++;   /* warm: ch_stack_trim gives pages back later */
   c->free[c->nfree++] = *st;
+}
+
+void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns)
+{
+  if (now_ns - p->trimmed_ns < CH_STACK_TRIM_NS) return;
+  p->trimmed_ns = now_ns;
+  for (int i = 0; i < CH_STACK_CLASSES; i++) {
+    struct ch_stack_class *c = &p->cls[i];
+    /* Stacks below position low were never taken this period. Of the
+    ** warm ones among them, keep CH_STACK_WATERMARK; the rest are
+    ** madvised from the bottom of the warm region, so the warm ones stay
+    ** on top. */
+    size_t idle = c->low < c->resident ? c->low : c->resident;
+    while (idle > 0 && c->resident > CH_STACK_WATERMARK) {
+      struct ch_stack *old = &c->free[c->nfree - c->resident];
+      madvise(old->base, old->size, MADV_DONTNEED);
+      c->resident--;
+      idle--;
+    }
+    c->low = c->nfree;
+  }
 }
 
 void ch_stack_set_owner(const struct ch_stack *st, int id)

@@ -242,6 +242,61 @@ static void test_stacks_are_reused_so_mappings_stay_flat(void **state) {
              faults1 - faults0, REUSE);
 }
 
+/* -- Trimming: a burst's stacks keep their pages for a while, then give
+** back all but CH_STACK_WATERMARK of them. */
+
+#define BURST 1024
+
+static long rss_pages(void) {
+  long size = 0, rss = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = 0;
+    fclose(f);
+  }
+  return rss;
+}
+
+static void touch_and_park(void *arg) {
+  volatile char deep[48 * 1024];   /* 12 pages of this coroutine's stack */
+  for (size_t i = 0; i < sizeof deep; i += 4096) deep[i] = 1;
+  ch_sleep_ms(*(int *)arg);
+  deep[0] = 2;
+}
+
+static void tick(void *arg) {
+  for (int t = 0; t < *(int *)arg; t += 100) ch_sleep_ms(100);
+}
+
+static long faults_now(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+
+static void test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark(void **state) {
+  (void)state;
+  int short_ms = 10, long_ms = 2300;
+  for (int i = 0; i < BURST; i++) assert_true(ch_spawn(touch_and_park, &short_ms) > 0);
+  th_run();
+  long warm = rss_pages();
+  /* A second burst right away reuses the same warm stacks: few faults. */
+  long f0 = faults_now();
+  for (int i = 0; i < BURST; i++) assert_true(ch_spawn(touch_and_park, &short_ms) > 0);
+  th_run();
+  long f1 = faults_now();
+  if (f1 - f0 > BURST)
+    fail_msg("%ld faults re-running a burst of %d: warm stacks were given back", f1 - f0, BURST);
+  /* One coroutine outlives two trim periods (the first still saw the
+  ** burst), waking the loop every 100 ms: it trims meanwhile. */
+  assert_true(ch_spawn(tick, &long_ms) > 0);
+  th_run();
+  long trimmed = rss_pages();
+  /* (BURST - 256) stacks of 12 touched pages each went back. */
+  if (warm - trimmed < (BURST - 256) * 12 / 2)
+    fail_msg("rss %ld pages before, %ld after a trim period: stacks not trimmed", warm, trimmed);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--overflow-child") == 0) return overflow_child();
   if (argc > 1 && strcmp(argv[1], "--segv-child") == 0) return segv_child();
@@ -252,6 +307,7 @@ int main(int argc, char **argv) {
     TH_TEST(test_fault_outside_a_guard_is_not_reported_as_overflow),
     TH_TEST(test_runtime_fault_handlers_run_on_the_alternate_stack),
     TH_TEST(test_stacks_are_reused_so_mappings_stay_flat),
+    TH_TEST(test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
