@@ -14,6 +14,7 @@
 ** never reach a handler, nor does anything pipelined behind them.
 */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -37,6 +38,7 @@
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
+#include "tls.h"
 
 #ifndef __EXCEPTIONS
 #error "lib_http.c must be built with -fexceptions"
@@ -105,6 +107,10 @@ struct conn {
   struct ch_listener *l;
   struct ch_worker *w;
   int fd;                         /* -1 once closed or handed over */
+  SSL *ssl;                       /* a TLS listener's: every byte in and
+                                  ** out goes through it; kept while IDLE */
+  uint8_t tls_ready;              /* its handshake is done */
+  uint8_t ssl_ev;                 /* what the last SSL_read waits for */
   uint32_t nreq;                  /* requests served */
   char *buf;                      /* input; NULL while IDLE with nothing */
   uint32_t cap;                   /* buf's size */
@@ -158,6 +164,8 @@ static void conn_free(struct conn *c)
 {
   ch_unwatch_fd(&c->watch);
   ch_timer_stop(&c->timer);
+  ch_tls_free(c->ssl, c->fd >= 0);
+  c->ssl = NULL;
   if (c->fd >= 0) close(c->fd);
   c->fd = -1;
   buf_drop(c);
@@ -222,6 +230,14 @@ static void admit(void *ud, struct ch_listener *l, int fd, const struct sockaddr
   c->l = l;
   c->w = ch_worker_self;
   c->fd = fd;
+  SSL_CTX *ctx = ch_listener_ssl_ctx(l);
+  if (ctx && !(c->ssl = ch_tls_new(ctx, fd, 1))) {
+    close(fd);
+    server_unref(srv);
+    free(c);
+    ch_listener_conn_end(l);
+    return;
+  }
   c->family = (uint8_t)peer->sa_family;
   if (peer->sa_family == AF_INET) {
     const struct sockaddr_in *in = (const struct sockaddr_in *)peer;
@@ -284,9 +300,18 @@ static ssize_t read_some(struct conn *c, uint32_t keep_from)
     c->pos -= keep_from;
     c->rq -= keep_from > c->rq ? c->rq : keep_from;
   }
-  if (!ch_fd_try_read(c->fd)) return -EAGAIN;
   size_t want = c->cap - c->len;
   ssize_t n;
+  if (c->ssl) {
+    /* Always SSL_read: decrypted bytes it holds (SSL_pending) come with
+    ** no input edge, so ch_fd_try_read's bookkeeping does not apply. */
+    int ev = POLLIN;
+    n = ch_tls_read(c->ssl, c->buf + c->len, want, &ev);
+    c->ssl_ev = (uint8_t)ev;
+    if (n > 0) c->len += (uint32_t)n;
+    return n;
+  }
+  if (!ch_fd_try_read(c->fd)) return -EAGAIN;
   while ((n = read(c->fd, c->buf + c->len, want)) < 0 && errno == EINTR) {}
   if (n < 0) {
     int e = errno;
@@ -303,8 +328,9 @@ static ssize_t read_some(struct conn *c, uint32_t keep_from)
 ** (raising "cancelled" when killed). */
 static int wait_input(lua_State *L, struct conn *c, int ms)
 {
-  if (L) return ch_task_wait_fd(L, c->fd, POLLIN, ms);
-  int r = ch_wait_fd_again(c->fd, POLLIN, ms);
+  int ev = c->ssl ? c->ssl_ev : POLLIN;
+  if (L) return ch_task_wait_fd(L, c->fd, ev, ms);
+  int r = ch_wait_fd_again(c->fd, ev, ms);
   return r;
 }
 
@@ -313,8 +339,10 @@ static int wait_input(lua_State *L, struct conn *c, int ms)
 /* Yields. Writes every byte of iov[0..n) with sendmsg (MSG_NOSIGNAL: a
 ** client gone away is EPIPE, never SIGPIPE), waiting up to ms between
 ** writes that make progress. Returns 0, -ETIMEDOUT, or -errno. */
-static int write_all(lua_State *L, int fd, struct iovec *iov, int n, int ms)
+static int write_all(lua_State *L, struct conn *c, struct iovec *iov, int n, int ms)
 {
+  if (c->ssl) return ch_tls_write_all(L, c->ssl, &c->fd, iov, n, ms);
+  int fd = c->fd;
   while (n > 0) {
     struct msghdr m = { .msg_iov = iov, .msg_iovlen = (size_t)n };
     ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
@@ -439,7 +467,7 @@ static void answer_error(struct conn *c, int status)
                    status, r, c->srv->server_hdr, date_line(),
                    strlen(r) + 5, status, r);
   struct iovec iov = { b, (size_t)n };
-  write_all(NULL, c->fd, &iov, 1, c->srv->send_ms);
+  write_all(NULL, c, &iov, 1, c->srv->send_ms);
 }
 
 /* Yields. Closes after an answer the client may still be sending into:
@@ -449,6 +477,7 @@ static void answer_error(struct conn *c, int status)
 static void linger_close(struct conn *c)
 {
   if (c->fd < 0) return;
+  if (c->ssl) SSL_shutdown(c->ssl);   /* close_notify, once; the rest is raw */
   shutdown(c->fd, SHUT_WR);
   char junk[4096];
   uint64_t end = ch_now_ns() + (uint64_t)LINGER_MS * 1000000u;
@@ -571,7 +600,7 @@ static int body_more(lua_State *L, struct rstate *rs, ch_http_body_fn sink)
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     struct iovec iov = { (void *)cont, sizeof cont - 1 };
     rs->continue_sent = 1;
-    int r = write_all(L, c->fd, &iov, 1, c->srv->send_ms);
+    int r = write_all(L, c, &iov, 1, c->srv->send_ms);
     if (r < 0) return r;
   }
   uint64_t before = rs->body_total;
@@ -1133,7 +1162,7 @@ static int emit(lua_State *L, struct rstate *rs, struct obuf *head, const char *
     rs->sent += n;
   }
   if (k == 0) return 0;
-  return write_all(L, rs->c->fd, iov, k, rs->c->srv->send_ms);
+  return write_all(L, rs->c, iov, k, rs->c->srv->send_ms);
 }
 
 /* res:send([body]): ends the response. */
@@ -1173,7 +1202,7 @@ static int res_send(lua_State *L)
       r = emit(L, rs, NULL, body, n);
       if (r == 0 && !rs->head_only) {
         struct iovec end = { "0\r\n\r\n", 5 };
-        r = write_all(L, rs->c->fd, &end, 1, rs->c->srv->send_ms);
+        r = write_all(L, rs->c, &end, 1, rs->c->srv->send_ms);
       }
     } else {
       r = emit(L, rs, NULL, body, n);
@@ -1358,6 +1387,18 @@ static int res_sendfile(lua_State *L)
   free(head.p);
   off_t off = (off_t)from;
   int64_t left = rs->head_only || status == 304 ? 0 : len;
+  while (r == 0 && left > 0 && rs->c->ssl) {
+    /* TLS: no sendfile(2); the file goes through SSL_write in 64 KiB
+    ** pieces (pread of a regular file does not park: page cache). */
+    static __thread char piece[65536];
+    ssize_t got = pread(fd, piece, left > (int64_t)sizeof piece ? sizeof piece : (size_t)left, off);
+    if (got <= 0) { r = got < 0 ? -errno : -EIO; break; }
+    struct iovec iov = { piece, (size_t)got };
+    r = write_all(L, rs->c, &iov, 1, rs->c->srv->send_ms);
+    off += got;
+    left -= got;
+    rs->sent += (uint64_t)got;
+  }
   while (r == 0 && left > 0) {
     ssize_t w = sendfile(rs->c->fd, fd, &off, left > (1 << 30) ? (1 << 30) : (size_t)left);
     if (w > 0) { left -= w; rs->sent += (uint64_t)w; continue; }
@@ -1385,8 +1426,9 @@ static int res_hijack(lua_State *L)
   uint32_t from = c->pos;
   if (!rs->h->chunked && rs->h->body_left == 0) from = c->rq + rs->h->head_len;
   if (from < c->pos) from = c->pos;
-  ch_socket_push_conn(L, c->fd, c->buf + from, c->len - from);
+  ch_socket_push_tls(L, c->fd, c->ssl, c->buf + from, c->len - from);
   c->fd = -1;
+  c->ssl = NULL;
   c->len = c->pos = c->rq = 0;
   rs->hijacked = 1;
   rs->keep = 0;
@@ -1613,7 +1655,7 @@ static int serve(struct conn *c, struct ch_http_head *h)
       ob_add(&head, body, bl);
       rs.sent += bl;
       struct iovec iov = { head.p, head.len };
-      keep = write_all(NULL, c->fd, &iov, 1, srv->send_ms) == 0 && rs.keep;
+      keep = write_all(NULL, c, &iov, 1, srv->send_ms) == 0 && rs.keep;
       free(head.p);
     }
   } else if (!rs.finished) {
@@ -1621,7 +1663,7 @@ static int serve(struct conn *c, struct ch_http_head *h)
       keep = rs.keep;
     } else if (rs.chunked && !failed) {
       struct iovec end = { "0\r\n\r\n", 5 };
-      keep = write_all(NULL, c->fd, &end, 1, srv->send_ms) == 0 && rs.keep;
+      keep = write_all(NULL, c, &end, 1, srv->send_ms) == 0 && rs.keep;
     } else if (rs.clen >= 0 && rs.sent == (uint64_t)rs.clen && !failed) {
       keep = rs.keep;
     }
@@ -1653,6 +1695,19 @@ static void conn_main(void *arg)
   struct conn *c = arg;
   struct server *srv = c->srv;
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
+  if (c->ssl && !c->tls_ready) {
+    /* The TLS handshake, within the header timeout; a failed one closes
+    ** quietly (its reason is logged at info). */
+    c->head_wait = ch_current();
+    int r = ch_tls_handshake(NULL, c->ssl, &c->fd, srv->header_ms);
+    c->head_wait = NULL;
+    if (r < 0) {
+      ch_log(CH_LOG_INFO, "tls: handshake with a client failed: %s",
+             r == -EPROTO ? "see above" : strerror(-r));
+      goto close;
+    }
+    c->tls_ready = 1;
+  }
   for (;;) {
     if (!c->buf && buf_take(c) < 0) break;
     struct ch_http_head h;
@@ -1670,6 +1725,9 @@ static void conn_main(void *arg)
       if (n == 0 || (n != -EAGAIN && n != -ENOBUFS)) goto close;
       if (n == -ENOBUFS) { r = -431; break; }
       if (c->len == c->rq) {   /* nothing of a new request: go idle */
+        /* read_some says -EAGAIN for TLS only after SSL_read found
+        ** nothing decrypted either; this states it. */
+        assert(!c->ssl || SSL_pending(c->ssl) == 0);
         go_idle(c, idle_ms);
         return;
       }

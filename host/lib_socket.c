@@ -37,6 +37,7 @@
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
+#include "tls.h"
 
 /* A cancelled wait raises a Lua error through our frames; the busy flags
 ** are cleared by cleanup handlers, which only run with unwind tables. */
@@ -47,6 +48,7 @@
 #define TCP_MT      "cohost.tcp"
 #define UDP_MT      "cohost.udp"
 #define LISTENER_MT "cohost.listener"
+#define SESSION_MT  "cohost.ssl_session"
 
 #define TIMEOUT_MS   60000        /* lua_socket_{connect,send,read}_timeout */
 #define KEEPALIVE_MS 60000        /* lua_socket_keepalive_timeout */
@@ -348,6 +350,9 @@ struct tcp {
   uint8_t write_closed;     /* the read part, a write error the write part */
   uint8_t eof;              /* the peer closed its side */
   uint8_t downstream;       /* accepted by a listener: no pool key */
+  SSL *ssl;                 /* after sslhandshake (or a TLS listener's
+                            ** handshake, or a pooled TLS connection):
+                            ** all I/O goes through it; else NULL */
 };
 
 /* This worker's TCP metatable, for the fast check below. One lua_State
@@ -423,8 +428,12 @@ static void finalize(struct tcp *u)
   if (u->fd >= 0) {
     int fd = u->fd;
     u->fd = -1;
+    ch_tls_free(u->ssl, 1);
     close(fd);
+  } else {
+    ch_tls_free(u->ssl, 0);
   }
+  u->ssl = NULL;
   if (!u->reading) drop_buf(u);
   free(u->key);
   u->key = NULL;
@@ -499,8 +508,25 @@ static void consume(struct tcp *u, size_t n)
 ** when the socket was closed meanwhile, -ENOMEM, or the recv error. */
 static ssize_t fill(lua_State *L, struct tcp *u, size_t want)
 {
-  int waited = 0;
+  int waited = 0, ev = POLLIN;
   for (;;) {
+    if (u->ssl) {
+      /* Always SSL_read: it may hold decrypted bytes (SSL_pending) that
+      ** no input edge will announce, so the drained bookkeeping of
+      ** ch_fd_try_read does not apply. WANT_* means the socket said
+      ** EAGAIN, so the edge-triggered wait below is sound. */
+      if (reserve(u, want) < 0) return -ENOMEM;
+      ssize_t n = ch_tls_read(u->ssl, u->buf + u->end, u->cap - u->end, &ev);
+      if (n > 0) {
+        u->end += (size_t)n;
+        return n;
+      }
+      if (n == 0) {
+        u->eof = 1;
+        return 0;
+      }
+      if (n != -EAGAIN) return n;
+    } else
     /* After a short read, wait for the next input edge rather than make a
     ** recv that can only say EAGAIN (see ch_fd_try_read). After a wait,
     ** always try: a wait that had to block in poll(2) (a finalizer) saw
@@ -523,7 +549,7 @@ static ssize_t fill(lua_State *L, struct tcp *u, size_t want)
       if (e != EAGAIN && e != EWOULDBLOCK) return -e;
     }
     if (u->start == u->end) drop_buf(u);   /* park without a buffer */
-    int r = wait_io(L, &u->fd, POLLIN, u->read_ms);
+    int r = wait_io(L, &u->fd, ev, u->read_ms);
     if (r < 0) return -EBADF;
     if (r == 0) return -ETIMEDOUT;
     waited = 1;
@@ -833,6 +859,15 @@ static int tcp_send(lua_State *L)
   BUSY(&u->writing);
   size_t off = 0;
   while (off < len) {
+    if (u->ssl) {
+      int ev;
+      ssize_t w = ch_tls_write(u->ssl, p + off, len - off, &ev);
+      if (w > 0) { off += (size_t)w; continue; }
+      if (w != -EAGAIN) return write_fail(L, u, (int)-w);
+      int r = wait_io(L, &u->fd, ev, u->send_ms);
+      if (r <= 0) return write_fail(L, u, r < 0 ? EBADF : ETIMEDOUT);
+      continue;
+    }
     /* MSG_NOSIGNAL: a peer gone away is EPIPE here, never SIGPIPE. */
     ssize_t w = send(u->fd, p + off, len - off, MSG_NOSIGNAL);
     if (w >= 0) {
@@ -859,6 +894,7 @@ static int tcp_shutdown(lua_State *L)
   if (u->fd < 0 || u->write_closed) return closed(L);
   if (u->connecting) return fail(L, "socket busy connecting");
   if (u->writing) return fail(L, "socket busy writing");
+  if (u->ssl) SSL_shutdown(u->ssl);   /* close_notify first; one attempt */
   if (shutdown(u->fd, SHUT_WR) < 0) {
     int err = errno;
     write_close(u);
@@ -879,6 +915,7 @@ struct pool_item {
   struct pool_item *prev, *next;  /* most recently used first */
   int fd;
   int reused;               /* the connection's getreusedtimes() so far */
+  SSL *ssl;                 /* a TLS connection keeps its session state */
 };
 
 struct pool {
@@ -915,6 +952,7 @@ static void item_free(struct pool_item *it)
 {
   ch_timer_stop(&it->timer);
   item_unlink(it);
+  ch_tls_free(it->ssl, 0);
   close(it->fd);
   free(it);
 }
@@ -936,7 +974,7 @@ static int quiet(int fd)
 
 /* Takes the most recently used healthy connection of key's pool. Returns
 ** its fd (and *reused) or -1. */
-static int pool_take(const char *key, int *reused)
+static int pool_take(const char *key, int *reused, SSL **ssl)
 {
   struct pool *p = pool_find(key);
   while (p && p->head) {
@@ -944,11 +982,14 @@ static int pool_take(const char *key, int *reused)
     ch_timer_stop(&it->timer);
     item_unlink(it);
     int fd = it->fd, n = it->reused;
+    SSL *s = it->ssl;
     free(it);
     if (quiet(fd)) {
       *reused = n;
+      *ssl = s;
       return fd;
     }
+    ch_tls_free(s, 0);
     close(fd);
   }
   return -1;
@@ -1059,9 +1100,11 @@ static int tcp_connect(lua_State *L)
   /* The key: opts.pool, else "host:port", else "unix:/path". */
   if (!pool && !is_unix) pool = lua_pushfstring(L, "%s:%d", host, port);
   if (!(u->key = strdup(pool ? pool : host))) return fail(L, "no memory");
-  int fd = pool_take(u->key, &u->reused);
+  SSL *ssl = NULL;
+  int fd = pool_take(u->key, &u->reused, &ssl);
   if (fd >= 0) {
     u->fd = fd;
+    u->ssl = ssl;
     u->reused++;
     lua_pushinteger(L, 1);
     return 1;
@@ -1101,6 +1144,169 @@ static int tcp_connect(lua_State *L)
   return 1;
 }
 
+/* -- TLS ------------------------------------------------------------------ */
+
+/* The SNI sent for a server_name: none for an IP literal. */
+static const char *sni(const char *name)
+{
+  unsigned char ip[16];
+  if (!name || inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1) return NULL;
+  return name;
+}
+
+static int same_name(const char *a, const char *b)
+{
+  return (!a && !b) || (a && b && strcasecmp(a, b) == 0);
+}
+
+/* A string option of table t, or NULL. */
+static const char *opt_str(lua_State *L, int t, const char *k)
+{
+  lua_getfield(L, t, k);
+  const char *v = lua_tostring(L, -1);   /* anchored in t */
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Pushes sslhandshake's success value: true when reused_session was
+** false, else a session userdata (usable as reused_session) on box. */
+static int push_session(lua_State *L, int want, struct ch_tls_sess *b)
+{
+  if (!want) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  struct ch_tls_sess **ud = lua_newuserdata(L, sizeof *ud);
+  *ud = b;
+  b->refs++;
+  luaL_getmetatable(L, SESSION_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static void sess_drop(struct ch_tls_sess **b)
+{
+  ch_tls_sess_unref(*b);
+}
+
+static int session_gc(lua_State *L)
+{
+  struct ch_tls_sess **ud = luaL_checkudata(L, 1, SESSION_MT);
+  ch_tls_sess_unref(*ud);
+  *ud = NULL;
+  return 0;
+}
+
+/* Yields. sslhandshake(reused_session, server_name, verify
+** [, send_status_req [, opts]]): OpenResty's client handshake within the
+** connect timeout. opts (cohost's): ca_file (else the system store),
+** cert and key (a client certificate). Returns a session, true (when
+** reused_session is false), or nil, err: "handshake failed", "timeout",
+** "closed", "20: unable to get local issuer certificate" (verify),
+** "certificate host mismatch". A failure closes the connection. */
+static int tcp_sslhandshake(lua_State *L)
+{
+  struct tcp *u = check_tcp(L);
+  int n = lua_gettop(L);
+  if (n > 6) return luaL_error(L, "ngx.socket sslhandshake: expecting 1 ~ 6 arguments "
+                                  "(including the object), but seen %d", n);
+  lua_settop(L, 6);
+  struct ch_tls_sess **given = NULL;
+  if (!lua_isnil(L, 2) && !(lua_isboolean(L, 2) && !lua_toboolean(L, 2)))
+    given = luaL_checkudata(L, 2, SESSION_MT);
+  int want_session = !(lua_isboolean(L, 2) && !lua_toboolean(L, 2));
+  const char *name = lua_isnil(L, 3) ? NULL : luaL_checkstring(L, 3);
+  int verify = lua_toboolean(L, 4);
+  const char *ca = NULL, *cert = NULL, *key = NULL;
+  int t = lua_istable(L, 5) ? 5 : lua_istable(L, 6) ? 6 : 0;
+  if (t) {
+    ca = opt_str(L, t, "ca_file");
+    cert = opt_str(L, t, "cert");
+    key = opt_str(L, t, "key");
+  }
+  if (u->fd < 0) return closed(L);
+  if (u->connecting) return fail(L, "socket busy connecting");
+  if (u->reading) return fail(L, "socket busy reading");
+  if (u->writing) return fail(L, "socket busy writing");
+  if (u->downstream) return luaL_error(L, "attempt to do ssl handshake on a request socket");
+  char err[256];
+  if (u->ssl) {
+    /* Handshaked already (a pooled TLS connection): as OpenResty, return
+    ** at once, but only for the same peer name and verdict, since the pool
+    ** key does not carry them. */
+    const char *was = SSL_get_servername(u->ssl, TLSEXT_NAMETYPE_host_name);
+    if (!same_name(was, sni(name))) return fail(L, "ssl connection was made for another server_name");
+    if (verify && ch_tls_verify(u->ssl, name, err, sizeof err) < 0) return fail(L, err);
+    struct ch_tls_sess *b = ch_tls_sess_new();
+    if (!b) return fail(L, "no memory");
+    ch_tls_sess_attach(b, u->ssl);
+    int r = push_session(L, want_session, b);
+    ch_tls_sess_unref(b);
+    return r;
+  }
+  SSL_CTX *ctx = ch_tls_ctx_client(ca, cert, key, err, sizeof err);
+  if (!ctx) return fail(L, err);
+  SSL *ssl = ch_tls_new(ctx, u->fd, 0);
+  /* Dropped however we leave: the handshake may raise "cancelled". */
+  struct ch_tls_sess *b __attribute__((cleanup(sess_drop))) = ch_tls_sess_new();
+  if (!ssl || !b) {
+    ch_tls_free(ssl, 0);
+    return fail(L, "no memory");
+  }
+  if (sni(name)) SSL_set_tlsext_host_name(ssl, name);   /* SNI carries names only (RFC 6066) */
+  if (given && *given && (*given)->s) SSL_set_session(ssl, (*given)->s);
+  ch_tls_sess_attach(b, ssl);   /* picks up a TLS 1.3 ticket later */
+  int r;
+  {
+    BUSY(&u->connecting);
+    u->ssl = ssl;
+    r = ch_tls_handshake(L, ssl, &u->fd, u->connect_ms);
+  }
+  if (r == 0 && verify && ch_tls_verify(ssl, name, err, sizeof err) < 0) r = -EACCES;
+  if (r < 0) {
+    if (u->fd >= 0) finalize(u);   /* frees ssl */
+    else if (u->ssl) { ch_tls_free(u->ssl, 0); u->ssl = NULL; }
+    if (r == -EACCES) return fail(L, err);
+    if (r == -EBADF) return closed(L);
+    if (r == -ETIMEDOUT) return fail(L, "timeout");
+    return fail(L, "handshake failed");
+  }
+  return push_session(L, want_session, b);
+}
+
+/* sslinfo() -> { protocol, cipher, session_reused, server_name,
+** peer_subject, verify_result } for a TLS connection, or nil, err.
+** cohost's own: what a spec or a handler checks after a handshake. */
+static int tcp_sslinfo(lua_State *L)
+{
+  struct tcp *u = check_tcp(L);
+  if (u->fd < 0) return closed(L);
+  if (!u->ssl) return fail(L, "not ssl");
+  lua_createtable(L, 0, 6);
+  lua_pushstring(L, SSL_get_version(u->ssl));
+  lua_setfield(L, -2, "protocol");
+  lua_pushstring(L, SSL_get_cipher_name(u->ssl));
+  lua_setfield(L, -2, "cipher");
+  lua_pushboolean(L, SSL_session_reused(u->ssl));
+  lua_setfield(L, -2, "session_reused");
+  const char *sn = SSL_get_servername(u->ssl, TLSEXT_NAMETYPE_host_name);
+  if (sn) {
+    lua_pushstring(L, sn);
+    lua_setfield(L, -2, "server_name");
+  }
+  X509 *peer = SSL_get1_peer_certificate(u->ssl);
+  if (peer) {
+    char buf[256];
+    X509_NAME_oneline(X509_get_subject_name(peer), buf, sizeof buf);
+    lua_pushstring(L, buf);
+    lua_setfield(L, -2, "peer_subject");
+    X509_free(peer);
+  }
+  lua_pushinteger(L, SSL_get_verify_result(u->ssl));
+  lua_setfield(L, -2, "verify_result");
+  return 1;
+}
+
 /* setkeepalive([idle_ms [, pool_size]]): puts the connection in the
 ** worker's pool for its key and closes the Lua object. idle_ms 0 keeps it
 ** without limit. Returns 1 or nil, err. */
@@ -1124,7 +1330,7 @@ static int tcp_setkeepalive(lua_State *L)
   if (size <= 0 || size > INT_MAX)
     return luaL_argerror(L, n, lua_pushfstring(L, "bad \"pool_size\" option value: %d", (int)size));
   struct ch_worker *w = ch_worker_self;
-  if ((w && w->stopping) || !quiet(u->fd)) {
+  if ((w && w->stopping) || !quiet(u->fd) || (u->ssl && SSL_pending(u->ssl))) {
     /* Shutting down: close instead, as OpenResty does while exiting. */
     int dubious = !(w && w->stopping);
     finalize(u);
@@ -1153,6 +1359,7 @@ static int tcp_setkeepalive(lua_State *L)
   it->pool = p;
   it->fd = u->fd;
   it->reused = u->reused;
+  it->ssl = u->ssl;
   it->next = p->head;
   if (p->head) p->head->prev = it;
   else p->tail = it;
@@ -1162,7 +1369,8 @@ static int tcp_setkeepalive(lua_State *L)
   if (idle > 0 && ch_timer_start(&it->timer, idle, item_expire) < 0) {
     item_free(it);
   }
-  u->fd = -1;   /* the pool owns the fd now */
+  u->fd = -1;   /* the pool owns the fd (and the SSL) now */
+  u->ssl = NULL;
   finalize(u);
   lua_pushinteger(L, 1);
   return 1;
@@ -1585,6 +1793,8 @@ struct listener {
                             ** NULL: handler(sock, peer) on a task */
   void *admit_ud;           /* admit's first argument */
   int prio;                 /* CH_PRIO_* of its connections (opts.priority) */
+  SSL_CTX *ssl_ctx;         /* opts.ssl_cert: TLS on every connection
+                            ** (certificates loaded once, at listen) */
   struct listener *next;    /* this worker's open listeners */
 };
 
@@ -1627,6 +1837,7 @@ static void release(struct listener *l, lua_State *L)
     }
     if (ndead < dead_cap) dead_refs[ndead++] = l->handler;   /* else leak one ref */
   }
+  SSL_CTX_free(l->ssl_ctx);   /* live SSLs hold their own reference */
   free(l);
 }
 
@@ -1688,7 +1899,20 @@ static void conn_main(void *arg)
   int ref = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps u past the handler */
   push_peer(T, &c->peer);
   free(c);
-  ch_task_run(t, 2);
+  /* TLS: the handshake runs here, before the handler sees the socket; a
+  ** failed one closes quietly (the reason is logged at info). */
+  int ok = 1;
+  if (l->ssl_ctx) {
+    int r = -ENOMEM;
+    if ((u->ssl = ch_tls_new(l->ssl_ctx, u->fd, 1)))
+      r = ch_tls_handshake(NULL, u->ssl, &u->fd, u->read_ms);
+    if (r < 0) {
+      ch_log(CH_LOG_INFO, "tls: handshake with a client failed: %s",
+             r == -EPROTO ? "see above" : strerror(-r));
+      ok = 0;
+    }
+  }
+  if (ok) ch_task_run(t, 2);
   lua_rawgeti(T, LUA_REGISTRYINDEX, ref);
   u = lua_touserdata(T, -1);
   if (u->fd >= 0) finalize(u);   /* tasks it spawned that still use it see "closed" */
@@ -1938,6 +2162,11 @@ static int open_unix(const char *spec, int nth, const union addr *a, socklen_t a
   return fd;
 }
 
+static void ctx_drop(SSL_CTX **ctx)
+{
+  SSL_CTX_free(*ctx);
+}
+
 /* Yields (name lookup). listen(addr, handler [, opts]) with each accepted
 ** connection going to admit (lib_http.c) instead of a handler task when
 ** admit is not NULL; the value at index 2 is anchored while the listener
@@ -1947,6 +2176,7 @@ static int listen_with(lua_State *L, ch_admit_fn on_conn, void *admit_ud)
   const char *spec = luaL_checkstring(L, 1);
   int backlog = BACKLOG;
   int prio = CH_PRIO_NORMAL;
+  SSL_CTX *ssl_ctx = NULL;
   if (!lua_isnoneornil(L, 3)) {
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_getfield(L, 3, "backlog");
@@ -1961,7 +2191,19 @@ static int listen_with(lua_State *L, ch_admit_fn on_conn, void *admit_ud)
         return luaL_argerror(L, 3, "priority must be \"high\", \"normal\" or \"low\"");
     }
     lua_pop(L, 1);
+    const char *cert = opt_str(L, 3, "ssl_cert"), *key = opt_str(L, 3, "ssl_key");
+    if (cert) {
+      char err[512];
+      lua_getfield(L, 3, "ssl_verify_client");
+      int verify_client = lua_toboolean(L, -1);
+      lua_pop(L, 1);
+      ssl_ctx = ch_tls_ctx_server(cert, key, opt_str(L, 3, "ssl_client_ca"), verify_client,
+                                  err, sizeof err);
+      if (!ssl_ctx) return fail(L, err);
+    }
   }
+  /* Freed on every early return below; handed to the listener at the end. */
+  SSL_CTX *ctx_owned __attribute__((cleanup(ctx_drop))) = ssl_ctx;
   struct ch_worker *w = ch_worker_self;
   if (!w) return luaL_error(L, "listen: not on a worker");
   if (w->stopping) return fail(L, "shutting down");
@@ -2014,6 +2256,8 @@ static int listen_with(lua_State *L, ch_admit_fn on_conn, void *admit_ud)
   l->admit = on_conn;
   l->admit_ud = admit_ud;
   l->prio = prio;
+  l->ssl_ctx = ctx_owned;
+  ctx_owned = NULL;
   lua_pushvalue(L, 2);
   l->handler = luaL_ref(L, LUA_REGISTRYINDEX);
   l->refs = 2;   /* the Lua object and the acceptor */
@@ -2056,12 +2300,25 @@ int ch_listener_prio(const struct ch_listener *cl)
   return ((const struct listener *)cl)->prio;
 }
 
+SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *cl)
+{
+  return ((const struct listener *)cl)->ssl_ctx;
+}
+
 void ch_socket_push_conn(lua_State *L, int fd, const char *pre, size_t n)
 {
+  ch_socket_push_tls(L, fd, NULL, pre, n);
+}
+
+void ch_socket_push_tls(lua_State *L, int fd, SSL *ssl, const char *pre, size_t n)
+{
   struct tcp *u = push_tcp(L);
+  u->ssl = ssl;   /* owned from here on, freed with u's connection */
   if (n > 0) {
     size_t cap = n > BUF_MIN ? n : BUF_MIN;
     if (!(u->buf = take_buf(n, &cap))) {
+      ch_tls_free(ssl, 0);
+      u->ssl = NULL;
       close(fd);
       luaL_error(L, "no memory");
     }
@@ -2152,6 +2409,8 @@ static const luaL_Reg tcp_methods[] = {
   { "setkeepalive", tcp_setkeepalive },
   { "getreusedtimes", tcp_getreusedtimes },
   { "getpeername", tcp_getpeername },
+  { "sslhandshake", tcp_sslhandshake },
+  { "sslinfo", tcp_sslinfo },
   { "__gc", tcp_gc },
   { "__tostring", tcp_tostring },
   { NULL, NULL }
@@ -2200,6 +2459,10 @@ int luaopen_cohost_core_socket(lua_State *L)
   lua_pop(L, 1);
   new_class(L, UDP_MT, udp_methods);
   new_class(L, LISTENER_MT, listener_methods);
+  luaL_newmetatable(L, SESSION_MT);
+  lua_pushcfunction(L, session_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_pop(L, 1);
   lua_newtable(L);
   luaL_register(L, NULL, socket_funcs);
   return 1;

@@ -1,0 +1,394 @@
+/*
+** TLS on OpenSSL over the cosockets' non-blocking fds. OpenSSL's socket
+** BIO reads and writes the fd itself; every SSL call here is one
+** non-blocking attempt, and a WANT_READ or WANT_WRITE becomes a wait on
+** the same ch_task_wait_fd / ch_wait_fd_again path the plain code uses
+** (sound with the edge-triggered registration: WANT_* means the BIO's
+** read or write just said EAGAIN). The reference for behaviour and error
+** strings is lua-nginx-module's ngx_http_lua_socket_tcp.c
+** (sslhandshake) on nginx's ngx_event_openssl.c.
+*/
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include "tls.h"
+
+#define COALESCE 16384   /* iovecs this small in total go out as one record */
+
+/* -- Errors --------------------------------------------------------------- */
+
+/* The first queued OpenSSL error as text (drains the queue). */
+static const char *ssl_reason(char *buf, size_t n)
+{
+  unsigned long e = ERR_get_error();
+  if (!e) return "no OpenSSL error queued";
+  ERR_error_string_n(e, buf, n);
+  ERR_clear_error();
+  return buf;
+}
+
+static void ctx_err(char *err, size_t errlen, const char *what, const char *path)
+{
+  char r[256];
+  snprintf(err, errlen, "%s %s: %s", what, path, ssl_reason(r, sizeof r));
+}
+
+/* -- Sessions --------------------------------------------------------------- */
+
+/* ex_data slot on client SSLs: their session box. */
+static int sess_idx = -1;
+static pthread_once_t sess_once = PTHREAD_ONCE_INIT;
+
+static void sess_idx_init(void)
+{
+  sess_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+}
+
+struct ch_tls_sess *ch_tls_sess_new(void)
+{
+  struct ch_tls_sess *b = calloc(1, sizeof *b);
+  if (b) b->refs = 1;
+  return b;
+}
+
+void ch_tls_sess_unref(struct ch_tls_sess *b)
+{
+  if (!b || --b->refs > 0) return;
+  if (b->s) SSL_SESSION_free(b->s);
+  free(b);
+}
+
+void ch_tls_sess_attach(struct ch_tls_sess *b, SSL *ssl)
+{
+  b->refs++;
+  SSL_SESSION *s = SSL_get1_session(ssl);   /* TLS 1.2: resumable already */
+  if (s && SSL_SESSION_is_resumable(s)) {
+    if (b->s) SSL_SESSION_free(b->s);
+    b->s = s;
+  } else if (s) {
+    SSL_SESSION_free(s);
+  }
+  SSL_set_ex_data(ssl, sess_idx, b);
+}
+
+/* A new session (a TLS 1.3 ticket, read with the first application data):
+** the box keeps the latest. Returns 1 when it took the reference. */
+static int on_new_session(SSL *ssl, SSL_SESSION *s)
+{
+  struct ch_tls_sess *b = SSL_get_ex_data(ssl, sess_idx);
+  if (!b) return 0;
+  if (b->s) SSL_SESSION_free(b->s);
+  b->s = s;
+  return 1;
+}
+
+/* -- Contexts --------------------------------------------------------------- */
+
+/* Options every context shares. A peer that closes without close_notify
+** is EOF, as with a plain socket (OpenSSL 3 calls it an error otherwise).
+** Partial writes let a write loop advance like send(2). */
+static void ctx_common(SSL_CTX *ctx)
+{
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+  SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                        SSL_MODE_RELEASE_BUFFERS);   /* idle connections hold no buffers */
+}
+
+static int load_pair(SSL_CTX *ctx, const char *cert, const char *key, char *err, size_t errlen)
+{
+  if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+    ctx_err(err, errlen, "ssl_cert", cert);
+    return -1;
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, key ? key : cert, SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    ctx_err(err, errlen, "ssl_key", key ? key : cert);
+    return -1;
+  }
+  return 0;
+}
+
+SSL_CTX *ch_tls_ctx_server(const char *cert, const char *key, const char *client_ca,
+                           int verify_client, char *err, size_t errlen)
+{
+  SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+  if (!ctx) {
+    snprintf(err, errlen, "no memory");
+    return NULL;
+  }
+  ctx_common(ctx);
+  if (load_pair(ctx, cert, key, err, errlen) < 0) goto fail;
+  if (client_ca) {
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(client_ca);
+    if (!names || SSL_CTX_load_verify_locations(ctx, client_ca, NULL) != 1) {
+      if (names) sk_X509_NAME_pop_free(names, X509_NAME_free);
+      ctx_err(err, errlen, "ssl_client_ca", client_ca);
+      goto fail;
+    }
+    SSL_CTX_set_client_CA_list(ctx, names);
+    /* Without verify_client a certificate is asked for and checked if
+    ** sent, but not required (nginx's ssl_verify_client optional). */
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER |
+                       (verify_client ? SSL_VERIFY_FAIL_IF_NO_PEER_CERT : 0), NULL);
+  } else if (verify_client) {
+    snprintf(err, errlen, "ssl_verify_client needs ssl_client_ca");
+    goto fail;
+  }
+  /* Resumption (tickets, and the id cache for TLS 1.2) keyed per
+  ** listener: one context per listen call, so per worker. */
+  static const unsigned char sid[] = "cohost";
+  SSL_CTX_set_session_id_context(ctx, sid, sizeof sid - 1);
+  return ctx;
+fail:
+  SSL_CTX_free(ctx);
+  return NULL;
+}
+
+/* Client contexts by (ca_file, cert, key). Never freed: a process talks
+** with few configurations. Lookup is O(contexts) under a lock, once per
+** handshake. */
+struct cctx {
+  struct cctx *next;
+  SSL_CTX *ctx;
+  char *ca, *cert, *key;    /* NULL: not given */
+};
+static pthread_mutex_t cctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cctx *cctxs;   /* guarded by cctx_lock */
+
+static int same(const char *a, const char *b)
+{
+  return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static char *dup_opt(const char *s, int *oom)
+{
+  char *d = s ? strdup(s) : NULL;
+  if (s && !d) *oom = 1;
+  return d;
+}
+
+SSL_CTX *ch_tls_ctx_client(const char *ca_file, const char *cert, const char *key,
+                           char *err, size_t errlen)
+{
+  pthread_once(&sess_once, sess_idx_init);
+  pthread_mutex_lock(&cctx_lock);
+  for (struct cctx *c = cctxs; c; c = c->next)
+    if (same(c->ca, ca_file) && same(c->cert, cert) && same(c->key, key)) {
+      pthread_mutex_unlock(&cctx_lock);
+      return c->ctx;
+    }
+  /* Loading files under the lock blocks other workers' first handshake
+  ** with a new configuration only; it happens once per configuration. */
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  struct cctx *c = calloc(1, sizeof *c);
+  int oom = !ctx || !c;
+  if (oom) goto fail;
+  ctx_common(ctx);
+  if (ca_file ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1
+              : SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    ctx_err(err, errlen, "ca_file", ca_file ? ca_file : "(system store)");
+    goto fail_quiet;
+  }
+  if (cert && load_pair(ctx, cert, key, err, errlen) < 0) goto fail_quiet;
+  /* The verdict is read after the handshake (ch_tls_verify), as nginx
+  ** does, so verify=false still completes against any certificate. */
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+  c->ctx = ctx;
+  c->ca = dup_opt(ca_file, &oom);
+  c->cert = dup_opt(cert, &oom);
+  c->key = dup_opt(key, &oom);
+  if (oom) goto fail;
+  c->next = cctxs;
+  cctxs = c;
+  pthread_mutex_unlock(&cctx_lock);
+  return ctx;
+fail:
+  snprintf(err, errlen, "no memory");
+fail_quiet:
+  pthread_mutex_unlock(&cctx_lock);
+  if (c) { free(c->ca); free(c->cert); free(c->key); free(c); }
+  SSL_CTX_free(ctx);
+  return NULL;
+}
+
+/* -- Connections -------------------------------------------------------------- */
+
+SSL *ch_tls_new(SSL_CTX *ctx, int fd, int server)
+{
+  SSL *ssl = SSL_new(ctx);
+  if (!ssl) return NULL;
+  if (SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return NULL;
+  }
+  if (server) SSL_set_accept_state(ssl);
+  else SSL_set_connect_state(ssl);
+  return ssl;
+}
+
+void ch_tls_free(SSL *ssl, int notify)
+{
+  if (!ssl) return;
+  if (sess_idx >= 0) {
+    struct ch_tls_sess *b = SSL_get_ex_data(ssl, sess_idx);
+    SSL_set_ex_data(ssl, sess_idx, NULL);
+    ch_tls_sess_unref(b);
+  }
+  /* One attempt, never a wait: a peer that does not read our alert loses
+  ** nothing it needs. Only after a finished handshake (a fatal error
+  ** makes SSL_shutdown an error itself). */
+  if (notify && SSL_is_init_finished(ssl)) SSL_shutdown(ssl);
+  ERR_clear_error();
+  SSL_free(ssl);
+}
+
+int ch_tls_wait(lua_State *L, const int *fdp, int ev, int ms)
+{
+  int fd = *fdp;
+  int r = L ? ch_task_wait_fd(L, fd, ev, ms) : ch_wait_fd_again(fd, ev, ms);
+  if (*fdp != fd || r < 0 || (r & POLLNVAL)) return -1;
+  return r > 0;
+}
+
+/* An SSL call's failure as our result: -EAGAIN with *ev, 0 for EOF, or
+** -errno. */
+static ssize_t io_fail(SSL *ssl, int r, int *ev)
+{
+  int e = SSL_get_error(ssl, r);
+  int en = errno;
+  char buf[256];
+  switch (e) {
+  case SSL_ERROR_WANT_READ: *ev = POLLIN; return -EAGAIN;
+  case SSL_ERROR_WANT_WRITE: *ev = POLLOUT; return -EAGAIN;
+  case SSL_ERROR_ZERO_RETURN: return 0;   /* close_notify, or EOF (see ctx_common) */
+  case SSL_ERROR_SYSCALL:
+    ERR_clear_error();
+    return en && en != EAGAIN ? -en : -ECONNRESET;
+  default:
+    ch_log(CH_LOG_INFO, "tls: %s", ssl_reason(buf, sizeof buf));
+    return -EPROTO;
+  }
+}
+
+ssize_t ch_tls_read(SSL *ssl, void *buf, size_t n, int *ev)
+{
+  ERR_clear_error();
+  int r = SSL_read(ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+  return r > 0 ? r : io_fail(ssl, r, ev);
+}
+
+ssize_t ch_tls_write(SSL *ssl, const void *buf, size_t n, int *ev)
+{
+  ERR_clear_error();
+  int r = SSL_write(ssl, buf, n > INT_MAX ? INT_MAX : (int)n);
+  if (r > 0) return r;
+  ssize_t f = io_fail(ssl, r, ev);
+  return f == 0 ? -EPIPE : f;   /* the peer's close_notify: nothing more goes out */
+}
+
+int ch_tls_handshake(lua_State *L, SSL *ssl, const int *fdp, int ms)
+{
+  uint64_t deadline = ch_now_ns() + (uint64_t)ms * 1000000u;
+  char buf[256];
+  for (;;) {
+    ERR_clear_error();
+    int r = SSL_do_handshake(ssl);
+    if (r == 1) return 0;
+    int e = SSL_get_error(ssl, r), ev;
+    if (e == SSL_ERROR_WANT_READ) ev = POLLIN;
+    else if (e == SSL_ERROR_WANT_WRITE) ev = POLLOUT;
+    else {
+      if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
+        ch_log(CH_LOG_INFO, "tls: handshake: %s", errno ? strerror(errno) : "peer closed");
+      else
+        ch_log(CH_LOG_INFO, "tls: handshake: %s", ssl_reason(buf, sizeof buf));
+      return -EPROTO;
+    }
+    uint64_t now = ch_now_ns();
+    if (now >= deadline) return -ETIMEDOUT;
+    int w = ch_tls_wait(L, fdp, ev, (int)((deadline - now + 999999) / 1000000u));
+    if (w < 0) return -EBADF;
+    if (w == 0) return -ETIMEDOUT;
+  }
+}
+
+int ch_tls_verify(SSL *ssl, const char *name, char *err, size_t errlen)
+{
+  long rc = SSL_get_verify_result(ssl);
+  if (rc != X509_V_OK) {
+    snprintf(err, errlen, "%ld: %s", rc, X509_verify_cert_error_string(rc));
+    return -1;
+  }
+  X509 *cert = SSL_get1_peer_certificate(ssl);
+  if (!cert) {
+    snprintf(err, errlen, "no peer certificate");
+    return -1;
+  }
+  int ok = 1;
+  if (name) {
+    unsigned char ip[16];
+    if (inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1)
+      ok = X509_check_ip_asc(cert, name, 0) == 1;
+    else
+      ok = X509_check_host(cert, name, strlen(name), 0, NULL) == 1;
+  }
+  X509_free(cert);
+  if (!ok) {
+    snprintf(err, errlen, "certificate host mismatch");
+    return -1;
+  }
+  return 0;
+}
+
+int ch_tls_write_all(lua_State *L, SSL *ssl, const int *fdp, struct iovec *iov, int n, int ms)
+{
+  /* Pieces written one by one would each make a record (a head and a
+  ** short body: two records, two packets); small totals go as one. */
+  char one[COALESCE];
+  struct iovec single;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  if (n > 1 && total <= sizeof one) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+      memcpy(one + off, iov[i].iov_base, iov[i].iov_len);
+      off += iov[i].iov_len;
+    }
+    single.iov_base = one;
+    single.iov_len = total;
+    iov = &single;
+    n = 1;
+  }
+  for (; n > 0; iov++, n--) {
+    const char *p = iov->iov_base;
+    size_t left = iov->iov_len;
+    while (left > 0) {
+      int ev;
+      ssize_t w = ch_tls_write(ssl, p, left, &ev);
+      if (w > 0) {
+        p += w;
+        left -= (size_t)w;
+        continue;
+      }
+      if (w != -EAGAIN) return (int)w;
+      int r = ch_tls_wait(L, fdp, ev, ms);
+      if (r < 0) return -EBADF;
+      if (r == 0) return -ETIMEDOUT;
+    }
+  }
+  return 0;
+}
