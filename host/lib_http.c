@@ -1561,6 +1561,7 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   luaL_getmetatable(T, "cohost.http.res");
   lua_setmetatable(T, res);
   lua_remove(T, req + 1);
+  res--;                       /* moved down by the removal */
   if (track_current) {   /* http.current(): thread -> req, res */
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
     lua_pushthread(T);
