@@ -179,12 +179,9 @@ end
 
 -- -- The connection loop ---------------------------------------------------
 
-local function serve(sock, peer)
-  sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
-  sock:setoption("tcp-nodelay", true)
-  local c = new_client(sock, peer)
-  stats.clients = stats.clients + 1
-  stats.connections = stats.connections + 1
+-- Reads, runs and answers requests until the client leaves or must be
+-- closed.
+local function loop(c, sock)
   local argv, out, n = {}, {}, 0
   local buf, pos, len, need = "", 1, 0, nil
   while not c.quit and not c.gone do
@@ -231,7 +228,18 @@ local function serve(sock, peer)
       break
     end
   end
-  if n > 0 and not c.gone then c:flush(out, n) end
+end
+
+local function serve(sock, peer)
+  sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
+  sock:setoption("tcp-nodelay", true)
+  local c = new_client(sock, peer)
+  stats.clients = stats.clients + 1
+  stats.connections = stats.connections + 1
+  -- The cleanup runs whatever ended the loop (a bug, or "cancelled" at
+  -- shutdown), so no channel keeps a dead subscriber; then the error
+  -- goes on to be logged.
+  local ok, err = pcall(loop, c, sock)
   c.gone = true
   stats.clients = stats.clients - 1
   pubsub.forget(c)
@@ -239,8 +247,9 @@ local function serve(sock, peer)
     stats.pubsub_clients = stats.pubsub_clients - 1
     c.qsema:post()
     -- Let the writer send what is queued (QUIT's +OK), then end it.
-    cohost.wait(c.writer)
+    if ok then cohost.wait(c.writer) else cohost.kill(c.writer) end
   end
+  if not ok then error(err, 0) end
 end
 
 function Client:make_aof_sema()

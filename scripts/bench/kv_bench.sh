@@ -10,7 +10,9 @@
 #   - everysec: both keep an append-only log fsynced once a second
 # Each is measured without pipelining and with -P 16, 50 connections,
 # ROUNDS times with kv and redis interleaved (so drift in the machine hits
-# both); the table shows the median ops/s of each and kv/redis.
+# both); the table shows the median ops/s of each, kv/redis, and the
+# server CPU time per request (utime + stime from /proc, which a busy
+# machine disturbs less than ops/s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -48,12 +50,14 @@ wait_ready() {
   exit 1
 }
 
-# start_kv PORT DIR ARGS... / start_redis PORT DIR ARGS...
+# start_kv PORT DIR ARGS... / start_redis PORT DIR ARGS... (taskset execs
+# the server, so $! is its pid; the last one started is in $spid).
 start_kv() {
   local port=$1 dir=$2; shift 2
   taskset -c "$SERVER_CPU" build/cohost examples/kv/main.lua --port "$port" --dir "$dir" "$@" \
     >"$work/kv.$port.log" 2>&1 &
   pids+=($!)
+  spid=$!
   wait_ready "$port"
 }
 start_redis() {
@@ -61,33 +65,52 @@ start_redis() {
   taskset -c "$SERVER_CPU" redis-server --port "$port" --dir "$dir" --save "" "$@" \
     >"$work/redis.$port.log" 2>&1 &
   pids+=($!)
+  spid=$!
   wait_ready "$port"
 }
 
-# bench PORT PIPELINE -> "TEST rps" lines.
+# CPU ticks (user + system) the process has used.
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
+# bench PORT PID PIPELINE -> "TEST rps cpu_us_per_request" lines, one
+# redis-benchmark run per test, in the order given (lpop pops what lpush
+# pushed).
 bench() {
   redis-cli -p "$1" flushall >/dev/null
-  taskset -c "$CLIENT_CPU" redis-benchmark -p "$1" -t "$TESTS" -n "$N" -c 50 -P "$2" --csv 2>/dev/null |
-    awk -F'"' 'NR > 1 && $2 != "" { print $2, $4 }'
+  local t a b rps
+  for t in ${TESTS//,/ }; do
+    a=$(ticks "$2")
+    rps=$(taskset -c "$CLIENT_CPU" redis-benchmark -p "$1" -t "$t" -n "$N" -c 50 -P "$3" --csv 2>/dev/null |
+      awk -F'"' 'NR > 1 && $2 != "" { print $4 }')
+    b=$(ticks "$2")
+    awk -v t="$t" -v r="$rps" -v c=$((b - a)) -v hz="$HZ" -v n="$N" \
+      'BEGIN { printf "%s %s %.3f\n", toupper(t), r, c * 1e6 / hz / n }'
+  done
 }
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# run LABEL KV_PORT REDIS_PORT: interleaved rounds, then the table.
+# run LABEL KV_PORT KV_PID REDIS_PORT REDIS_PID: interleaved rounds, then
+# the table.
 run() {
-  local label=$1 kvp=$2 rp=$3
+  local label=$1 kvp=$2 kvpid=$3 rp=$4 rpid=$5
   for P in 1 16; do
     : >"$work/kv.res"; : >"$work/redis.res"
     for _ in $(seq 1 "$ROUNDS"); do
-      bench "$kvp" "$P" >>"$work/kv.res"
-      bench "$rp" "$P" >>"$work/redis.res"
+      bench "$kvp" "$kvpid" "$P" >>"$work/kv.res"
+      bench "$rp" "$rpid" "$P" >>"$work/redis.res"
     done
-    printf '%-9s %-6s %-6s %12s %12s %7s\n' "$label" "-P $P" test "kv ops/s" "redis ops/s" "ratio"
-    for t in $(awk '{ print $1 }' "$work/kv.res" | awk '!seen[$0]++'); do
+    printf '%-9s %-6s %-6s %11s %11s %6s %9s %9s\n' "$label" "-P $P" test "kv ops/s" "redis ops/s" \
+      ratio "kv us/op" "redis us/op"
+    for t in ${TESTS//,/ }; do
+      t=$(echo "$t" | tr a-z A-Z)
       k=$(awk -v t="$t" '$1 == t { print $2 }' "$work/kv.res" | median)
       r=$(awk -v t="$t" '$1 == t { print $2 }' "$work/redis.res" | median)
-      awk -v l="$label" -v p="-P $P" -v t="$t" -v k="$k" -v r="$r" \
-        'BEGIN { printf "%-9s %-6s %-6s %12.0f %12.0f %7.2f\n", l, p, t, k, r, k / r }'
+      kc=$(awk -v t="$t" '$1 == t { print $3 }' "$work/kv.res" | median)
+      rc=$(awk -v t="$t" '$1 == t { print $3 }' "$work/redis.res" | median)
+      awk -v l="$label" -v p="-P $P" -v t="$t" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
+        'BEGIN { printf "%-9s %-6s %-6s %11.0f %11.0f %6.2f %9.2f %9.2f\n", l, p, t, k, r, k / r, kc, rc }'
     done
   done
 }
@@ -98,12 +121,12 @@ echo "kv_bench: $(redis-server --version | cut -d' ' -f1-3), cohost $(build/coho
 
 kvp=$(free_port); rp=$(free_port)
 mkdir -p "$work/kv0" "$work/redis0"
-start_kv "$kvp" "$work/kv0" --appendonly no
-start_redis "$rp" "$work/redis0" --appendonly no
-run "no-log" "$kvp" "$rp"
+start_kv "$kvp" "$work/kv0" --appendonly no; kvpid=$spid
+start_redis "$rp" "$work/redis0" --appendonly no; rpid=$spid
+run "no-log" "$kvp" "$kvpid" "$rp" "$rpid"
 
 kvp=$(free_port); rp=$(free_port)
 mkdir -p "$work/kv1" "$work/redis1"
-start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec
-start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec
-run "everysec" "$kvp" "$rp"
+start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec; kvpid=$spid
+start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec; rpid=$spid
+run "everysec" "$kvp" "$kvpid" "$rp" "$rpid"
