@@ -535,6 +535,9 @@ struct rbox {
 };
 
 static __thread const void *rbox_mt;
+/* Registry refs of the box, req and res metatables: lua_rawgeti by number
+** instead of luaL_getmetatable's interning of a name, per request. */
+static __thread int rbox_mt_ref, req_mt_ref, res_mt_ref;
 
 static void rstate_release(struct rstate *rs)
 {
@@ -1527,12 +1530,15 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   }
   lua_State *T = t->T;
   drain_dead(T);
+  /* Slot 1 keeps res past the call (ch_task_run keeps what lies below the
+  ** function); slot 2 is the handler. */
+  lua_pushnil(T);
   lua_rawgeti(T, LUA_REGISTRYINDEX, srv->handler);
   lua_createtable(T, 1, 8);
   int req = lua_gettop(T);
   struct rbox *box = lua_newuserdata(T, sizeof *box);
   box->rs = rs;
-  luaL_getmetatable(T, RBOX_MT);
+  lua_rawgeti(T, LUA_REGISTRYINDEX, rbox_mt_ref);
   lua_setmetatable(T, -2);
   lua_pushvalue(T, -1);
   lua_rawseti(T, req, 0);
@@ -1550,7 +1556,7 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
     *failed = -1;
     return;
   }
-  luaL_getmetatable(T, "cohost.http.req");
+  lua_rawgeti(T, LUA_REGISTRYINDEX, req_mt_ref);
   lua_setmetatable(T, req);
   lua_createtable(T, 1, 2);
   int res = lua_gettop(T);
@@ -1558,10 +1564,12 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   lua_rawseti(T, res, 0);
   lua_pushinteger(T, 200);
   lua_setfield(T, res, "status");
-  luaL_getmetatable(T, "cohost.http.res");
+  lua_rawgeti(T, LUA_REGISTRYINDEX, res_mt_ref);
   lua_setmetatable(T, res);
   lua_remove(T, req + 1);
   res--;                       /* moved down by the removal */
+  lua_pushvalue(T, res);
+  lua_replace(T, 1);
   if (track_current) {   /* http.current(): thread -> req, res */
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
     lua_pushthread(T);
@@ -1573,8 +1581,6 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
     lua_rawset(T, -3);
     lua_pop(T, 1);
   }
-  lua_pushvalue(T, -1);
-  int res_ref = luaL_ref(T, LUA_REGISTRYINDEX);
   ch_task_run(t, 2);
   if (track_current) {
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
@@ -1584,15 +1590,15 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
     lua_pop(T, 1);
   }
   *failed = t->status != CH_TASK_DONE;
-  if (*failed && srv->debug && t->nresults > 0 && lua_isstring(T, 1))
-    snprintf(err, errsz, "%s", lua_tostring(T, 1));
-  lua_rawgeti(T, LUA_REGISTRYINDEX, res_ref);
-  luaL_unref(T, LUA_REGISTRYINDEX, res_ref);
-  lua_getfield(T, -1, "_hijacked");
-  if (!lua_isnil(T, -1)) ch_socket_close_at(T, -1);
-  lua_pop(T, 1);
+  if (*failed && srv->debug && t->nresults > 0 && lua_isstring(T, 2))
+    snprintf(err, errsz, "%s", lua_tostring(T, 2));   /* the error, above res */
+  if (rs->hijacked) {
+    lua_getfield(T, 1, "_hijacked");
+    if (!lua_isnil(T, -1)) ch_socket_close_at(T, -1);
+    lua_pop(T, 1);
+  }
   if (!rs->started) {
-    lua_getfield(T, -1, "status");
+    lua_getfield(T, 1, "status");
     rs->status = (int)lua_tointeger(T, -1);
     if (rs->status < 100 || rs->status > 999) rs->status = 500;
   }
@@ -1892,7 +1898,7 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pop(L, 1);
   luaL_newmetatable(L, RBOX_MT);
   rbox_mt = lua_topointer(L, -1);
-  lua_pop(L, 1);
+  rbox_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 
   lua_newtable(L);   /* the module */
   luaL_register(L, NULL, funcs);
@@ -1903,6 +1909,8 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "Request");
   luaL_newmetatable(L, "cohost.http.req");
+  lua_pushvalue(L, -1);
+  req_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, -2);          /* methods */
   lua_newtable(L);               /* headers metatable */
   lua_pushcfunction(L, headers_index);
@@ -1917,6 +1925,8 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pushvalue(L, -1);
   lua_setfield(L, -3, "Response");
   luaL_newmetatable(L, "cohost.http.res");
+  lua_pushvalue(L, -1);
+  res_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, -2);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 2);
