@@ -658,6 +658,76 @@ describe("kv's append-only log", function()
     crash_and_check("everysec")
   end)
 
+  -- Polls INFO persistence until aof_rewrites reaches n.
+  local function wait_rewrites(c, n)
+    for _ = 1, 250 do
+      local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
+      if r >= n then return r end
+      cohost.sleep(0.02)
+    end
+    error("no rewrite")
+  end
+
+  for _, fsync in ipairs { "everysec", "always" } do
+    it("rewrites the log on BGREWRITEAOF while writes go on, and replays the result (" .. fsync .. ")", function()
+      local p = start({ args = "--appendfsync " .. fsync })
+      local c = client(p.port)
+      for i = 1, 10000 do c.sock:send(encode({ "SET", "k", i })) end
+      for _ = 1, 10000 do c:read() end
+      local items = {}
+      for i = 1, 150 do items[i] = "e" .. i end
+      c:call("RPUSH", "l", unpack(items))
+      for i = 1, 100 do c:call("HSET", "h", "f" .. i, "v" .. i) end
+      c:call("INCRBY", "n", 7)
+      c:call("SET", "ttl", "v", "EX", 1000)
+      local path = p.dir .. "/appendonly.aof"
+      local before = #h.slurp(path)
+      -- A writer runs through the rewrite; all it got acknowledged must stay.
+      local stop, acked = false, 0
+      local writer = cohost.spawn(function()
+        local w = client(p.port)
+        while not stop do
+          if w:call("SET", "w" .. acked + 1, "x") ~= "OK" then return end
+          acked = acked + 1
+        end
+      end)
+      cohost.sleep(0.05)
+      assert.equal("Background append only file rewriting started", c:call("BGREWRITEAOF"))
+      wait_rewrites(c, 1)
+      cohost.sleep(0.05)
+      stop = true
+      cohost.wait(writer)
+      assert.is_true(acked > 0)
+      p.signal("KILL")
+      p.wait(5)
+      local after = #h.slurp(path)
+      assert.is_true(after < before, ("%d -> %d bytes"):format(before, after))
+      assert.is_nil(io.open(path .. ".rewrite"))
+      local q = start({ dir = p.dir })
+      local d = client(q.port)
+      assert.equal("10000", d:call("GET", "k"))
+      assert.same(items, d:call("LRANGE", "l", 0, -1))
+      assert.equal(100, d:call("HLEN", "h"))
+      assert.equal("v77", d:call("HGET", "h", "f77"))
+      assert.equal("7", d:call("GET", "n"))
+      assert.is_true(d:call("TTL", "ttl") > 990)
+      for i = 1, acked do assert.equal("x", d:call("GET", "w" .. i), "w" .. i) end
+    end)
+  end
+
+  it("rewrites the log by itself once it doubles past --aof-rewrite-min-size", function()
+    local p = start({ args = "--aof-rewrite-min-size 20000" })
+    local c = client(p.port)
+    for i = 1, 2000 do c.sock:send(encode({ "SET", "k" .. i % 10, i })) end
+    for _ = 1, 2000 do c:read() end
+    wait_rewrites(c, 1)
+    p.signal("KILL")
+    p.wait(5)
+    local q = start({ dir = p.dir })
+    assert.equal("2000", client(q.port):call("GET", "k0"))
+    assert.matches("rewrote .- from 10 keys", h.slurp(p.err))
+  end)
+
   it("truncates a torn last record with a log line and keeps the rest", function()
     local p = start()
     local c = client(p.port)

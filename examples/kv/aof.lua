@@ -13,6 +13,14 @@
 -- crashed machine loses up to a second with everysec, nothing with
 -- always.
 --
+-- The log is rewritten from the data when it has doubled since the last
+-- rewrite and passed 64 MiB, or on BGREWRITEAOF: the data is turned into
+-- records in one go (a point-in-time snapshot: nothing else runs
+-- meanwhile, which costs about a microsecond per key), written to a temp
+-- file and synced while commands go on; the records logged meanwhile are
+-- appended too, and with the flusher paused for that last catch-up the
+-- temp file is synced and renamed over the log.
+--
 -- A write error (disk full) keeps the records in memory, makes write
 -- commands fail with -MISCONF (as Redis) and retries every second; the
 -- file is cut back to its last good size first, so a partial record is
@@ -23,6 +31,8 @@ local cohost = require "cohost"
 local file = require "cohost.file"
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local store = require "kv.store"
+local lists = require "kv.lists"
 
 local byte, sub = string.byte, string.sub
 
@@ -44,6 +54,14 @@ local wake_posted = false
 local wseq, wsema, whead, wtail = {}, {}, 1, 0   -- waiters, FIFO by seq
 local last_error
 local fsyncs, last_sync_ms = 0, 0
+local dirpath
+local flushing = false      -- the flusher is writing or syncing a batch
+local paused = false        -- a rewrite's last catch-up holds the flusher
+local rewriting = false
+local tail, ntail = nil, 0  -- records logged since a rewrite's snapshot
+local base_size = 0         -- log size after the last rewrite (or load)
+local rewrites = 0
+M.AUTO_MIN = 64 * 1024 * 1024   -- auto-aof-rewrite-min-size
 
 local function log(level, ...)
   cohost.log(level, "kv: ", ...)
@@ -55,6 +73,10 @@ function M.feed(rec)
   nbuf = n
   buf[n] = rec
   M.seq = M.seq + 1
+  if tail then
+    ntail = ntail + 1
+    tail[ntail] = rec
+  end
   if not wake_posted then
     wake_posted = true
     wake:post()
@@ -130,19 +152,23 @@ end
 
 local function flusher()
   while true do
-    while nbuf == 0 do
+    while nbuf == 0 or paused do
       wake_posted = false
       wake:wait(1e6)
     end
     local batch, upto = buf, M.seq
     buf, nbuf = {}, 0
+    flushing = true
     local ok, err = write_batch(batch)
     if ok then
       recovered()
       written = upto
       if mode == "always" then sync(upto) end
+      flushing = false
       wake_waiters()
+      if not rewriting and size > M.AUTO_MIN and size > 2 * base_size then M.rewrite() end
     else
+      flushing = false
       -- Keep the records, in order, ahead of what came meanwhile.
       for i = 1, nbuf do batch[#batch + 1] = buf[i] end
       buf, nbuf = batch, #batch
@@ -214,6 +240,122 @@ local function replay(exec)
   return count
 end
 
+-- -- Rewrite ---------------------------------------------------------------
+
+local CHUNK_ITEMS = 64   -- list elements or hash pairs per record
+
+-- The data as records, at this instant (no yield inside).
+local function snapshot()
+  local recs, n = {}, 0
+  local encode = resp.encode
+  store.each(function(k, v, deadline)
+    if type(v) ~= "table" then
+      n = n + 1
+      recs[n] = encode({ "SET", k, tostring(v) }, 3)
+    elseif v.kind == "list" then
+      local items = lists.elements(v)
+      for i = 1, #items, CHUNK_ITEMS do
+        local args = { "RPUSH", k }
+        for j = i, math.min(i + CHUNK_ITEMS - 1, #items) do args[#args + 1] = items[j] end
+        n = n + 1
+        recs[n] = encode(args, #args)
+      end
+    else
+      local args = { "HSET", k }
+      for field, value in pairs(v.f) do
+        args[#args + 1] = field
+        args[#args + 1] = value
+        if #args >= 2 + 2 * CHUNK_ITEMS then
+          n = n + 1
+          recs[n] = encode(args, #args)
+          args = { "HSET", k }
+        end
+      end
+      if #args > 2 then
+        n = n + 1
+        recs[n] = encode(args, #args)
+      end
+    end
+    if deadline then
+      n = n + 1
+      recs[n] = encode({ "PEXPIREAT", k, tostring(math.floor(deadline)) }, 3)
+    end
+  end)
+  return recs, n
+end
+
+-- Yields. Writes the snapshot and the records logged since to tf, then
+-- swaps it in for the log.
+local function finish_rewrite(tf, tmp, recs, count, t0)
+  assert(tf:write(recs))
+  recs = nil   -- luacheck: ignore
+  assert(tf:fdatasync())
+  -- The last catch-up: the flusher waits, so no record goes to the old
+  -- file any more; each round writes what came during the previous sync.
+  paused = true
+  while flushing do cohost.sleep(0.001) end
+  local upto
+  repeat
+    local batch
+    batch, upto = tail, M.seq
+    tail, ntail = {}, 0
+    assert(tf:write(batch))
+    assert(tf:fdatasync())
+  until ntail == 0
+  assert(file.rename(tmp, path))
+  local old = f
+  f = tf
+  old:close()
+  tail = nil
+  -- Everything logged so far is in the new file, synced.
+  buf, nbuf = {}, 0
+  written, synced = upto, upto
+  size = assert(f:stat()).size
+  base_size = size
+  rewrites = rewrites + 1
+  paused, rewriting = false, false
+  wake_waiters()
+  wake:post()
+  log(cohost.NOTICE, ("rewrote %s from %d keys in %.3f s: %d bytes"):format(
+    path, count, cohost.monotonic() - t0, size))
+  file.sync_dir(dirpath)   -- the rename, for a machine crash
+end
+
+-- Starts a rewrite in the background. Returns true, or nil and an error
+-- reply text.
+function M.rewrite()
+  if not f then return nil, "ERR the append-only log is off (--appendonly no)" end
+  if rewriting then return nil, "ERR Background append only file rewriting already in progress" end
+  local tmp = path .. ".rewrite"
+  local tf, err = file.open(tmp, "w", "644")
+  if not tf then return nil, "ERR " .. err end
+  local t0 = cohost.monotonic()
+  rewriting = true
+  local keys = store.size()
+  local recs = snapshot()
+  tail, ntail = {}, 0   -- from the snapshot on: no yield since it was taken
+  cohost.spawn(function()
+    local ok, e = pcall(finish_rewrite, tf, tmp, recs, keys, t0)
+    if not ok then
+      log(cohost.ERR, "rewriting ", path, " failed: ", e, "; the log is kept as it was")
+      if f ~= tf then
+        pcall(tf.close, tf)
+        file.unlink(tmp)
+      end
+      tail, ntail = nil, 0
+      paused, rewriting = false, false
+      wake:post()
+    end
+  end)
+  return true
+end
+
+R.register("bgrewriteaof", 1, function(_, _, _, out, n)
+  local ok, err = M.rewrite()
+  out[n + 1] = ok and "+Background append only file rewriting started\r\n" or resp.err(err)
+  return n + 1
+end)
+
 -- -- Start and stop --------------------------------------------------------
 
 -- Opens (creating) dir/appendonly.aof, replays it through exec, and
@@ -221,12 +363,15 @@ end
 -- record count; raises on a bad file.
 function M.open(dir, fsync_mode, exec)
   mode = fsync_mode
+  dirpath = dir
   assert(file.mkdir_p(dir))
   path = dir .. "/" .. M.FILE
   local existed = file.exists(path)
   f = assert(file.open(path, "a+", "644"))
   if not existed then assert(file.sync_dir(dir)) end
   local count = replay(exec)
+  base_size = size
+  file.unlink(path .. ".rewrite")   -- left by a crash mid-rewrite
   cohost.spawn(flusher)
   if mode == "everysec" then
     cohost.timer.every(1, function(premature)
@@ -250,7 +395,9 @@ end
 -- Fields for INFO's Persistence section.
 function M.status()
   return {
-    { "aof_rewrite_in_progress", 0 },
+    { "aof_rewrite_in_progress", rewriting and 1 or 0 },
+    { "aof_rewrites", rewrites },
+    { "aof_base_size", base_size },
     { "aof_last_write_status", last_error and "err" or "ok" },
     { "aof_current_size", size },
     { "aof_buffer_length", nbuf },

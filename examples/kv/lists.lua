@@ -52,6 +52,13 @@ local function at(l, i)
   return l.items[band(l.h + i, l.cap - 1) + 1]
 end
 
+-- The elements of l in order, as an array (for the log rewrite).
+function M.elements(l)
+  local t = {}
+  for i = 0, l.n - 1 do t[i + 1] = at(l, i) end
+  return t
+end
+
 -- The list at k for reading: the list, false for a missing key, or nil
 -- after appending WRONGTYPE (then the caller returns n + 1).
 local function list_at(k)

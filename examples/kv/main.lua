@@ -3,7 +3,8 @@
 -- pops), hashes, expiry, pub/sub, and an append-only log. See docs/kv.md.
 --
 --   build/cohost examples/kv/main.lua [--port P] [--bind ADDR] [--dir D]
---       [--appendonly yes|no] [--appendfsync always|everysec|no] [--announce]
+--       [--appendonly yes|no] [--appendfsync always|everysec|no]
+--       [--aof-rewrite-min-size BYTES] [--announce]
 --
 -- One worker only: the data lives in the worker's Lua state, so with
 -- -w N each worker would hold a separate store and a client would see
@@ -34,6 +35,8 @@ usage: cohost examples/kv/main.lua [options]
   --appendonly yes|no          keep the append-only log (default yes)
   --appendfsync always|everysec|no
                                when the log reaches the disk (default everysec)
+  --aof-rewrite-min-size BYTES rewrite the log once it has doubled since the
+                               last rewrite and passed BYTES (default 64M)
   --announce                   print "<port> <pid>" on stdout once listening]]
 
 local function die(msg)
@@ -61,6 +64,9 @@ local function parse_args(args)
       i = i + 1
     elseif a == "--appendfsync" and (v == "always" or v == "everysec" or v == "no") then
       cfg.appendfsync = v
+      i = i + 1
+    elseif a == "--aof-rewrite-min-size" and tonumber(v) then
+      cfg.rewrite_min = tonumber(v)
       i = i + 1
     elseif a == "--announce" then
       cfg.announce = true
@@ -90,6 +96,7 @@ R.stats.started = cohost.now()
 math.randomseed(os.time())
 
 if cfg.appendonly then
+  if cfg.rewrite_min then aof.AUTO_MIN = cfg.rewrite_min end
   local t0 = cohost.monotonic()
   local ok, count = pcall(aof.open, cfg.dir, cfg.appendfsync, server.exec)
   if not ok then

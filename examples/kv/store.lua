@@ -316,9 +316,14 @@ function M.scan(cursor, count, filter)
   return s - 1, t, n
 end
 
--- Exposed for INFO and the log rewrite check.
-function M.slots()
-  return nslots
+-- Calls fn(k, v, deadline or nil) for every live key. O(keys); fn must
+-- not change the keyspace.
+function M.each(fn)
+  local now = now_ms()
+  for k, v in pairs(data) do
+    local e = expires[k]
+    if not e or e > now then fn(k, v, e) end
+  end
 end
 
 -- Picks a random live key or nil (RANDOMKEY). O(1) expected while most
