@@ -38,6 +38,7 @@
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
+#include "stats.h"
 #include "tls.h"
 
 #ifndef __EXCEPTIONS
@@ -1613,6 +1614,7 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
 static int serve(struct conn *c, struct ch_http_head *h)
 {
   struct server *srv = c->srv;
+  ch_stats_count_request();
   if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
     answer_error(c, 413);
     linger_close(c);

@@ -1,14 +1,17 @@
-/* cohost.core.sys: time, logging, worker identity and exit. */
+/* cohost.core.sys: time, logging, worker identity, exit and statistics. */
 #include <sched.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 
 #include "host.h"
 #include "lib.h"
+#include "stats.h"
 
 /* now() -> seconds since the epoch with microseconds, like ngx.now (which
 ** caches to ms; we read the clock, which costs ~20 ns through the vDSO). */
@@ -114,29 +117,121 @@ static int l_shutdown(lua_State *L)
   return 0;
 }
 
-/* stats() -> table of this worker's scheduler counters; per priority
-** class, ready_<class> (queued now) and runs_<class> (switched into). */
-static int l_stats(lua_State *L)
+/* -- Statistics ----------------------------------------------------------- */
+
+static const char *const classes[3] = { "high", "normal", "low" };
+
+/* Sets t[name] = v on the table at the top. */
+static void set(lua_State *L, const char *name, uint64_t v)
 {
-  static const char *const classes[3] = { "high", "normal", "low" };
-  struct ch_stats st;
-  if (ch_stats(&st) < 0) return 0;
-  lua_createtable(L, 0, 16);
-#define FIELD(name) (lua_pushnumber(L, (lua_Number)st.name), lua_setfield(L, -2, #name))
+  lua_pushnumber(L, (lua_Number)v);
+  lua_setfield(L, -2, name);
+}
+
+/* Pushes one worker's figures as a table. age: seconds since its snapshot
+** was taken (0 for the caller's own). */
+static void push_worker(lua_State *L, int id, const struct ch_stats_worker *st, uint64_t now)
+{
+  lua_createtable(L, 0, 28);
+  set(L, "worker", (uint64_t)id);
+#define FIELD(name) set(L, #name, st->sched.name)
   FIELD(coros); FIELD(ready); FIELD(waiting); FIELD(sleeping); FIELD(spawned);
   FIELD(switches); FIELD(timers); FIELD(stacks_free); FIELD(stack_bytes);
 #undef FIELD
   for (int p = 0; p < 3; p++) {
     char key[16];
     snprintf(key, sizeof key, "ready_%s", classes[p]);
-    lua_pushnumber(L, (lua_Number)st.prio_ready[p]);
-    lua_setfield(L, -2, key);
+    set(L, key, st->sched.prio_ready[p]);
     snprintf(key, sizeof key, "runs_%s", classes[p]);
-    lua_pushnumber(L, (lua_Number)st.prio_runs[p]);
-    lua_setfield(L, -2, key);
+    set(L, key, st->sched.prio_runs[p]);
   }
-  lua_pushnumber(L, ch_worker_self ? (lua_Number)ch_worker_self->connections : 0);
-  lua_setfield(L, -2, "connections");
+  set(L, "connections", st->connections);
+  set(L, "accepted", st->accepted);
+  set(L, "requests", st->requests);
+  set(L, "lua_bytes", st->lua_bytes);
+  lua_pushnumber(L, st->taken_ns && now > st->taken_ns ? (lua_Number)(now - st->taken_ns) / 1e9 : 0);
+  lua_setfield(L, -2, "age");
+  lua_pushboolean(L, st->running);
+  lua_setfield(L, -2, "running");
+}
+
+/* Resident set of the whole process from /proc/self/statm (one read of a
+** short file), or 0 if it cannot be read. */
+static uint64_t rss_bytes(void)
+{
+  FILE *f = fopen("/proc/self/statm", "re");
+  if (!f) return 0;
+  unsigned long size = 0, resident = 0;
+  int n = fscanf(f, "%lu %lu", &size, &resident);
+  fclose(f);
+  return n == 2 ? (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Fields summed into the totals: every number of a worker's table but its
+** id and its age. */
+static int summed(const char *k)
+{
+  return strcmp(k, "worker") && strcmp(k, "age");
+}
+
+/* stats() -> this worker's figures, read now: its scheduler's counters
+** (coros, ready, waiting, sleeping, spawned, switches, timers, stacks_free,
+** stack_bytes; per priority class ready_<class> and runs_<class>), its
+** connections (open) and accepted (total), requests (served by
+** cohost.http), lua_bytes (its Lua heap).
+** stats("all" [, timeout]) yields: { workers = { [1] = worker 0's, ... },
+** totals = sums, plus workers and rss_bytes (the process's) }, each
+** worker's fresh unless it did not answer within timeout seconds (default
+** 0.2; see its age). */
+static int l_stats(lua_State *L)
+{
+  if (lua_isnoneornil(L, 1)) {
+    struct ch_stats_worker st;
+    ch_stats_self(&st);
+    push_worker(L, ch_worker_self ? ch_worker_self->id : 0, &st, 0);
+    return 1;
+  }
+  if (strcmp(luaL_checkstring(L, 1), "all") != 0) return luaL_argerror(L, 1, "\"all\" or nothing expected");
+  lua_Number timeout = luaL_optnumber(L, 2, 0.2);
+  if (timeout < 0 || timeout != timeout) return luaL_argerror(L, 2, "non-negative number expected");
+  int n = ch_worker_count();
+  struct ch_stats_worker *all = lua_newuserdata(L, (size_t)n * sizeof *all);  /* freed by the GC */
+  memset(all, 0, (size_t)n * sizeof *all);
+  n = ch_stats_gather(all, n, (int)(timeout * 1000));
+  ch_task_check_cancel(L);
+  if (n < 0) return luaL_error(L, "no memory");
+  uint64_t now = ch_now_ns();
+  lua_createtable(L, 0, 2);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    push_worker(L, i, &all[i], now);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "workers");
+  /* totals: sum every summed number field over the workers. */
+  lua_newtable(L);
+  lua_getfield(L, -2, "workers");
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, -1, i);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      if (lua_type(L, -1) == LUA_TNUMBER && summed(lua_tostring(L, -2))) {
+        lua_pushvalue(L, -2);
+        lua_rawget(L, -6);
+        lua_Number sum = lua_tonumber(L, -1) + lua_tonumber(L, -2);
+        lua_pop(L, 1);
+        lua_pushvalue(L, -2);
+        lua_pushnumber(L, sum);
+        lua_rawset(L, -7);
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  set(L, "workers", (uint64_t)n);
+  set(L, "rss_bytes", rss_bytes());
+  lua_setfield(L, -2, "totals");
   return 1;
 }
 

@@ -23,6 +23,7 @@
 #include "host.h"
 #include "lib.h"
 #include "lib_socket.h"
+#include "stats.h"
 
 #define COHOST_VERSION "0.1.0"
 
@@ -44,6 +45,7 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
 /* Scheduling policy from the command line (see ch_sched_set_fairness). */
 static unsigned fair_switches = 64, fair_usec = 1000;
@@ -89,6 +91,8 @@ static void usage(FILE *f)
     "      --fair-switches N      a coroutine that keeps yielding lets I/O and timers\n"
     "      --fair-usec US         in after N switches or US microseconds, whichever\n"
     "                             first (default 64 and 1000; 0 US: no time limit)\n"
+    "      --status-addr ADDR     serve GET /status (JSON) and /metrics (Prometheus)\n"
+    "                             on ADDR, e.g. 127.0.0.1:9100 (default: off)\n"
     "  -e CHUNK                   run CHUNK before the script (repeatable)\n"
     "      --check                load and compile the script only\n"
     "  -v, --version              print the version\n"
@@ -259,6 +263,8 @@ static int parse_args(int argc, char **argv, int *check)
       if (fair_switches == 0) die("bad value for %s", "--fair-switches");
     } else if (is(a, "--fair-usec")) {
       fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
+    } else if (is(a, "--status-addr")) {
+      status_addr = value(argc, argv, &i, "--status-addr");
     } else if (!strcmp(a, "-e")) {
       if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
       chunks[nchunks++] = value(argc, argv, &i, "-e");
@@ -424,6 +430,8 @@ static void main_task(void *p)
   if (t->status != CH_TASK_DONE) {
     exit_code = 1;
     ch_worker_shutdown(w);
+  } else if (status_addr && w->id == 0 && ch_stats_endpoint_start(w, status_addr) < 0) {
+    ch_worker_exit(1);   /* the reason was logged; asked for, so fatal */
   }
   ch_task_release(t);
 }
@@ -443,8 +451,10 @@ static void *worker_main(void *p)
     die("bad stack size%s", "");
   w->L = new_state();
   if (!w->L) die("cannot create a Lua state%s", "");
+  ch_stats_worker_start(w);
   if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
   int r = ch_run();
+  ch_stats_worker_stop(w);
   if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
   pthread_mutex_lock(&workers_lock);
   w->sched = NULL;   /* freed when this thread ends */
