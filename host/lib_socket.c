@@ -37,6 +37,7 @@
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
+#include "stats.h"
 #include "tls.h"
 
 /* A cancelled wait raises a Lua error through our frames; the busy flags
@@ -1928,6 +1929,7 @@ static void conn_main(void *arg)
 static void admit(struct listener *l, int fd, const union addr *peer)
 {
   struct ch_worker *w = l->w;
+  ch_stats_count_accept();
   if (ch_opts.max_connections > 0 && w->connections >= (uint64_t)ch_opts.max_connections) {
     close(fd);
     if (may_warn())
