@@ -1198,6 +1198,22 @@ static int session_gc(lua_State *L)
   return 0;
 }
 
+/* The CA bundle handshakes trust when they name none (set_default_ca):
+** OpenResty's lua_ssl_trusted_certificate, for drivers that call
+** sslhandshake without cohost's options. Per worker; "" is the system
+** store. */
+static __thread char default_ca[PATH_MAX];
+
+/* set_default_ca(path | nil) */
+static int sock_set_default_ca(lua_State *L)
+{
+  size_t n = 0;
+  const char *path = luaL_optlstring(L, 1, "", &n);
+  if (n >= sizeof default_ca) return luaL_argerror(L, 1, "path too long");
+  memcpy(default_ca, path, n + 1);
+  return 0;
+}
+
 /* Yields. sslhandshake(reused_session, server_name, verify
 ** [, send_status_req [, opts]]): OpenResty's client handshake within the
 ** connect timeout. opts (cohost's): ca_file (else the system store),
@@ -1225,6 +1241,7 @@ static int tcp_sslhandshake(lua_State *L)
     cert = opt_str(L, t, "cert");
     key = opt_str(L, t, "key");
   }
+  if (!ca && default_ca[0]) ca = default_ca;   /* lua_ssl_trusted_certificate */
   if (u->fd < 0) return closed(L);
   if (u->connecting) return fail(L, "socket busy connecting");
   if (u->reading) return fail(L, "socket busy reading");
@@ -2439,6 +2456,7 @@ static const luaL_Reg listener_methods[] = {
 
 static const luaL_Reg socket_funcs[] = {
   { "tcp", sock_tcp },
+  { "set_default_ca", sock_set_default_ca },
   { "udp", sock_udp },
   { "listen", sock_listen },
   { NULL, NULL }

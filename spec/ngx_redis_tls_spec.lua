@@ -168,6 +168,19 @@ describe("resty.redis 0.27 over TLS to redis-server's --tls-port", function()
     assert.equal("certificate host mismatch", err)
   end)
 
+  it("verifies against install{ssl_trusted_certificate} when the driver names no CA", function()
+    -- lua-resty-redis 0.28+ calls sslhandshake(false, name, verify) with no
+    -- options: nginx's lua_ssl_trusted_certificate is the only way in.
+    require("cohost.ngx").install { ssl_trusted_certificate = ca }
+    defer(function() require("cohost.core.socket").set_default_ca(nil) end)
+    local red = new_client()
+    local ok, err = connect_tls(red, { ssl = true, ssl_verify = true, server_name = "localhost" })
+    assert.is_nil(err)
+    assert.is_true(ok)
+    assert.equal(0, red._sock:sslinfo().verify_result)
+    assert.equal("PONG", red:ping())
+  end)
+
   it("runs a pipeline over TLS", function()
     local red = new_client()
     assert(connect_tls(red, { ssl = true, ssl_verify = false }))

@@ -280,10 +280,16 @@ local installed = false
 
 -- install([opts]) -> ngx: sets the global ngx, turns on http.current()
 -- for this worker, adds the resty.* aliases and the ngx.* modules.
--- opts.print = true also makes the global print log at NOTICE, as in
+-- opts.ssl_trusted_certificate = path sets the CA bundle handshakes trust
+-- by default. opts.print = true also makes the global print log at NOTICE, as in
 -- OpenResty (off by default: scripts and busted print to stdout).
 function M.install(opts)
   if opts and opts.print then rawset(_G, "print", M.print) end
+  -- opts.ssl_trusted_certificate: the CA bundle sslhandshake trusts when a
+  -- driver names none (nginx's lua_ssl_trusted_certificate), per worker.
+  if opts and opts.ssl_trusted_certificate then
+    require("cohost.core.socket").set_default_ca(opts.ssl_trusted_certificate)
+  end
   if installed then return ngx end
   installed = true
   http.track_current(true)
