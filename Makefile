@@ -9,6 +9,8 @@ ARCH    ?= $(shell uname -m)
 PREFIX  ?= /usr/local
 PORT    ?= 8080
 FUZZ_SECONDS ?= 60
+# Sanitizers, e.g. SAN=address,undefined (docs/sanitizers.md); empty: none.
+SAN     ?=
 # == END OF USER SETTINGS ==================================================
 
 B := build
@@ -16,6 +18,25 @@ WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS  := $(OPT) -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer $(WARN) \
            -MMD -MP -iquote runtime
 LDLIBS  := -ldl -lpthread
+
+# Sanitizer builds: every C file (runtime, host, C tests, spec modules) and
+# every link gets -fsanitize=$(SAN), through CC so no rule changes. CH_ASAN
+# turns on the fiber annotations of runtime/sched.c and stack.c. build/.san
+# records the SAN of the objects in build/: when it differs, it is
+# rewritten and everything rebuilds; a plain build without it creates it
+# dated 1970, so a plain make rebuilds nothing. See docs/sanitizers.md.
+comma := ,
+SAN_STAMP := $(B)/.san
+ifneq ($(strip $(SAN)),)
+SAN_FLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer
+ifneq ($(filter address,$(subst $(comma), ,$(SAN))),)
+SAN_FLAGS += -DCH_ASAN
+endif
+override CC := $(CC) $(SAN_FLAGS)
+endif
+ifneq ($(strip $(SAN)),$(shell cat $(SAN_STAMP) 2>/dev/null))
+$(shell mkdir -p $(B) && echo '$(strip $(SAN))' > $(SAN_STAMP))
+endif
 
 ifeq ($(ARCH),x86_64)
 ASM_SRC := asm/switch_x86_64_sysv.S
@@ -64,7 +85,7 @@ BENCH_CXX := $(wildcard scripts/bench/*.cpp)
 BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
              $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
 
-.PHONY: all deps test run bench fuzz install clean
+.PHONY: all deps test run bench fuzz install clean valgrind
 
 all: $(LIB) $(HOST)
 
@@ -115,6 +136,17 @@ $(B)/bench/%: scripts/bench/%.cpp
 test: deps
 	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO)
 	@bash scripts/test.sh
+
+# Objects and programs follow the SAN they were built with (see SAN_STAMP).
+$(RUNTIME_OBJ) $(HOST_OBJ) $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO): $(SAN_STAMP)
+$(SAN_STAMP):
+	@mkdir -p $(@D)
+	@touch -d @0 $@
+
+# The C runtime tests under valgrind memcheck (docs/sanitizers.md); no SAN.
+valgrind: deps
+	@$(MAKE) --no-print-directory $(CTEST_BIN)
+	@VALGRIND=1 FUZZ_SECONDS=0 bash scripts/test.sh
 
 run: deps all
 	@echo "cohost: serving examples/hello.lua on port $(PORT) (try: curl http://127.0.0.1:$(PORT)/); Ctrl-C stops"

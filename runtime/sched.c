@@ -37,6 +37,50 @@
 #include "panic.h"
 #include "sched.h"
 
+/* ASan builds (make SAN=address sets CH_ASAN): ASan must be told of every
+** stack switch, or it takes the coroutine stacks for overflows of the
+** thread's stack and gets no-return unwinding (Lua errors) wrong. Before a
+** switch san_leave names the stack to run on; fake is where the leaving
+** context keeps its fake stack (detect_stack_use_after_return), or NULL
+** when it never runs again. On arrival san_enter completes it. The first
+** arrival of a thread comes from the loop, which runs on the thread's
+** stack: its bounds, as ASan reports them, are kept for switches back to
+** it, and given to LeakSanitizer as a root region, since it scans only the
+** current stack (a coroutine's, when exit() is called from Lua). Same
+** scheme as boost.context's and Tarantool's fibers. */
+#ifdef CH_ASAN
+#include <sanitizer/common_interface_defs.h>
+#include <sanitizer/lsan_interface.h>
+
+static __thread const void *loop_bottom;
+static __thread size_t loop_size;
+
+static void san_leave(void **fake, const struct ch_coro *to)
+{
+  if (to) __sanitizer_start_switch_fiber(fake, to->stack.base, to->stack.size);
+  else __sanitizer_start_switch_fiber(fake, loop_bottom, loop_size);
+}
+
+static void san_enter(void *fake)
+{
+  const void *bottom;
+  size_t size;
+  __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+  if (!loop_size) {
+    loop_bottom = bottom;
+    loop_size = size;
+    __lsan_register_root_region(bottom, size);
+  }
+}
+#define SAN_FAKE(name) void *name = NULL
+#define SAN_FAKE_OF(name, alive) ((alive) ? &(name) : NULL)
+#else
+#define san_leave(fake, to) ((void)0)
+#define san_enter(fake) ((void)0)
+#define SAN_FAKE(name)
+#define SAN_FAKE_OF(name, alive) NULL
+#endif
+
 void ch_hook_init(void);    /* hook.c; referenced here so linking any
                             ** scheduler use links the hooks too */
 
@@ -306,18 +350,22 @@ static __attribute__((noinline)) int batch_goes_on(struct ch_sched *s)
 static void switch_out(struct ch_sched *s, struct ch_coro *self)
 {
   struct ch_coro *next;
+  SAN_FAKE(fake);
   if ((s->batch < s->batch_stop || batch_goes_on(s)) && (next = pop_ready(s)) != NULL) {
     s->batch++;
     assert(next->state == CH_CORO_READY || next->state == CH_CORO_NEW);
     next->state = CH_CORO_RUNNING;
     s->current = next;
     s->switches++;
+    san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), next);
     ch_ctx_switch(&self->ctx, &next->ctx);
   } else {
     s->current = NULL;
     s->switches++;
+    san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), NULL);
     ch_ctx_switch(&self->ctx, &s->ctx);
   }
+  san_enter(fake);
   assert(s->current == self && self->state == CH_CORO_RUNNING);
   if (resume_hook) resume_hook(self);
 }
@@ -325,6 +373,7 @@ static void switch_out(struct ch_sched *s, struct ch_coro *self)
 /* First and last frame of every coroutine (ch_ctx_entry calls it). */
 static void coro_main(void *p)
 {
+  san_enter(NULL);
   struct ch_coro *self = p;
   struct ch_sched *s = self->sched;
   self->fn(self->arg);
@@ -802,7 +851,10 @@ static void run_batch(struct ch_sched *s)
   c->state = CH_CORO_RUNNING;
   s->current = c;
   s->switches++;
+  SAN_FAKE(fake);
+  san_leave(&fake, c);
   ch_ctx_switch(&s->ctx, &c->ctx);
+  san_enter(fake);
   assert(s->current == NULL);
   reclaim(s);
 }

@@ -11,6 +11,39 @@
 
 #include "stack.h"
 
+/* Valgrind cannot tell a switch to a coroutine stack from a wild stack
+** pointer ("client switching stacks?") unless each stack is registered.
+** Stacks are never unmapped, so each is registered once, when its slab is
+** made; outside valgrind a registration is a few no-op instructions. The
+** header comes with Debian's valgrind package; without it, no
+** registration (CH_NO_VALGRIND drops it on purpose). */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>) && !defined(CH_NO_VALGRIND)
+#include <valgrind/valgrind.h>
+#define STACK_REGISTER(lo, hi) ((void)VALGRIND_STACK_REGISTER(lo, hi))
+#endif
+#endif
+#ifndef STACK_REGISTER
+#define STACK_REGISTER(lo, hi) ((void)0)
+#endif
+
+/* ASan builds (CH_ASAN): a coroutine leaves poisoned redzones of its last
+** frames on its stack when it exits or is abandoned; the next coroutine on
+** that stack would trip on them, so a freed stack is unpoisoned. And
+** LeakSanitizer scans thread stacks, not our mappings: without the stacks
+** as root regions, whatever only a parked coroutine points to looks
+** leaked. Each stack is one region: MADV_GUARD_INSTALL guards do not show
+** in /proc/self/maps, and the scan would fault on them. */
+#ifdef CH_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/lsan_interface.h>
+#define STACK_UNPOISON(base, size) ASAN_UNPOISON_MEMORY_REGION(base, size)
+#define STACK_ROOT(base, size) __lsan_register_root_region(base, size)
+#else
+#define STACK_UNPOISON(base, size) ((void)0)
+#define STACK_ROOT(base, size) ((void)0)
+#endif
+
 #ifndef MADV_GUARD_INSTALL
 #define MADV_GUARD_INSTALL 102  /* Linux 6.13 uapi; Debian 12's headers predate it */
 #endif
@@ -91,6 +124,8 @@ static int slab_new(struct ch_stack_class *c, struct ch_stack_pool *p)
     st->size = c->size;
     st->slab = s;
     st->index = i;
+    STACK_REGISTER(st->base, (char *)st->base + st->size - 1);
+    STACK_ROOT(st->base, st->size);
   }
   p->bytes += len;
   return 0;
@@ -125,6 +160,7 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
 {
   struct ch_stack_class *c = class_of(p, st->size);
   ch_stack_set_owner(st, 0);
+  STACK_UNPOISON(st->base, st->size);
   if (c->nfree == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
     struct ch_stack *f = realloc(c->free, cap * sizeof *f);

@@ -13,14 +13,58 @@ cd "$(dirname "$0")/.."
 
 TIMEOUT=${TIMEOUT:-300}   # seconds per binary; the slowest takes a few
 
+# SAN=address,undefined (set by make test SAN=...): the binaries are
+# sanitizer builds. Reports go to files, not stderr (specs read their
+# children's stderr), and any report fails the runner that produced it,
+# its children included; they are kept in build/san-reports. Leaks and
+# UBSan findings that are not ours are suppressed in spec/san (see
+# docs/sanitizers.md). VALGRIND=1 (make valgrind): only the C test
+# binaries, each under valgrind memcheck.
+SAN=${SAN:-}
+VALGRIND=${VALGRIND:-0}
+san_tmp=
+vg=()
+if [ -n "$SAN" ]; then
+  san_tmp=$(mktemp -d)
+  rm -rf build/san-reports
+  mkdir -p build/san-reports
+  # halt_on_error: a UBSan finding ends the process like an ASan one, so
+  # no finding passes unnoticed behind a green spec.
+  export ASAN_OPTIONS="log_path=$san_tmp/asan:detect_leaks=1:detect_stack_use_after_return=0:handle_segv=1:allow_user_segv_handler=1:strict_string_checks=0:detect_odr_violation=0"
+  export LSAN_OPTIONS="suppressions=$PWD/spec/san/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="log_path=$san_tmp/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$PWD/spec/san/ubsan.supp"
+  TIMEOUT=$(( TIMEOUT * 2 ))
+fi
+if [ "$VALGRIND" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "test.sh: valgrind is not installed" >&2; exit 1; }
+  vg=(valgrind -q --error-exitcode=1 --leak-check=full --track-origins=yes
+      --suppressions=spec/san/valgrind.supp)
+fi
+
 passed=0
 failed=0
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out"; [ -z "$san_tmp" ] || rm -rf "$san_tmp"' EXIT
 
 # The number in the first match of an extended regex ending in [0-9]+, or
 # empty. Not anchored: stdout and stderr lines may share a line.
 count() { grep -oE "$1" "$out" | head -1 | grep -oE '[0-9]+$'; }
+
+# SAN only: prints the sanitizer reports written while runner $1 ran,
+# keeps them in build/san-reports and adds 1 to f if there were any.
+san_reports() {
+  [ -n "$san_tmp" ] || return 0
+  local r n=0 name
+  name=$(basename "$1")
+  for r in "$san_tmp"/*; do
+    [ -e "$r" ] || continue
+    n=$(( n + 1 ))
+    echo "test.sh: sanitizer report from $1 (build/san-reports/$name.${r##*/}):" >&2
+    head -40 "$r" >&2
+    mv "$r" "build/san-reports/$name.${r##*/}"
+  done
+  [ "$n" -eq 0 ] || f=$(( f + 1 ))
+}
 
 # Says why a runner gave no summary: its timeout, or a crash.
 abnormal() {
@@ -42,7 +86,13 @@ for bin in "${bins[@]}"; do
   [ -x "$bin" ] || continue
   echo "== $bin"
   # cmocka prints progress on stdout and its summary on stderr: merge them.
-  CMOCKA_MESSAGE_OUTPUT=stdout timeout "$TIMEOUT" "$bin" >"$out" 2>&1
+  # test_stack checks that a fault outside any guard goes on to the
+  # default action (death by SIGSEGV): ASan's own SEGV handler, which the
+  # runtime's passes faults on to, must stay out of that one binary.
+  segv=
+  [ "${bin##*/}" != test_stack ] || segv=:handle_segv=0
+  ASAN_OPTIONS=${ASAN_OPTIONS:-}$segv CMOCKA_MESSAGE_OUTPUT=stdout \
+    timeout "$TIMEOUT" "${vg[@]}" "$bin" >"$out" 2>&1
   rc=$?
   cat "$out"
 
@@ -66,9 +116,17 @@ for bin in "${bins[@]}"; do
     [ "$f" -ge 1 ] || f=1
     abnormal "$bin" "$rc"
   fi
+  san_reports "$bin"
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 done
+
+# Under valgrind the C test binaries are all that runs.
+if [ "$VALGRIND" = 1 ]; then
+  echo "$passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+fi
 
 # The LuaJIT VM-state probe prints "=> PASS" or "=> FAIL" per scenario.
 if [ -x build/spec/ljvm_probe ]; then
@@ -82,6 +140,7 @@ if [ -x build/spec/ljvm_probe ]; then
     echo "test.sh: ljvm_probe ended abnormally (status $rc)" >&2
     f=1
   fi
+  san_reports build/spec/ljvm_probe
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 fi
@@ -113,6 +172,7 @@ for spec in "${specs[@]}"; do
     f=1
     abnormal "$spec" "$rc"
   fi
+  san_reports "$spec"
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 done
@@ -123,7 +183,9 @@ done
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
   echo "== scripts/fuzz.sh $FUZZ_SECONDS"
-  if timeout $(( FUZZ_SECONDS + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1; then
+  # (fuzz.sh builds its own sanitizer build: SAN's settings stay out)
+  if env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS \
+     timeout $(( FUZZ_SECONDS + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1; then
     passed=$(( passed + 1 ))
   else
     failed=$(( failed + 1 ))
