@@ -492,7 +492,10 @@ static void scen_b(void)
   printf("b: ffi.C.read that would block, in a JIT-hot loop, in %d handlers\n", N);
   new_tasks(N, 1);
   spawn_all(N);
-  struct drip d = { .n = N, .rounds = 300, .pause_us = 200 };
+  /* The drip is kept slower than the readers (1 ms a round), so reads
+  ** would block often after the loop is hot: with 200 us a loaded machine
+  ** let the drip run ahead, and no refusal landed on a trace. */
+  struct drip d = { .n = N, .rounds = 300, .pause_us = 1000 };
   pthread_t th;
   pthread_create(&th, NULL, drip_thread, &d);
   double t0 = now_ms();
