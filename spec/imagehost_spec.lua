@@ -520,6 +520,4 @@ wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
     -- a's token from before the restart still works.
     assert.equal(204, (curl("-X DELETE -H 'X-Delete-Token: " .. a.delete_token .. "'", p.url .. a.url)))
   end)
-
-  pending("uploads through the page in headless chromium (Debian chromium is not installed)")
 end)
