@@ -346,8 +346,8 @@ static long chunked(struct ch_http_head *h, const char *buf, size_t len,
       if (++h->ck_line > CK_MAX_LINE) return -400;
       break;
     case CK_EXT:
-      if (c == '\r') h->ck_state = CK_SIZE_LF;
-      else if ((c < 0x20 && c != '\t') || c == 0x7f) return -400;   /* LF, NUL, ... */
+      if (c == '\r') { h->ck_state = CK_SIZE_LF; break; }   /* the CR is not counted */
+      if ((c < 0x20 && c != '\t') || c == 0x7f) return -400;   /* LF, NUL, ... */
       if (++h->ck_line > CK_MAX_LINE) return -400;
       break;
     case CK_SIZE_LF:

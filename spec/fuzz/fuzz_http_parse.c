@@ -262,7 +262,11 @@ static long ref_chunked(const uint8_t *s, size_t n, struct sink *k)
     uint64_t size = 0;
     size_t d = i;
     while (i < n && isxdigit(s[i])) {
-      if (size >> 60) return -1;   /* past 64 bits */
+      /* The server's limits: a digit after 2^52 (the size would pass
+      ** 2^56), and a size line past 4 KiB (CK_MAX_LINE), are refused
+      ** at that byte. */
+      if (size >> 52) return -1;
+      if (i - d >= 4096) return -1;
       size = size * 16 + (uint64_t)(isdigit(s[i]) ? s[i] - '0' : (s[i] | 0x20) - 'a' + 10);
       i++;
     }
@@ -295,24 +299,34 @@ static long ref_chunked(const uint8_t *s, size_t n, struct sink *k)
     if (i == n) return -2;
     if (s[i++] != '\n') return -1;
   }
-  /* trailer-section CRLF, at most 8 KiB (the server's 2 * CK_MAX_LINE) */
+  /* trailer-section CRLF. The server counts every byte of the trailer
+  ** lines (their CRLFs too, not the final CRLF) and refuses the 8193rd
+  ** (2 * CK_MAX_LINE): a byte at i is refused when i - tstart >= 8192. */
   size_t tstart = i;
+#define TRAILER_ROOM(at) ((at) - tstart < 8192)
   for (;;) {
-    if (i - tstart > 8192) return -1;
     if (i == n) return -2;
     if (s[i] == '\r') {
       if (++i == n) return -2;
       return s[i] == '\n' ? (long)(i + 1) : -1;
     }
     size_t nm = i;
-    while (i < n && is_tchar(s[i])) i++;
+    while (i < n && is_tchar(s[i])) {
+      if (!TRAILER_ROOM(i)) return -1;
+      i++;
+    }
     if (i == n) return -2;
     if (i == nm || s[i] != ':') return -1;
+    if (!TRAILER_ROOM(i)) return -1;
     for (i++; i < n && s[i] != '\r'; i++)
-      if (is_ctl(s[i])) return -1;
-    if (i == n || ++i == n) return -2;
+      if (is_ctl(s[i]) || !TRAILER_ROOM(i)) return -1;
+    if (i == n) return -2;
+    if (!TRAILER_ROOM(i)) return -1;      /* the CR */
+    if (++i == n) return -2;
+    if (!TRAILER_ROOM(i)) return -1;      /* the LF */
     if (s[i++] != '\n') return -1;
   }
+#undef TRAILER_ROOM
 }
 
 /* -- The stream ------------------------------------------------------------- */
