@@ -48,9 +48,17 @@ async function remove(id, li) {
     delete tokens[id];
     localStorage.setItem("imagehost-tokens", JSON.stringify(tokens));
     li.remove();
+    recount();
   } else {
     say(`delete failed: ${r.status}`, true);
   }
+}
+
+// The count beside "Gallery" after an upload or delete: asked of the
+// server, since a stored duplicate does not add one.
+async function recount() {
+  const r = await fetch("/api/images?page=1");
+  if (r.ok) $("count").textContent = `(${(await r.json()).total})`;
 }
 
 // Loads the next page of the gallery (page 1 on start: newest first).
@@ -82,20 +90,22 @@ async function upload(file) {
   const old = document.querySelector(`#gallery li[data-id="${res.id}"]`);
   if (old) old.remove();
   $("gallery").prepend(tile(res));
+  recount();
 }
 
 async function uploadAll(files) {
   for (const f of files) await upload(f);
 }
 
-$("file").onchange = e => { uploadAll(e.target.files); e.target.value = ""; };
+// A copy: clearing the input empties its live FileList.
+$("file").onchange = e => { uploadAll([...e.target.files]); e.target.value = ""; };
 const drop = $("drop");
 drop.ondragover = e => { e.preventDefault(); drop.classList.add("over"); };
 drop.ondragleave = () => drop.classList.remove("over");
 drop.ondrop = e => {
   e.preventDefault();
   drop.classList.remove("over");
-  uploadAll(e.dataTransfer.files);
+  uploadAll([...e.dataTransfer.files]);
 };
 $("more").onclick = more;
 more();
