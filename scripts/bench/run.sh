@@ -66,7 +66,7 @@ rm -f "$LOGS"/*.log
 : > "$TABLE"
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http"}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio"}
 ECHO_PEERS=${BENCH_ECHO_PEERS:-"lua ch epoll nginx tarantool"}  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
@@ -957,6 +957,12 @@ section_idle_http() {
   note "KiB/conn = (VmRSS after - before) / connections; anon = RssAnon only;"
   note "pss = Pss (smaps_rollup); kernel socket buffers are in none of them."
   LOG_PREFIX=""
+}
+
+# Priority classes and CPU affinity (issue 8): a high health-check listener
+# next to a loaded normal endpoint, and hello on -w 2 pinned and unpinned.
+section_prio() {
+  BENCH_RESULTS=$RESULTS bash scripts/bench/prio_bench.sh >> "$TABLE"
 }
 
 # -- Main --------------------------------------------------------------------------
