@@ -75,11 +75,12 @@ end
 -- (it writes the port it got into <profile>/DevToolsActivePort, so no
 -- port is guessed) and returns that port. timeout(1) makes itself the
 -- leader of a process group that holds every chromium process, so the
--- cleanup kills the group. --no-sandbox because the tests run as root.
+-- cleanup kills the group. --no-sandbox because the tests run as root;
+-- --disable-dev-shm-usage because containers often have a tiny /dev/shm.
 local function start_chromium()
   local profile = tmpdir()   -- deferred first, so removed after the kill
   local log, pidf = h.tmpfile(), h.tmpfile()
-  os.execute(("timeout -k 2 60 %s --headless=new --no-sandbox --disable-gpu --no-first-run"
+  os.execute(("timeout -k 2 60 %s --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run"
     .. " --no-default-browser-check --remote-debugging-port=0 --user-data-dir=%s about:blank"
     .. " >%s 2>&1 </dev/null & echo $! >%s"):format(CHROMIUM, h.shell_quote(profile), log, pidf))
   local pgid = assert(tonumber(h.slurp(pidf)))
