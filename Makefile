@@ -40,6 +40,8 @@ endif
 
 ifeq ($(ARCH),x86_64)
 ASM_SRC := asm/switch_x86_64_sysv.S
+else ifneq ($(filter aarch64 arm64,$(ARCH)),)
+ASM_SRC := asm/switch_aarch64_aapcs.S
 else
 $(error cohost: no context switch for ARCH=$(ARCH) yet; see asm/)
 endif

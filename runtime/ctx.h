@@ -21,6 +21,19 @@
 #define CH_CTX_RBP    0x30
 #define CH_CTX_RIP    0x38  /* where the switch resumes: pushed by the call */
 #define CH_CTX_FRAME  0x40  /* frame size; a multiple of 16 keeps alignment */
+#elif defined(__aarch64__)
+/*
+** AArch64 AAPCS64. Same scheme: ch_ctx_switch stores this frame below sp
+** and keeps sp in ctx->sp. There is no pushed return address: lr (x30),
+** saved with fp, is where the switch resumes. Byte offsets from the saved
+** stack pointer (the table is drawn in asm/switch_aarch64_aapcs.S):
+*/
+#define CH_CTX_D8     0x00  /* d8..d15 at 0x00..0x38, 8 bytes each */
+#define CH_CTX_X19    0x40  /* x19..x28 at 0x40..0x88, 8 bytes each */
+#define CH_CTX_FP     0x90  /* x29 */
+#define CH_CTX_LR     0x98  /* x30: resume address */
+#define CH_CTX_FPCR   0xa0  /* FPCR in the low 32 bits, then 8 bytes pad */
+#define CH_CTX_FRAME  0xb0  /* frame size; sp must stay 16-byte aligned */
 #else
 #error "cohost: no context switch for this architecture yet (see asm/)"
 #endif
@@ -39,6 +52,7 @@ struct ch_ctx {
 
 /* The frame ch_ctx_switch leaves on a suspended stack, for the asserts below
 ** and for ch_ctx_make, which forges the first one. */
+#if defined(__x86_64__)
 struct ch_ctx_frame {
   uint32_t mxcsr;         /* SSE control and status */
   uint16_t x87cw;         /* x87 control word */
@@ -57,6 +71,25 @@ _Static_assert(offsetof(struct ch_ctx_frame, r15) == CH_CTX_R15, "r15");
 _Static_assert(offsetof(struct ch_ctx_frame, rbx) == CH_CTX_RBX, "rbx");
 _Static_assert(offsetof(struct ch_ctx_frame, rbp) == CH_CTX_RBP, "rbp");
 _Static_assert(offsetof(struct ch_ctx_frame, rip) == CH_CTX_RIP, "rip");
+#elif defined(__aarch64__)
+struct ch_ctx_frame {
+  uint64_t d[8];          /* d8..d15: low halves of v8..v15 */
+  uint64_t x[10];         /* x19..x28 */
+  uint64_t fp;            /* x29; 0 in a forged frame: end of the chain */
+  uint64_t lr;            /* x30: resume address */
+  uint64_t fpcr;          /* FPCR (control only; FPSR is caller-saved) */
+  uint64_t pad;           /* keeps the frame a multiple of 16 */
+};
+
+_Static_assert(offsetof(struct ch_ctx, sp) == CH_CTX_SP, "ctx sp");
+_Static_assert(offsetof(struct ch_ctx_frame, d) == CH_CTX_D8, "d8");
+_Static_assert(offsetof(struct ch_ctx_frame, d[7]) == CH_CTX_D8 + 0x38, "d15");
+_Static_assert(offsetof(struct ch_ctx_frame, x) == CH_CTX_X19, "x19");
+_Static_assert(offsetof(struct ch_ctx_frame, x[9]) == CH_CTX_X19 + 0x48, "x28");
+_Static_assert(offsetof(struct ch_ctx_frame, fp) == CH_CTX_FP, "fp");
+_Static_assert(offsetof(struct ch_ctx_frame, lr) == CH_CTX_LR, "lr");
+_Static_assert(offsetof(struct ch_ctx_frame, fpcr) == CH_CTX_FPCR, "fpcr");
+#endif
 _Static_assert(sizeof(struct ch_ctx_frame) == CH_CTX_FRAME, "frame size");
 _Static_assert(CH_CTX_FRAME % 16 == 0, "frame keeps 16-byte alignment");
 
