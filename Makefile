@@ -87,7 +87,7 @@ BENCH_CXX := $(wildcard scripts/bench/*.cpp)
 BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
              $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
 
-.PHONY: all deps test run bench fuzz install clean valgrind
+.PHONY: all deps test run bench fuzz test-aarch64 install clean valgrind
 
 all: $(LIB) $(HOST)
 
@@ -163,6 +163,11 @@ bench:
 # it for 60 s too.
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The runtime cross-built for AArch64 and run under qemu-user (installs the
+# cross compiler and qemu itself); docs/aarch64.md.
+test-aarch64:
+	@bash scripts/test_arm64.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
