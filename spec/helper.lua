@@ -184,6 +184,15 @@ function M.serve(handler, opts)
   return l, port
 end
 
+-- An HTTP server (cohost.http) for handler (a function or a router) on
+-- 127.0.0.1 port 0, closed after the test; returns its port.
+function M.http_serve(handler, opts)
+  local l = assert(require("cohost.http").listen("127.0.0.1:0", handler, opts))
+  M.defer(function() l:close() end)
+  local _, port = l:addr()
+  return port
+end
+
 -- A cohost.tcp connected to 127.0.0.1:port, with a timeout of timeout_ms
 -- (default 2000).
 function M.connect(port, timeout_ms)

@@ -11,12 +11,7 @@ local defer = h.cleanups(after_each)
 
 -- -- Clients ------------------------------------------------------------------
 
-local function serve(handler, opts)
-  local l = assert(http.listen("127.0.0.1:0", handler, opts))
-  defer(function() l:close() end)
-  local _, port = l:addr()
-  return port
-end
+local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
 local function parse(data)
   local head, body = data:match("^(.-)\r\n\r\n(.*)$")

@@ -14,12 +14,7 @@ local defer = h.cleanups(after_each)
 
 -- Serves handler with opts in this process; returns the port. The listener
 -- is closed after the test.
-local function serve(handler, opts)
-  local l = assert(http.listen("127.0.0.1:0", handler, opts))
-  defer(function() l:close() end)
-  local _, port = l:addr()
-  return port
-end
+local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
 -- A raw connection to port; timeout in ms (default 3000).
 local function connect(port, ms)

@@ -14,12 +14,7 @@ local defer = h.cleanups(after_each)
 
 -- -- Clients ------------------------------------------------------------------
 
-local function serve(handler, opts)
-  local l = assert(http.listen("127.0.0.1:0", handler, opts))
-  defer(function() l:close() end)
-  local _, port = l:addr()
-  return port
-end
+local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
 -- Parses a whole response: status, headers (lower-case names), body.
 local function parse(data)
