@@ -415,6 +415,13 @@ describe("luasql.postgres (Debian's lua-sql-postgres, unmodified)", function()
     pg.pid, pg.log = spawn(as_pg(("%spostgres -D %s/data -p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
       :format(PGBIN, dir, pg.port, dir)))
     wait_port(pg.port, pg.log)
+    -- The port opens before recovery ends ("the database system is
+    -- starting up"): wait for the server's own word that it is ready.
+    local deadline = cohost.monotonic() + 15
+    while not (h.try_slurp(pg.log) or ""):find("ready to accept connections", 1, true) do
+      assert(cohost.monotonic() < deadline, "postgres never became ready: " .. (h.try_slurp(pg.log) or ""))
+      cohost.sleep(0.05)
+    end
   end)
 
   teardown(function()
