@@ -43,6 +43,9 @@ fi
 
 passed=0
 failed=0
+# One line per failed test, printed again just above the summary: CI shows
+# only the tail of this output, and the tail must say what failed.
+failures=()
 out=$(mktemp)
 trap 'rm -f "$out"; [ -z "$san_tmp" ] || rm -rf "$san_tmp"' EXIT
 
@@ -64,6 +67,25 @@ san_reports() {
     mv "$r" "build/san-reports/$name.${r##*/}"
   done
   [ "$n" -eq 0 ] || f=$(( f + 1 ))
+}
+
+# Records runner $1's failed tests (count $2) for the closing list: the
+# lines of $out matching extended regex $3 (cmocka's "[  FAILED  ] name"),
+# or busted's "Failure -> file @ line" with the test's name on the next
+# line; or just the runner when none match (a crash or a timeout).
+note_failures() {
+  [ "$2" -gt 0 ] || return 0
+  local lines
+  if [ -n "$3" ]; then
+    lines=$(grep -E "$3" "$out" | sed 's/^\[  FAILED  \] //' | sort -u)
+  else
+    lines=$(grep -A1 -E '^(Failure|Error) -> ' "$out" | grep -vE '^(--$|(Failure|Error) -> )')
+  fi
+  if [ -z "$lines" ]; then
+    failures+=("$1: $2 failed (no summary)")
+  else
+    while IFS= read -r l; do failures+=("$1: ${l:0:160}"); done <<<"$lines"
+  fi
 }
 
 # Says why a runner gave no summary: its timeout, or a crash.
@@ -117,12 +139,14 @@ for bin in "${bins[@]}"; do
     abnormal "$bin" "$rc"
   fi
   san_reports "$bin"
+  note_failures "$bin" "$f" '^\[  FAILED  \] [^0-9]'
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 done
 
 # Under valgrind the C test binaries are all that runs.
 if [ "$VALGRIND" = 1 ]; then
+  [ ${#failures[@]} -eq 0 ] || printf 'failed: %s\n' "${failures[@]}"
   echo "$passed passed, $failed failed"
   [ "$failed" -eq 0 ]
   exit
@@ -141,6 +165,7 @@ if [ -x build/spec/ljvm_probe ]; then
     f=1
   fi
   san_reports build/spec/ljvm_probe
+  note_failures build/spec/ljvm_probe "$f" '=> FAIL'
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 fi
@@ -173,6 +198,7 @@ for spec in "${specs[@]}"; do
     abnormal "$spec" "$rc"
   fi
   san_reports "$spec"
+  note_failures "$spec" "$f" ''
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 done
@@ -189,8 +215,14 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
     passed=$(( passed + 1 ))
   else
     failed=$(( failed + 1 ))
+    failures+=("scripts/fuzz.sh: a crash, a leak or a timeout (see above)")
   fi
   tail -5 "$out"
+fi
+
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "== failed:"
+  printf '  %s\n' "${failures[@]}"
 fi
 
 echo "$passed passed, $failed failed"
