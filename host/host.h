@@ -18,7 +18,8 @@
 struct ch_task;
 
 struct ch_worker {
-  int id;                       /* 0 .. count-1; read-only */
+  int id;                       /* 0 .. count-1, distinct across worker
+                                ** processes; read-only */
   lua_State *L;                 /* main state: creates and anchors threads,
                                 ** never runs Lua code itself */
   struct ch_sched *sched;       /* this worker's scheduler */
@@ -32,7 +33,12 @@ struct ch_worker {
 
 /* Options from the command line, read-only once workers start. */
 struct ch_options {
-  int workers;                  /* worker threads */
+  int workers;                  /* workers in all processes: processes (or
+                                ** 1) x threads; ch_worker_count() */
+  int threads;                  /* worker threads in each process */
+  int processes;                /* --processes; 0: no master */
+  int process;                  /* this worker process's index (0 .. processes-1);
+                                ** its workers are ids process*threads + 0.. */
   size_t stack_size;            /* bytes; 0 = runtime default */
   int max_connections;          /* per worker; 0 = unlimited */
   int shutdown_timeout_ms;      /* grace period on SIGTERM/SIGINT */
@@ -55,6 +61,14 @@ int ch_worker_count(void);
 
 /* Ends the process at once with code, flushing stdio. */
 void ch_worker_exit(int code) __attribute__((noreturn));
+
+/* -- Shared dictionaries (lib_shdict.c) ---------------------------------- */
+
+/* Makes shared dict name of size bytes for --shdict, before any worker
+** exists: a worker process forked afterwards maps the same store, and
+** cohost.shared.new(name, any size) in a script returns it. NULL, or why
+** it failed. */
+const char *ch_shdict_create(const char *name, long size);
 
 /* -- Tasks ---------------------------------------------------------------- */
 

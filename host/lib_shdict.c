@@ -7,7 +7,9 @@
 ** (two-level segregated fit: O(1) allocation and free with coalescing).
 ** Every link inside the region is a 32-bit offset from its start, never a
 ** pointer, and the region is mapped MAP_SHARED with a process-shared mutex,
-** so the same store could serve worker processes forked after it is made.
+** so a store made before the fork (--shdict, ch_shdict_create) serves every
+** worker process of --processes. One made by a script in a worker process
+** is that process's alone.
 **
 ** Locking: one pthread mutex per store, kept in the region. It is held only
 ** by C code that neither yields nor calls a Lua API function that can raise
@@ -17,9 +19,16 @@
 ** hundred ns for everything but flush_all, flush_expired and get_keys,
 ** which walk the entries (O(n)). No coroutine can hold it across a switch,
 ** so waiting on it never deadlocks.
+**
+** A process can still die holding it (SIGKILL, a crash): the mutex is
+** robust, so the next locker gets EOWNERDEAD instead of waiting forever.
+** It then checks the whole store (as check() does) and empties it if the
+** dead holder left it half-changed; either way it logs what happened.
 */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +39,9 @@
 
 #include <lauxlib.h>
 
+#include "host.h"
 #include "lib.h"
+#include "panic.h"
 
 #define SHDICT_MT "cohost.shdict"
 
@@ -63,7 +74,9 @@ struct blk {
 #define MIN_BLOCK 16u                 /* room for a free block's links */
 
 struct store {
-  pthread_mutex_t lock;     /* guards everything below and the arena */
+  pthread_mutex_t lock;     /* guards everything below and the arena;
+                            ** robust and process-shared */
+  char name[64];            /* for logs, cut to fit; read-only */
   uint64_t seed;            /* hash seed; read-only */
   uint32_t size;            /* capacity in bytes, as created; read-only */
   uint32_t nbuckets;        /* a power of two; read-only */
@@ -441,6 +454,7 @@ static uint32_t alloc_room(struct store *s, uint64_t need, int safe, uint32_t ke
 struct dict {
   struct dict *next;
   struct store *s;
+  int fixed;           /* made by --shdict: new() with any size finds it */
   char name[];
 };
 
@@ -454,10 +468,38 @@ static struct dict *dict_find(const char *name)
   return NULL;
 }
 
+/* Lays out an empty store in s (size and seed set): no entries, the whole
+** arena one free block. fresh: the region is the kernel's zero pages, so
+** the bucket array is left untouched (and uncommitted); else it is
+** cleared, O(buckets). */
+static void store_format(struct store *s, int fresh)
+{
+  uint32_t size = s->size;
+  /* One bucket per 128 bytes (3% of the store), so chains stay short even
+  ** when entries are small. */
+  uint32_t nb = 16;
+  while (nb * 2 <= size / 128) nb *= 2;
+  s->nbuckets = nb;
+  s->buckets = (uint32_t)((sizeof *s + 7) & ~7ul);
+  s->arena = (s->buckets + nb * 4 + 7) & ~7u;
+  s->arena_end = (size - BLK_HDR) & ~7u;
+  s->lru_head = s->lru_tail = s->count = 0;
+  s->fl_map = 0;
+  memset(s->sl_map, 0, sizeof s->sl_map);
+  memset(s->heads, 0, sizeof s->heads);
+  if (!fresh) memset(at(s, s->buckets), 0, (size_t)nb * 4);
+  uint32_t first = s->arena_end - s->arena;
+  B(s, s->arena)->size = first | BLK_FREE;
+  B(s, s->arena_end)->size = 0 | BLK_PREV_FREE;
+  B(s, s->arena_end)->prev = s->arena;
+  s->free_bytes = first;
+  free_insert(s, s->arena);
+}
+
 /* Maps and initialises a store of size bytes; NULL if the kernel refuses.
 ** Pages are touched only as entries use them (MAP_NORESERVE; the bucket
 ** array and free lists start out as the kernel's zero pages). */
-static struct store *store_new(uint32_t size)
+static struct store *store_new(const char *name, uint32_t size)
 {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t len = ((size_t)size + page - 1) & ~(page - 1);
@@ -466,11 +508,14 @@ static struct store *store_new(uint32_t size)
   if (p == MAP_FAILED) return NULL;
   struct store *s = p;
 
-  /* Process-shared so a forked worker could use the same region; adaptive
-  ** so a contended lock spins briefly before sleeping, as holds are short. */
+  /* Process-shared so a forked worker can use the same region; robust so
+  ** a worker killed while it holds the lock does not wedge the others
+  ** (see lock()); adaptive so a contended lock spins briefly before
+  ** sleeping, as holds are short. */
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);
   pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
   pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
   if (pthread_mutex_init(&s->lock, &a) != 0) {
     pthread_mutexattr_destroy(&a);
@@ -482,20 +527,8 @@ static struct store *store_new(uint32_t size)
   if (getrandom(&s->seed, sizeof s->seed, GRND_NONBLOCK) != sizeof s->seed)
     s->seed = (uint64_t)(uintptr_t)p ^ (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull;
   s->size = size;
-  /* One bucket per 128 bytes (3% of the store), so chains stay short even
-  ** when entries are small. */
-  uint32_t nb = 16;
-  while (nb * 2 <= size / 128) nb *= 2;
-  s->nbuckets = nb;
-  s->buckets = (uint32_t)((sizeof *s + 7) & ~7ul);
-  s->arena = (s->buckets + nb * 4 + 7) & ~7u;
-  s->arena_end = (size - BLK_HDR) & ~7u;
-  uint32_t first = s->arena_end - s->arena;
-  B(s, s->arena)->size = first | BLK_FREE;
-  B(s, s->arena_end)->size = 0 | BLK_PREV_FREE;
-  B(s, s->arena_end)->prev = s->arena;
-  s->free_bytes = first;
-  free_insert(s, s->arena);
+  snprintf(s->name, sizeof s->name, "%s", name);
+  store_format(s, 1);
   return s;
 }
 
@@ -613,7 +646,28 @@ static void scratch_trim(void)
   }
 }
 
-#define LOCK(s) pthread_mutex_lock(&(s)->lock)
+static const char *check_store(struct store *s);
+
+/* Takes s's lock. A holder that died (EOWNERDEAD: its process was killed
+** mid-operation) may have left the store half-changed: it is checked,
+** O(n), and emptied if broken, then the lock is marked usable again. */
+static void lock(struct store *s)
+{
+  int r = pthread_mutex_lock(&s->lock);
+  if (r == 0) return;
+  if (r != EOWNERDEAD) ch_panic("shared dict '%s': lock: %s", s->name, strerror(r));
+  const char *bad = check_store(s);
+  if (bad) store_format(s, 0);
+  pthread_mutex_consistent(&s->lock);
+  if (bad)
+    ch_log(CH_LOG_ERR, "shared dict '%s': a process died holding its lock and left it "
+           "damaged (%s): every entry was dropped", s->name, bad);
+  else
+    ch_log(CH_LOG_WARN, "shared dict '%s': a process died holding its lock; the store "
+           "checked intact", s->name);
+}
+
+#define LOCK(s) lock(s)
 #define UNLOCK(s) pthread_mutex_unlock(&(s)->lock)
 
 /* A value copied out of the store, to push once unlocked. */
@@ -1158,6 +1212,48 @@ static void push_dict(lua_State *L, struct dict *d)
   lua_setmetatable(L, -2);
 }
 
+/* Finds or makes dict name. Call with dicts_lock held. NULL with *err
+** when it exists with another size (unless made by --shdict) or cannot
+** be mapped. */
+static struct dict *dict_open(const char *name, uint32_t bytes, int fixed, int *made,
+                              const char **err)
+{
+  struct dict *d = dict_find(name);
+  if (d) {
+    if (d->s->size != bytes && !d->fixed && !fixed) *err = "exists with another size";
+    if (fixed && !*err) *err = "given twice";
+    return *err ? NULL : d;
+  }
+  size_t nlen = strlen(name);
+  d = malloc(sizeof *d + nlen + 1);
+  struct store *s = d ? store_new(name, bytes) : NULL;
+  if (!s) {
+    free(d);
+    *err = "cannot map its memory";
+    return NULL;
+  }
+  d->s = s;
+  d->fixed = fixed;
+  memcpy(d->name, name, nlen + 1);
+  d->next = dicts;
+  dicts = d;
+  *made = 1;
+  return d;
+}
+
+const char *ch_shdict_create(const char *name, long size)
+{
+  if (!name[0]) return "bad name";
+  if (!(size >= SHDICT_MIN_SIZE && size <= SHDICT_MAX_SIZE))
+    return "size must be between 8k and 4095m bytes";
+  const char *err = NULL;
+  int made = 0;
+  pthread_mutex_lock(&dicts_lock);
+  dict_open(name, (uint32_t)size, 1, &made, &err);
+  pthread_mutex_unlock(&dicts_lock);
+  return err;
+}
+
 /* open(name, bytes) -> dict: the store called name, made with bytes of
 ** capacity on first use; or nil, err if it exists with another size, or if
 ** the size is out of range or cannot be mapped (the Lua face raises). */
@@ -1172,26 +1268,16 @@ static int l_open(lua_State *L)
     lua_pushfstring(L, "shared dict '%s': size must be between 8k and 4095m bytes", name);
     return 2;
   }
-  uint32_t bytes = (uint32_t)size;
   const char *err = NULL;
+  int made = 0;
   pthread_mutex_lock(&dicts_lock);
-  struct dict *d = dict_find(name);
-  if (d && d->s->size != bytes) err = "exists with another size";
-  if (!d) {
-    d = malloc(sizeof *d + nlen + 1);
-    struct store *s = d ? store_new(bytes) : NULL;
-    if (!s) {
-      free(d);
-      d = NULL;
-      err = "cannot map its memory";
-    } else {
-      d->s = s;
-      memcpy(d->name, name, nlen + 1);
-      d->next = dicts;
-      dicts = d;
-    }
-  }
+  struct dict *d = dict_open(name, (uint32_t)size, 0, &made, &err);
   pthread_mutex_unlock(&dicts_lock);
+  /* In a worker process a script's own dict is not seen by the others:
+  ** say so once, where it is made. */
+  if (made && ch_opts.processes)
+    ch_log(CH_LOG_WARN, "shared dict '%s' is this worker process's own: pass --shdict %s:SIZE "
+           "to share it between processes", name, name);
   if (err) {
     lua_pushnil(L);
     lua_pushfstring(L, "shared dict '%s': %s", name, err);
@@ -1219,10 +1305,27 @@ static int l_find(lua_State *L)
 static int l_check(lua_State *L)
 {
   struct store *s = check_dict(L);
+  LOCK(s);
+  const char *bad = check_store(s);
+  UNLOCK(s);
+  if (bad) return fail(L, 1, bad);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* What is wrong with s, or NULL: check()'s walk. Call with the lock held.
+** Offsets are bounds-checked before use, so a store a dead holder left
+** half-changed is reported, never followed out of the region. */
+static int inside(const struct store *s, uint32_t off, uint32_t n)
+{
+  return off >= s->arena && off <= s->arena_end && s->arena_end - off >= n;
+}
+
+static const char *check_store(struct store *s)
+{
   const char *bad = NULL;
   uint32_t off, prev = 0, free_sum = 0, nfree = 0, listed = 0, n = 0;
   int prev_free = 0;
-  LOCK(s);
   for (off = s->arena; off < s->arena_end; off += bsize(B(s, off))) {
     struct blk *b = B(s, off);
     uint32_t sz = bsize(b);
@@ -1246,6 +1349,7 @@ static int l_check(lua_State *L)
       if (!(s->sl_map[fl] >> sl & 1) != !s->heads[fl][sl]) { bad = "second-level bitmap"; goto done; }
       uint32_t back = 0;
       for (off = s->heads[fl][sl]; off; off = B(s, off)->next_free) {
+        if (!inside(s, off, sizeof(struct blk))) { bad = "free list link"; goto done; }
         int f, l;
         mapping(bsize(B(s, off)), &f, &l);
         if (!(B(s, off)->size & BLK_FREE) || f != fl || l != sl || B(s, off)->prev_free != back ||
@@ -1257,6 +1361,7 @@ static int l_check(lua_State *L)
   if (listed != nfree) { bad = "free blocks missing from the lists"; goto done; }
   prev = 0;
   for (off = s->lru_head; off; off = E(s, off)->older) {
+    if (!inside(s, off, sizeof(struct ent))) { bad = "LRU link"; goto done; }
     if (E(s, off)->newer != prev || ++n > s->count) { bad = "LRU list"; goto done; }
     prev = off;
   }
@@ -1264,13 +1369,10 @@ static int l_check(lua_State *L)
   n = 0;
   for (uint32_t i = 0; i < s->nbuckets; i++)
     for (off = ((uint32_t *)at(s, s->buckets))[i]; off; off = E(s, off)->hnext)
-      if ((E(s, off)->hash & (s->nbuckets - 1)) != i || ++n > s->count) { bad = "bucket chain"; goto done; }
+      if (!inside(s, off, sizeof(struct ent)) || (E(s, off)->hash & (s->nbuckets - 1)) != i || ++n > s->count) { bad = "bucket chain"; goto done; }
   if (n != s->count) bad = "entries missing from the buckets";
 done:
-  UNLOCK(s);
-  if (bad) return fail(L, 1, bad);
-  lua_pushboolean(L, 1);
-  return 1;
+  return bad;
 }
 
 static const luaL_Reg dict_methods[] = {

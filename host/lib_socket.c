@@ -61,6 +61,11 @@
 #define UDP_MAX      65536        /* OpenResty's UDP_MAX_DATAGRAM_SIZE */
 #define BACKLOG      511          /* nginx's default listen backlog */
 #define ACCEPT_BATCH 64           /* accepts before the acceptor yields */
+#define BUSY_MAX     64           /* 503 answers in flight per worker; past
+                                  ** it, a connection over the limit is closed */
+#define BUSY_LINGER_MS 1000       /* a 503 waits this long for the client's
+                                  ** close, reading what it sends */
+#define BUSY_DRAIN   (64 * 1024)  /* and reads at most this much */
 #define TABLE_DEPTH  64           /* nesting allowed in send's tables */
 
 union addr {
@@ -1833,6 +1838,7 @@ static __thread struct listener *listeners;   /* open ones */
 static __thread int *dead_refs;   /* handler refs to drop when next in Lua */
 static __thread int ndead, dead_cap;
 static __thread uint64_t warned_ns;   /* last rate-limited warning */
+static __thread int busy_n;           /* busy_main coroutines running */
 
 /* Drops handler refs whose listener was freed where Lua may not run. */
 static void drain_dead(lua_State *L)
@@ -1941,17 +1947,68 @@ static void conn_main(void *arg)
   ch_task_release(t);
 }
 
-/* Hands a new connection to a coroutine of its own, or closes it at once
-** when the worker is at --max-connections. */
+static const char busy_reply[] =
+  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+  "Content-Length: 24\r\nConnection: close\r\n\r\n503 Service Unavailable\n";
+
+/* Yields. Answers a connection over --max-connections on an HTTP listener
+** with a fixed 503, without parsing anything or running Lua, and closes
+** it. The answer fits an empty send buffer, so one send does. Then, as
+** lib_http.c's linger_close, it shuts down its side and reads what the
+** client sends until it closes (at most BUSY_LINGER_MS and BUSY_DRAIN):
+** closing with the request unread would send RST, which can destroy the
+** 503 in the client's receive queue before it is read. */
+static void busy_main(void *arg)
+{
+  int fd = (int)(intptr_t)arg;
+  if (send(fd, busy_reply, sizeof busy_reply - 1, MSG_NOSIGNAL | MSG_DONTWAIT) > 0) {
+    shutdown(fd, SHUT_WR);
+    char junk[4096];
+    uint64_t end = ch_now_ns() + (uint64_t)BUSY_LINGER_MS * 1000000u;
+    size_t total = 0;
+    for (;;) {
+      ssize_t n = read(fd, junk, sizeof junk);
+      if (n > 0) {
+        if ((total += (size_t)n) > BUSY_DRAIN) break;
+        continue;
+      }
+      if (n == 0 || errno != EAGAIN) break;
+      uint64_t now = ch_now_ns();
+      if (now >= end) break;
+      if (ch_wait_fd_again(fd, POLLIN, (int64_t)((end - now) / 1000000u) + 1) <= 0) break;
+    }
+  }
+  close(fd);
+  busy_n--;
+}
+
+/* A connection over --max-connections: HTTP listeners (the one C protocol
+** that admits through l->admit) answer 503 on a small coroutine, unless
+** they speak TLS (the answer would need a handshake first) or BUSY_MAX
+** answers are under way; everything else is closed at once. Logs once a
+** second at most. */
+static void refuse(struct listener *l, int fd)
+{
+  int answered = 0;
+  if (l->admit && !l->ssl_ctx && busy_n < BUSY_MAX) {
+    busy_n++;
+    if (ch_spawn_prio(busy_main, (void *)(intptr_t)fd, l->prio) >= 0) answered = 1;
+    else busy_n--;
+  }
+  if (!answered) close(fd);
+  if (may_warn())
+    ch_log(CH_LOG_WARN, "%d connections reached (--max-connections): %s new ones",
+           ch_opts.max_connections, l->admit ? "answering 503 to" : "closing");
+}
+
+/* Hands a new connection to a coroutine of its own, or refuses it when
+** the worker is at --max-connections. */
 static void admit(struct listener *l, int fd, const union addr *peer)
 {
   struct ch_worker *w = l->w;
   ch_stats_count_accept();
   if (ch_opts.max_connections > 0 && w->connections >= (uint64_t)ch_opts.max_connections) {
-    close(fd);
-    if (may_warn())
-      ch_log(CH_LOG_WARN, "%d connections reached (--max-connections): closing new ones",
-             ch_opts.max_connections);
+    refuse(l, fd);
     return;
   }
   if (l->admit) {

@@ -2,7 +2,9 @@
 ** cohost: the program. Parses the command line, starts one worker per
 ** thread (each with its own scheduler and lua_State), runs the script's
 ** main chunk as a task on every worker, and turns SIGINT/SIGTERM into an
-** orderly shutdown. Shape after luajit.c and Lua's lua.c.
+** orderly shutdown. With --processes it first becomes a master that forks
+** that many such processes (master.c). Shape after luajit.c and Lua's
+** lua.c.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +25,7 @@
 #include "host.h"
 #include "lib.h"
 #include "lib_socket.h"
+#include "master.h"
 #include "stats.h"
 
 #define COHOST_VERSION "0.1.0"
@@ -33,6 +36,7 @@
 
 struct ch_options ch_opts = {
   .workers = 1,
+  .threads = 1,
   .shutdown_timeout_ms = 10000,
   .log_level = CH_LOG_NOTICE,
 };
@@ -54,7 +58,12 @@ static int *worker_cpus;          /* --cpu-affinity: CPU of worker i is
 static int nworker_cpus;
 static const char *affinity_arg;  /* as given, parsed once -w is known */
 
-static struct ch_worker *workers;
+/* --shdict NAME:SIZE, made before any worker exists (see lib_shdict.c). */
+static struct { const char *name; long size; } shdicts[64];
+static int nshdicts;
+
+static struct ch_worker *workers;   /* this process's ch_opts.threads */
+static _Atomic int started;         /* workers whose main chunk returned */
 /* Guards workers[i].sched: a worker whose ch_run returned lets its thread
 ** end, which frees its scheduler; the signal thread must not post to it. */
 static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,9 +91,16 @@ static void usage(FILE *f)
     "Runs script.lua on native coroutines: its main chunk runs once per worker\n"
     "and may listen, connect and sleep.\n\n"
     "  -w, --workers N|auto       worker threads (default 1; auto = one per CPU)\n"
+    "      --processes N|auto     run N worker processes of --workers threads each\n"
+    "                             under a master that restarts them; SIGHUP reloads\n"
+    "                             (default: one process, no master; auto = CPUs)\n"
+    "      --shdict NAME:SIZE     make shared dict NAME (SIZE like 10m) before the\n"
+    "                             workers start, shared by every process (repeatable)\n"
     "      --stack-size BYTES     coroutine stack size, K/M suffix (default 256K)\n"
-    "      --max-connections N    per worker; more are closed at once (default 0 = no limit)\n"
-    "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT (default 10)\n"
+    "      --max-connections N    per worker; more get a 503 (HTTP) or are closed at\n"
+    "                             once (default 0 = no limit)\n"
+    "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
+    "                             on a reload (default 10); SIGQUIT stops at once\n"
     "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
     "      --cpu-affinity auto|LIST  pin worker i to the i-th CPU of LIST (e.g. 0,2-3)\n"
     "                             or of the CPUs allowed to the process (default: off)\n"
@@ -115,6 +131,7 @@ static long parse_size(const char *s)
   if (errno || end == s || v < 0) die("bad size '%s'", s);
   if (*end == 'k' || *end == 'K') { v *= 1024; end++; }
   else if (*end == 'm' || *end == 'M') { v *= 1024 * 1024; end++; }
+  else if (*end == 'g' || *end == 'G') { v *= 1024.0 * 1024 * 1024; end++; }
   if (*end) die("bad size '%s'", s);
   return (long)v;
 }
@@ -245,8 +262,21 @@ static int parse_args(int argc, char **argv, int *check)
       exit(0);
     } else if (!strcmp(a, "-w") || is(a, "--workers")) {
       const char *v = value(argc, argv, &i, "--workers");
-      ch_opts.workers = !strcmp(v, "auto") ? cpu_count() : atoi(v);
-      if (ch_opts.workers < 1 || ch_opts.workers > 1024) die("bad worker count '%s'", v);
+      ch_opts.threads = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      if (ch_opts.threads < 1 || ch_opts.threads > 1024) die("bad worker count '%s'", v);
+    } else if (is(a, "--processes")) {
+      const char *v = value(argc, argv, &i, "--processes");
+      ch_opts.processes = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      if (ch_opts.processes < 1 || ch_opts.processes > 1024) die("bad process count '%s'", v);
+    } else if (is(a, "--shdict")) {
+      const char *v = value(argc, argv, &i, "--shdict");
+      const char *colon = strrchr(v, ':');
+      if (!colon || colon == v) die("--shdict wants NAME:SIZE, not '%s'", v);
+      if (nshdicts == (int)(sizeof shdicts / sizeof shdicts[0])) die("too many --shdict%s", "");
+      char *name = strndup(v, (size_t)(colon - v));
+      if (!name) die("no memory%s", "");
+      shdicts[nshdicts].name = name;
+      shdicts[nshdicts++].size = parse_size(colon + 1);
     } else if (is(a, "--stack-size")) {
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
     } else if (is(a, "--max-connections")) {
@@ -274,6 +304,9 @@ static int parse_args(int argc, char **argv, int *check)
       die("unknown option '%s' (cohost --help lists them)", a);
     }
   }
+  if (ch_opts.threads * (ch_opts.processes ? ch_opts.processes : 1) > 65536)
+    die("too many workers (processes x threads > 65536)%s", "");
+  ch_opts.workers = ch_opts.threads * (ch_opts.processes ? ch_opts.processes : 1);
   if (affinity_arg) parse_affinity(affinity_arg);
   if (i < argc) {
     script = argv[i];
@@ -427,6 +460,8 @@ static void main_task(void *p)
   else lua_pushnil(T);
   for (int i = 0; i < script_argc; i++) lua_pushstring(T, script_argv[i]);
   ch_task_run(t, 2 + script_argc);
+  if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
+    ch_master_ready();   /* the master may now drain the old workers */
   if (t->status != CH_TASK_DONE) {
     exit_code = 1;
     ch_worker_shutdown(w);
@@ -472,10 +507,11 @@ static void post_shutdown(void *p)
 /* SIGINT and SIGTERM are caught by a handler that only writes the signal
 ** number to a pipe (raw system calls: the hooked write must not run in a
 ** signal handler); a thread of its own reads it and asks each worker,
-** through its scheduler, to shut down. A second signal ends the process
-** at once. Handlers rather than a blocked mask, because exec resets
-** handlers but keeps the mask: programs a script starts must get their
-** signals. */
+** through its scheduler, to shut down. A second signal, or SIGQUIT, ends
+** the process at once. Handlers rather than a blocked mask, because exec
+** resets handlers but keeps the mask: programs a script starts must get
+** their signals. A worker process of --processes also ignores SIGHUP
+** (through a no-op handler, for the same reason): it is the master's. */
 static int sig_pipe[2];
 
 static void on_signal(int sig)
@@ -505,8 +541,10 @@ static void catch_signals(void)
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGQUIT, &sa, NULL);
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
+  if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
 }
 
 static void *signal_main(void *p)
@@ -518,12 +556,16 @@ static void *signal_main(void *p)
     long n = syscall(SYS_read, sig_pipe[0], &b, 1);
     if (n != 1) continue;   /* EINTR */
     int sig = b;
+    if (sig == SIGQUIT) {
+      fprintf(stderr, "cohost: SIGQUIT, exiting now\n");
+      ch_worker_exit(1);
+    }
     if (seen++) {
       fprintf(stderr, "cohost: second signal %d, exiting now\n", sig);
       ch_worker_exit(1);
     }
     pthread_mutex_lock(&workers_lock);
-    for (int i = 0; i < ch_opts.workers; i++)
+    for (int i = 0; i < ch_opts.threads; i++)
       if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
     pthread_mutex_unlock(&workers_lock);
   }
@@ -553,11 +595,24 @@ int main(int argc, char **argv)
   if (!script && nchunks == 0) { usage(stderr); return 2; }
   find_lua_dir();
 
+  /* Shared dicts first: a worker process maps what its master made. */
+  for (int i = 0; i < nshdicts; i++) {
+    const char *err = ch_shdict_create(shdicts[i].name, shdicts[i].size);
+    if (err) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "--shdict %s: %s", shdicts[i].name, err);
+      die("%s", msg);
+    }
+  }
+  if (ch_opts.processes) ch_opts.process = ch_master_run();   /* returns in a worker */
+
   catch_signals();
 
-  workers = calloc((size_t)ch_opts.workers, sizeof *workers);
+  /* Worker ids run on across processes: process p's thread j is
+  ** p * threads + j, so ids (and --cpu-affinity's CPUs) are distinct. */
+  workers = calloc((size_t)ch_opts.threads, sizeof *workers);
   if (!workers) die("no memory%s", "");
-  for (int i = 0; i < ch_opts.workers; i++) workers[i].id = i;
+  for (int i = 0; i < ch_opts.threads; i++) workers[i].id = ch_opts.process * ch_opts.threads + i;
   pthread_t sig_thread;
   if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) die("cannot start the signal thread%s", "");
   pthread_detach(sig_thread);
@@ -566,12 +621,12 @@ int main(int argc, char **argv)
   ch_set_resume_hook(ch_ljvm_resumed);
 
   /* Worker 0 runs on the main thread; the others on their own. */
-  pthread_t *threads = calloc((size_t)ch_opts.workers, sizeof *threads);
-  for (int i = 1; i < ch_opts.workers; i++)
+  pthread_t *threads = calloc((size_t)ch_opts.threads, sizeof *threads);
+  for (int i = 1; i < ch_opts.threads; i++)
     if (pthread_create(&threads[i], NULL, worker_main, &workers[i]) != 0)
       die("cannot start worker threads%s", "");
   worker_main(&workers[0]);
-  for (int i = 1; i < ch_opts.workers; i++) pthread_join(threads[i], NULL);
+  for (int i = 1; i < ch_opts.threads; i++) pthread_join(threads[i], NULL);
   fflush(NULL);
   /* No lua_close: other threads' states and parked coroutines may still
   ** reference memory; the kernel reclaims it all at once. */

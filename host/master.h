@@ -1,0 +1,21 @@
+/*
+** The master process of --processes: forks the worker processes, restarts
+** the ones that die, and turns SIGHUP into a reload and SIGTERM into a
+** drain of them all. It never runs Lua.
+*/
+#ifndef CH_MASTER_H
+#define CH_MASTER_H
+
+/* Becomes the master: forks ch_opts.processes workers and supervises them
+** until it is told to stop. Returns only in a worker process, with its
+** index (0 .. processes-1); the master itself ends with _exit. Call
+** before any thread is started (fork copies only the calling thread). */
+int ch_master_run(void);
+
+/* A worker process says it has started (its script's main chunk returned
+** on every thread): the master waits for this before it drains the old
+** workers of a reload. Without a master it does nothing. Async-signal-safe
+** and never yields (a raw write). */
+void ch_master_ready(void);
+
+#endif

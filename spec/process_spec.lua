@@ -1,0 +1,348 @@
+-- Worker processes (--processes), shared dicts between them (--shdict),
+-- reload on SIGHUP, drain on SIGTERM, and the 503 past --max-connections.
+-- Every test starts build/cohost as a child (h.start, bounded by
+-- timeout(1)); the server script prints "port pid" from worker 0 with the
+-- master's pid (its parent's), so signals go to the master. Requests go
+-- through cohost.tcp (exact bytes) or curl.
+local cohost = require "cohost"
+
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
+local q = h.shell_quote
+
+-- The server: answers ANSWER plus who served it (worker id, worker count,
+-- pid). /slow touches MARK (the test then knows a request is in flight)
+-- and answers after SLOW seconds; /incr bumps the "hits" dict; /lock takes
+-- the hits dict's lock through the FFI and keeps it (the test then kills
+-- this process with the lock held).
+local function script(answer, mark, slow)
+  return ([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local shared = require "cohost.shared"
+local port, answer, mark, slow = tonumber(arg[1]), %q, %q, %s
+local function who()
+  local pid = io.open("/proc/self/stat"):read("*n")
+  return ("%%s id=%%d count=%%d pid=%%d"):format(answer, cohost.worker_id(), cohost.worker_count(), pid)
+end
+assert(http.listen("127.0.0.1:" .. port, function(req, res)
+  if req.path == "/slow" then
+    io.open(mark, "w"):close()
+    cohost.sleep(slow)
+  elseif req.path == "/incr" then
+    local n = assert(shared.get("hits"):incr("n", 1, 0))
+    return res:send(who() .. " n=" .. n)
+  elseif req.path == "/lock" then
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "int pthread_mutex_lock(void *m);")
+    -- The dict object holds a struct dict *, whose second field is the
+    -- store; the store begins with its mutex (host/lib_shdict.c).
+    local store = ffi.cast("void ***", shared.get("hits"))[0][1]
+    assert(ffi.C.pthread_mutex_lock(store) == 0)
+    res:send(who() .. " locked")
+    return cohost.sleep(60)
+  end
+  res:send(who())
+end))
+if cohost.worker_id() == 0 then
+  local ppid = io.open("/proc/self/stat"):read("*a"):match("^%%d+ %%b() %%S+ (%%d+)")
+  io.write(port, " ", ppid, "\n")
+  io.stdout:flush()
+end
+]]):format(answer, mark or "/dev/null", tostring(slow or 0))
+end
+
+-- Starts `cohost opts script` on a free port; stopped after the test.
+local function start(opts, path)
+  local port = h.free_port()
+  local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
+  defer(p.stop)
+  return p
+end
+
+-- A request on a fresh connection: status, headers (lower-case names),
+-- body; or nil, err.
+local function get(port, path, sock)
+  local s = sock or h.connect(port, 5000)
+  local ok, err = s:send(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n"):format(path, sock and "" or "Connection: close\r\n"))
+  if not ok then return nil, err end
+  local line, lerr = s:receive("*l")
+  if not line then return nil, lerr end
+  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
+  local headers = {}
+  while true do
+    local l = s:receive("*l")
+    if not l then return nil, "cut head" end
+    if l == "" then break end
+    local k, v = l:match("^([^:]+):%s*(.*)$")
+    headers[k:lower()] = v
+  end
+  local body = s:receive(tonumber(headers["content-length"]))
+  if not sock then s:close() end
+  return status, headers, body
+end
+
+-- GETs path until answer(body) is true; returns that body (nil after
+-- limit seconds). Failed connections count as a miss: during a restart a
+-- connection can meet a closing listener.
+local function until_body(port, path, answer, limit)
+  local t0 = cohost.monotonic()
+  while cohost.monotonic() - t0 < (limit or 10) do
+    local ok, status, _, body = pcall(get, port, path)
+    if ok and status == 200 and answer(body) then return body end
+    cohost.sleep(0.02)
+  end
+end
+
+local function wait_for(pred, limit)
+  local t0 = cohost.monotonic()
+  while cohost.monotonic() - t0 < (limit or 10) do
+    if pred() then return true end
+    cohost.sleep(0.02)
+  end
+  return false
+end
+
+local function alive(pid)
+  return os.execute(("kill -0 %d 2>/dev/null"):format(pid)) == 0
+end
+
+describe("--processes", function()
+  it("is in the usage with --shdict", function()
+    local code, out = h.run("--help")
+    assert.equal(0, code)
+    assert.truthy(out:find("--processes N|auto", 1, true))
+    assert.truthy(out:find("--shdict NAME:SIZE", 1, true))
+  end)
+
+  it("rejects a bad process count and a bad --shdict", function()
+    for _, args in ipairs { "--processes 0 -e ''", "--processes x -e ''", "--shdict nosize -e ''",
+                            "--shdict d:1k -e ''" } do
+      local code, _, err = h.run(args)
+      assert.equal(2, code, args)
+      assert.matches("^cohost: ", err)
+    end
+  end)
+
+  it("gives every thread of every process its own worker id", function()
+    local p = start("--processes 2 -w 2", h.tmpfile(script("v1")))
+    local ids, pids = {}, {}
+    for _ = 1, 400 do
+      local status, _, body = get(p.port, "/")
+      assert.equal(200, status)
+      local id, count, pid = body:match("id=(%d+) count=(%d+) pid=(%d+)")
+      assert.equal("4", count)
+      ids[tonumber(id)], pids[pid] = true, true
+      if ids[0] and ids[1] and ids[2] and ids[3] then break end
+    end
+    assert.same({ [0] = true, true, true, true }, ids)
+    local n = 0
+    for pid in pairs(pids) do
+      n = n + 1
+      assert.not_equal(tostring(p.pid), pid, "the master served a request")
+    end
+    assert.equal(2, n)
+  end)
+
+  it("restarts a worker killed with SIGKILL and logs the signal", function()
+    local p = start("--processes 1", h.tmpfile(script("v1")))
+    local _, _, body = get(p.port, "/")
+    local pid = tonumber(body:match("pid=(%d+)"))
+    os.execute("kill -KILL " .. pid)
+    local again = until_body(p.port, "/", function(b) return not b:find("pid=" .. pid .. "$") end)
+    assert.truthy(again, "no replacement answered")
+    assert.matches("^v1 id=0 count=1", again)
+    assert.truthy(h.slurp(p.err):find(("worker process 0 (pid %d) was killed by signal SIGKILL; restarting it"):format(pid), 1, true),
+                  h.slurp(p.err))
+  end)
+
+  it("stops with code 1 when a worker cannot start its script", function()
+    local bad = h.tmpfile("error('no good')")
+    local code, _, err = h.run("--processes 2 " .. q(bad), { limit = 10 })
+    assert.equal(1, code)
+    assert.truthy(err:find("no good", 1, true), err)
+    assert.truthy(err:find("before it started; stopping", 1, true), err)
+  end)
+end)
+
+describe("--shdict", function()
+  it("is one store for every process: incr from all of them adds up", function()
+    local p = start("--processes 2 --shdict hits:1m", h.tmpfile(script("v1")))
+    local pids, seen = {}, {}
+    h.run_all(4, function()
+      for _ = 1, 50 do
+        local status, _, body = get(p.port, "/incr")
+        assert.equal(200, status)
+        local pid, n = body:match("pid=(%d+) n=(%d+)")
+        pids[pid] = true
+        assert.is_nil(seen[n], "two requests got n=" .. n)
+        seen[n] = true
+      end
+    end)
+    for i = 1, 200 do assert.truthy(seen[tostring(i)], "nobody got n=" .. i) end
+    local n = 0
+    for _ in pairs(pids) do n = n + 1 end
+    assert.equal(2, n)
+    assert.is_nil(h.slurp(p.err):find("is this worker process's own", 1, true))
+  end)
+
+  it("stays usable after a process is killed holding its lock", function()
+    local p = start("--processes 1 --shdict hits:1m", h.tmpfile(script("v1")))
+    local _, _, body = get(p.port, "/incr")
+    assert.matches("n=1$", body)
+    _, _, body = get(p.port, "/lock")
+    local pid = tonumber(body:match("pid=(%d+) locked$"))
+    assert.truthy(pid, body)
+    os.execute("kill -KILL " .. pid)
+    local after = until_body(p.port, "/incr", function(b) return not b:find("pid=" .. pid .. " ") end)
+    assert.truthy(after, "the dict hangs after its lock holder died")
+    assert.matches("n=2$", after)
+    assert.truthy(h.slurp(p.err):find("shared dict 'hits': a process died holding its lock; the store checked intact", 1, true),
+                  h.slurp(p.err))
+  end)
+end)
+
+describe("SIGHUP", function()
+  it("reloads: in-flight requests finish on the old script, new ones get the new one", function()
+    local mark = os.tmpname()
+    os.remove(mark)
+    defer(function() os.remove(mark) end)
+    local path = h.tmpfile(script("old", mark, 1.5))
+    local p = start("--processes 2", path)
+    -- An idle keep-alive connection and a request in flight, both on old workers.
+    local idle = h.connect(p.port, 5000)
+    local status, headers, body = get(p.port, "/", idle)
+    assert.equal(200, status)
+    assert.is_nil(headers.connection)   -- HTTP/1.1: kept alive
+    assert.matches("^old ", body)
+    local slow = h.connect(p.port, 10000)
+    assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+    h.write_file(path, script("new", mark, 0))
+    p.signal("HUP")
+    -- The slow request ends with its old answer, and no keep-alive.
+    local line = assert(slow:receive("*l"))
+    assert.equal("HTTP/1.1 200 OK", line)
+    headers = {}
+    while true do
+      local l = assert(slow:receive("*l"))
+      if l == "" then break end
+      local k, v = l:match("^([^:]+):%s*(.*)$")
+      headers[k:lower()] = v
+    end
+    assert.equal("close", headers.connection)
+    assert.matches("^old ", assert(slow:receive(tonumber(headers["content-length"]))))
+    -- New connections reach the new script only, once the switch is done.
+    assert.truthy(until_body(p.port, "/", function(b) return b:find("^new ") end), "the new script never answered")
+    assert.is_true(wait_for(function() return h.slurp(p.err):find("old worker process 1", 1, true) and
+                                              h.slurp(p.err):find("old worker process 0", 1, true) end),
+                   h.slurp(p.err))
+    for _ = 1, 20 do
+      local st, _, b = get(p.port, "/")
+      assert.equal(200, st)
+      assert.matches("^new id=%d count=2", b)
+    end
+    -- The idle keep-alive connection was closed by its draining worker.
+    local data, err = idle:receive("*l")
+    assert.is_nil(data)
+    assert.equal("closed", err)
+    local log = h.slurp(p.err)
+    assert.truthy(log:find("reload: 2 new worker processes started, 2 old draining", 1, true), log)
+    assert.is_nil(p.exited())
+  end)
+
+  it("keeps the old workers when the new script fails", function()
+    local path = h.tmpfile(script("old"))
+    local p = start("--processes 1", path)
+    h.write_file(path, "error('broken on purpose')")
+    p.signal("HUP")
+    assert.is_true(wait_for(function() return h.slurp(p.err):find("reload failed", 1, true) end), h.slurp(p.err))
+    for _ = 1, 5 do
+      local status, _, body = get(p.port, "/")
+      assert.equal(200, status)
+      assert.matches("^old ", body)
+    end
+  end)
+end)
+
+describe("SIGTERM to the master", function()
+  it("drains every worker: in-flight requests complete, then exit 0", function()
+    local mark = os.tmpname()
+    os.remove(mark)
+    defer(function() os.remove(mark) end)
+    local p = start("--processes 2", h.tmpfile(script("v1", mark, 1)))
+    local slow = h.connect(p.port, 10000)
+    assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+    p.signal("TERM")
+    assert.equal("HTTP/1.1 200 OK", slow:receive("*l"))
+    local rest = assert(slow:receive("*a"))
+    assert.truthy(rest:find("Connection: close", 1, true), rest)
+    assert.truthy(rest:find("\r\n\r\nv1 id=", 1, true), rest)
+    assert.equal(0, p.wait(10))
+    assert.truthy(h.slurp(p.err):find("master: draining 2 worker processes", 1, true))
+  end)
+
+  it("a second SIGTERM, or SIGQUIT, stops every worker at once with code 1", function()
+    for _, sigs in ipairs { { "TERM", "TERM" }, { "QUIT" } } do
+      local mark = os.tmpname()
+      os.remove(mark)
+      defer(function() os.remove(mark) end)
+      local p = start("--processes 1 --shutdown-timeout 30", h.tmpfile(script("v1", mark, 30)))
+      local _, _, body = get(p.port, "/")
+      local pid = tonumber(body:match("pid=(%d+)"))
+      local slow = h.connect(p.port, 10000)
+      assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
+      assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+      for i, sig in ipairs(sigs) do
+        p.signal(sig)
+        if i < #sigs then
+          assert.is_true(wait_for(function() return h.slurp(p.err):find("master: draining", 1, true) end))
+        end
+      end
+      assert.equal(1, p.wait(10), table.concat(sigs, ", "))
+      assert.is_false(alive(pid), "the worker outlived its master")
+      local data, err = slow:receive("*a")
+      assert.equal("", data or "", err)
+      assert.truthy(h.slurp(p.err):find("master: stopping 1 worker process at once", 1, true), h.slurp(p.err))
+    end
+  end)
+end)
+
+describe("--max-connections", function()
+  it("answers 503 with Connection: close on an HTTP listener that is full", function()
+    local p = start("--max-connections 1", h.tmpfile(script("v1")))
+    local held = h.connect(p.port, 5000)
+    local status = get(p.port, "/", held)   -- admitted: it holds the one slot
+    assert.equal(200, status)
+    local out = h.tmpfile()
+    local rc = os.execute(("curl -sS -i -m 5 http://127.0.0.1:%d/ >%s 2>&1"):format(p.port, out))
+    local answer = h.slurp(out)
+    assert.equal(0, rc, answer)
+    assert.matches("^HTTP/1%.1 503 Service Unavailable\r\n", answer)
+    assert.truthy(answer:find("\r\nConnection: close\r\n", 1, true), answer)
+    assert.matches("\r\n\r\n503 Service Unavailable\n$", answer)
+    held:close()
+    assert.truthy(until_body(p.port, "/", function(b) return b:find("^v1 ") end), "no 200 once the slot was free")
+    assert.truthy(h.slurp(p.err):find("1 connections reached (--max-connections): answering 503 to new ones", 1, true))
+  end)
+
+  it("still closes a plain listener's extra connection cleanly, sending nothing", function()
+    local path = h.tmpfile(h.server_script([[
+listener = assert(cohost.listen("127.0.0.1:0", function(sock)
+  sock:send("hi\n")
+  sock:receive("*l")
+end))
+]]))
+    local p = h.start("--max-connections 1 " .. q(path))
+    defer(p.stop)
+    local held = h.connect(p.port, 5000)
+    assert.equal("hi", held:receive("*l"))
+    local extra = h.connect(p.port, 5000)
+    local data, err, partial = extra:receive("*a")
+    assert.equal("", data, err)   -- an orderly close (FIN), not a reset
+    assert.is_nil(partial)
+    held:close()
+    assert.truthy(h.slurp(p.err):find("(--max-connections): closing new ones", 1, true))
+  end)
+end)
