@@ -2460,10 +2460,63 @@ void ch_socket_close_listeners(struct ch_worker *w)
   while (listeners) listener_close(listeners);
 }
 
+/* Connections the kernel queued on a listener that is about to close. */
+struct queued {
+  struct listener *l;       /* holds a reference until admitted */
+  int fd;
+  union addr peer;
+};
+
+#define QUEUED_MAX 4096     /* taken off all listeners at most; the rest
+                            ** are reset with the listener */
+
+/* Accepts what is already queued on w's listeners, each holding a ref on
+** its listener; returns how many (q grows as needed, *q may be NULL). A
+** listener that shares its port with another process (SO_REUSEPORT, a
+** reload's new workers) resets its queued connections when it closes:
+** Linux does not move them to the other sockets (unless the
+** net.ipv4.tcp_migrate_req sysctl is on), so a drain serves them here. */
+static int take_queued(struct queued **q)
+{
+  int n = 0, cap = 0;
+  for (struct listener *l = listeners; l; l = l->next) {
+    while (n < QUEUED_MAX) {
+      union addr peer;
+      socklen_t plen = sizeof peer;
+      memset(&peer, 0, sizeof peer);
+      int fd = accept4(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) break;   /* EAGAIN: none left; anything else: give up */
+      if (n == cap) {
+        int ncap = cap ? cap * 2 : 16;
+        struct queued *g = realloc(*q, (size_t)ncap * sizeof *g);
+        if (!g) { close(fd); break; }
+        *q = g;
+        cap = ncap;
+      }
+      (*q)[n].l = l;
+      (*q)[n].fd = fd;
+      (*q)[n].peer = peer;
+      l->refs++;
+      n++;
+    }
+  }
+  return n;
+}
+
 void ch_socket_close_all(struct ch_worker *w)
 {
+  struct queued *q = NULL;
+  int n = w->stopping ? take_queued(&q) : 0;
   ch_socket_close_listeners(w);
   ch_http_close_idle(w);
+  /* After close_idle, which would close an HTTP connection that has not
+  ** sent its request yet. Each is served like any other during a drain
+  ** (HTTP: one request, then Connection: close). */
+  for (int i = 0; i < n; i++) {
+    admit(q[i].l, q[i].fd, &q[i].peer);
+    release(q[i].l, NULL);
+  }
+  free(q);
   for (struct pool *p = pools; p; p = p->next)
     while (p->head) item_free(p->head);
 }

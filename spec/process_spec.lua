@@ -309,6 +309,22 @@ describe("SIGTERM to the master", function()
   end)
 end)
 
+describe("a drain", function()
+  it("serves the first request of a connection accepted just before it", function()
+    local p = start("--log-level info", h.tmpfile(script("v1")))
+    local early = h.connect(p.port, 5000)   -- connected, request not sent yet
+    assert.equal(200, (get(p.port, "/")))   -- the worker has accepted early too
+    p.signal("TERM")
+    assert.is_true(wait_for(function() return h.slurp(p.err):find("shutting down", 1, true) end))
+    -- The drain gives it a moment (a second) to send its request.
+    local status, headers, body = get(p.port, "/", early)
+    assert.equal(200, status)
+    assert.equal("close", headers.connection)
+    assert.matches("^v1 ", body)
+    assert.equal(0, p.wait(10))
+  end)
+end)
+
 describe("--max-connections", function()
   it("answers 503 with Connection: close on an HTTP listener that is full", function()
     local p = start("--max-connections 1", h.tmpfile(script("v1")))
