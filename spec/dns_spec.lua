@@ -380,7 +380,9 @@ describe("dns.resolve", function()
     end
     assert.is_true(#rtts > 50)
     local p99 = percentile(rtts, 0.99)
-    assert.is_true(p99 < 0.05, ("p99 round trip %.1f ms"):format(p99 * 1000))
+    -- A stalled worker would show whole seconds; 250 ms leaves room for a
+    -- shared machine preempting this process.
+    assert.is_true(p99 < 0.25, ("p99 round trip %.1f ms"):format(p99 * 1000))
   end)
 
   it("lets a caller give up at opts.timeout while the query goes on", function()

@@ -105,7 +105,7 @@ describe("cohost.wait", function()
     cohost.sleep(0.01)
     local t0 = cohost.monotonic()
     assert.same({ true, "done" }, { cohost.wait(t) })
-    assert.is_true(cohost.monotonic() - t0 < 0.01)
+    assert.is_true(cohost.monotonic() - t0 < 0.5)
   end)
 
   it("returns nil, 'already waited or killed' for a thread waited for before", function()

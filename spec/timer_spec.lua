@@ -20,7 +20,7 @@ describe("cohost.timer.at", function()
     local got, at
     local t0 = cohost.monotonic()
     timer.at(0.1, function(...) got = { ... }; at = cohost.monotonic() end, "a", nil, 3)
-    assert.is_true(cohost.monotonic() - t0 < 0.05)
+    assert.is_true(cohost.monotonic() - t0 < 0.09)   -- returned before the delay
     assert.is_nil(got)
     cohost.sleep(0.3)
     assert.same({ false, "a", nil, 3 }, got)
