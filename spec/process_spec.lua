@@ -2,7 +2,7 @@
 -- reload on SIGHUP, drain on SIGTERM, and the 503 past --max-connections.
 -- Every test starts build/cohost as a child (h.start, bounded by
 -- timeout(1)); the server script prints "port pid" from worker 0 with the
--- master's pid (its parent's), so signals go to the master. Requests go
+-- master's pid (its parent's) if it has one, so signals go to the master. Requests go
 -- through cohost.tcp (exact bytes) or curl.
 local cohost = require "cohost"
 
@@ -45,8 +45,10 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
   res:send(who())
 end))
 if cohost.worker_id() == 0 then
-  local ppid = io.open("/proc/self/stat"):read("*a"):match("^%%d+ %%b() %%S+ (%%d+)")
-  io.write(port, " ", ppid, "\n")
+  -- The master's pid when there is one (the parent is a cohost), else ours.
+  local pid, ppid = io.open("/proc/self/stat"):read("*a"):match("^(%%d+) %%b() %%S+ (%%d+)")
+  if io.open("/proc/" .. ppid .. "/comm"):read("*l") == "cohost" then pid = ppid end
+  io.write(port, " ", pid, "\n")
   io.stdout:flush()
 end
 ]]):format(answer, mark or "/dev/null", tostring(slow or 0))
@@ -186,6 +188,17 @@ describe("--shdict", function()
     assert.is_nil(h.slurp(p.err):find("is this worker process's own", 1, true))
   end)
 
+  it("is found by shared.new(name) with any size or none, and ngx.shared.NAME", function()
+    local code, out, err = h.run([[--shdict cache:64k -e "
+      local shared = require 'cohost.shared'
+      local d = shared.new('cache')
+      require('cohost.ngx').install()
+      print(d:capacity(), shared.new('cache', '1m') == d, ngx.shared.cache == d)
+      print(pcall(shared.new, 'other'))"]])
+    assert.equal(0, code, err)
+    assert.equal("65536\ttrue\ttrue\nfalse\tshared dict 'other': no size given, and --shdict did not make it\n", out)
+  end)
+
   it("stays usable after a process is killed holding its lock", function()
     local p = start("--processes 1 --shdict hits:1m", h.tmpfile(script("v1")))
     local _, _, body = get(p.port, "/incr")
@@ -318,7 +331,7 @@ describe("a drain", function()
     assert.is_true(wait_for(function() return h.slurp(p.err):find("shutting down", 1, true) end))
     -- The drain gives it a moment (a second) to send its request.
     local status, headers, body = get(p.port, "/", early)
-    assert.equal(200, status)
+    assert.equal(200, status, tostring(headers) .. h.slurp(p.err))
     assert.equal("close", headers.connection)
     assert.matches("^v1 ", body)
     assert.equal(0, p.wait(10))
@@ -340,7 +353,9 @@ describe("--max-connections", function()
     assert.matches("\r\n\r\n503 Service Unavailable\n$", answer)
     held:close()
     assert.truthy(until_body(p.port, "/", function(b) return b:find("^v1 ") end), "no 200 once the slot was free")
-    assert.truthy(h.slurp(p.err):find("1 connections reached (--max-connections): answering 503 to new ones", 1, true))
+    assert.is_true(wait_for(function()
+      return h.slurp(p.err):find("1 connections reached (--max-connections): answering 503 to new ones", 1, true)
+    end))
   end)
 
   it("still closes a plain listener's extra connection cleanly, sending nothing", function()
@@ -359,6 +374,6 @@ end))
     assert.equal("", data, err)   -- an orderly close (FIN), not a reset
     assert.is_nil(partial)
     held:close()
-    assert.truthy(h.slurp(p.err):find("(--max-connections): closing new ones", 1, true))
+    assert.is_true(wait_for(function() return h.slurp(p.err):find("(--max-connections): closing new ones", 1, true) end))
   end)
 end)

@@ -1,5 +1,8 @@
 -- cohost.shared: dictionaries shared by all worker threads, with the API
--- of OpenResty's ngx.shared.DICT (docs/shared.md).
+-- of OpenResty's ngx.shared.DICT (docs/shared.md). Under --processes, a
+-- dictionary is shared by every worker process only if the command line
+-- made it before they were forked (--shdict NAME:SIZE, docs/processes.md);
+-- one a script makes is its process's own (a warning says so).
 --   local dict = require("cohost.shared").new("cache", "10m")
 --   dict:set("k", "v", 60)          -- true, nil, forcible
 --   dict:get("k")                   -- "v" (and flags when non-zero)
@@ -36,10 +39,18 @@ end
 
 -- new(name, size) -> dict: the dictionary called name, created with size
 -- bytes of capacity (8k .. 4095m) the first time any worker asks. Raises
--- on a bad name or size, or if name exists with another size.
+-- on a bad name or size, or if name exists with another size. One made by
+-- --shdict is returned whatever the size, which may then be omitted.
 function M.new(name, size)
   if type(name) ~= "string" or name == "" then
     error("bad name: non-empty string expected", 2)
+  end
+  if size == nil then
+    local d = M.get(name)
+    if not d then
+      error(("shared dict '%s': no size given, and --shdict did not make it"):format(name), 2)
+    end
+    return d
   end
   local bytes = parse_size(size)
   local d, err = core.open(name, bytes)   -- creates it, or checks the size
