@@ -1,0 +1,132 @@
+/*
+** The Lua heap cap. See lua_alloc.h and docs/limits.md.
+**
+** LuaJIT hands every allocation of a universe to one lua_Alloc with the
+** old and new block sizes, and keeps g->gc.total from the same figures, so
+** a wrapper that forwards to the original allocator and adds nsize - osize
+** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. Wrapping after
+** luaL_newstate (lua_getallocf/lua_setallocf) keeps LuaJIT's own fast
+** allocator underneath, which lua_newstate with our own would lose.
+**
+** Three rules keep the cap safe:
+**   1. Frees and shrinks always go through: LuaJIT never expects NULL
+**      there (lj_mem_realloc raises only when a growth fails).
+**   2. Only code running inside a task's protected call can be refused.
+**      cohost's own C code that prepares or cleans up after a task (a
+**      request's req and res tables, a Lua thread for a new task) runs
+**      outside any pcall: an error there would hit LuaJIT's panic and end
+**      the process, so it is never refused. It allocates little.
+**   3. After a refusal a reserve of limit/16 opens above the limit, so
+**      what runs next (pcall handlers, error handlers and their
+**      tracebacks, other connections of the worker) still gets memory; it
+**      closes once the heap is back under limit - reserve. Past limit +
+**      reserve every protected growth is refused.
+** LuaJIT raises a memory error without calling the message handler (see
+** lj_err_mem), so the task's own log line has no traceback: the refusal
+** is logged here, naming the task, once per episode.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+
+#include "host.h"
+#include "lua_alloc.h"
+
+static size_t limit = CH_LUA_ALLOC_DEFAULT;
+
+/* One wrapped universe. Touched only on its worker's thread. */
+struct heap {
+  lua_Alloc f;                  /* LuaJIT's allocator; read-only */
+  void *ud;                     /* its state; read-only */
+  size_t bytes;                 /* held now, = g->gc.total */
+  size_t limit;                 /* refusals start past this, bytes */
+  size_t reserve;               /* opened above limit after a refusal */
+  int over;                     /* a refusal happened, reserve open */
+};
+
+/* -- Settings ------------------------------------------------------------- */
+
+int ch_lua_alloc_set_limit(const char *arg)
+{
+  char *end;
+  double v = strtod(arg, &end);
+  if (end == arg || !(v >= 0)) return -1;
+  switch (*end) {
+  case 'k': case 'K': v *= 1024.0; end++; break;
+  case 'm': case 'M': v *= 1024.0 * 1024; end++; break;
+  case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+  default: break;
+  }
+  if (*end || v >= 9.0e18) return -1;
+  size_t n = (size_t)v;
+  if (n != 0 && n < CH_LUA_ALLOC_MIN) return -1;
+  limit = n;
+  return 0;
+}
+
+size_t ch_lua_alloc_limit(void)
+{
+  return limit;
+}
+
+/* -- The allocator -------------------------------------------------------- */
+
+/* Whether a growth may fail here: only inside a running task's pcall. */
+static int is_protected(void)
+{
+  struct ch_task *t = ch_task_current();
+  return t && t->status == CH_TASK_RUNNING;
+}
+
+/* Decides a growth by grow bytes that would pass h->limit: non-zero to
+** refuse it. Runs inside the allocator: no Lua here, only C. */
+static int refuse(struct heap *h, size_t grow)
+{
+  if (!is_protected()) return 0;
+  if (h->over && h->bytes + grow <= h->limit + h->reserve) return 0;
+  if (!h->over) {
+    struct ch_task *t = ch_task_current();
+    h->over = 1;
+    ch_log(CH_LOG_ERR, "%s: Lua memory limit reached (%zu MiB, --lua-memory-limit): "
+           "%zu bytes more refused with %zu in use; it fails with \"not enough memory\"",
+           t->name, h->limit >> 20, grow, h->bytes);
+  }
+  return 1;
+}
+
+static void *heap_alloc(void *ud, void *p, size_t osize, size_t nsize)
+{
+  struct heap *h = ud;
+  /* Only a growth can pass the limit; the test costs one compare. */
+  if (nsize > osize && h->bytes + (nsize - osize) > h->limit && refuse(h, nsize - osize))
+    return NULL;
+  void *r = h->f(h->ud, p, osize, nsize);
+  if (r || nsize == 0) {
+    h->bytes = h->bytes - osize + nsize;
+    if (h->over && h->bytes + h->reserve < h->limit) h->over = 0;
+  }
+  return r;
+}
+
+/* -- Wrapping ------------------------------------------------------------- */
+
+int ch_lua_alloc_wrap(lua_State *L)
+{
+  if (!limit) return 0;
+  struct heap *h = calloc(1, sizeof *h);
+  if (!h) return -1;
+  h->f = lua_getallocf(L, &h->ud);
+  h->bytes = (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+  h->limit = limit;
+  h->reserve = limit / 16;
+  lua_setallocf(L, heap_alloc, h);
+  return 0;
+}
+
+size_t ch_lua_alloc_bytes(lua_State *L)
+{
+  void *ud;
+  if (lua_getallocf(L, &ud) == heap_alloc) return ((struct heap *)ud)->bytes;
+  return (size_t)lua_gc(L, LUA_GCCOUNT, 0) * 1024 + (size_t)lua_gc(L, LUA_GCCOUNTB, 0);
+}

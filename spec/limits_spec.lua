@@ -1,0 +1,225 @@
+-- The per-worker limits (docs/limits.md): --lua-memory-limit caps a
+-- worker's Lua heap, --cpu-watchdog stops a coroutine that never yields.
+-- Every test starts build/cohost as a child process (h.start, bounded by
+-- timeout(1)) with an HTTP server on 127.0.0.1 port 0, and talks to it
+-- with plain cosockets.
+local cohost = require "cohost"
+
+local h = require "spec.helper"
+local defer = h.cleanups(after_each)
+local q = h.shell_quote
+
+-- The options exist once host/main.c passes them on (the lead wires them;
+-- see docs/limits.md). Until then every test here is pending, not passed.
+local wired
+do
+  local _, usage = h.run("--help")
+  wired = usage:find("--lua-memory-limit", 1, true) and usage:find("--cpu-watchdog", 1, true)
+end
+local it = wired and it or function(name) pending(name .. " (cohost has no --lua-memory-limit yet)") end
+
+-- The server every test runs: one worker, the handlers below, debug 500s
+-- (the error in the body). jit_off turns the JIT off before anything runs.
+local SERVER = [[
+local http = require "cohost.http"
+local cohost = require "cohost"
+local ffi = require "ffi"
+ffi.cdef "int poll(void *fds, unsigned long n, int timeout)"
+if arg[1] == "jit_off" then jit.off() end
+local function inc(n) return n + 1 end
+local handlers = {
+  ["/table"] = function() local t = {} for i = 1, 1e9 do t[i] = i end end,
+  ["/string"] = function() local s = "x" while true do s = s .. s end end,
+  ["/caught"] = function(req, res)
+    local ok, err = pcall(function() local t = {} for i = 1, 1e9 do t[i] = {} end end)
+    res:send(tostring(ok) .. " " .. tostring(err))
+  end,
+  ["/rep"] = function(req, res) res:send(#string.rep("x", 80 * 1024 * 1024)) end,
+  ["/slow"] = function(req, res)
+    cohost.sleep(0.5)
+    res:send("slow " .. #string.rep("y", 1000))
+  end,
+  ["/spin"] = function() while true do end end,
+  ["/call"] = function() local n = 0 while true do n = inc(n) end end,
+  ["/busy"] = function(req, res)
+    local t0 = os.clock()
+    while os.clock() - t0 < 2 do end
+    res:send("busy done")
+  end,
+  ["/block"] = function(req, res)
+    ffi.C.poll(nil, 0, 2500)   -- an FFI call never parks: the thread sleeps
+    res:send("block done")
+  end,
+}
+listener = http.listen("127.0.0.1:0", function(req, res)
+  local f = handlers[req.path]
+  if f then return f(req, res) end
+  res:send("ok")
+end, { debug = true })
+]]
+
+-- The line of the server script (h.server_script adds one line on top)
+-- where text first appears in SERVER.
+local function line_of(text)
+  local before = SERVER:sub(1, SERVER:find(text, 1, true))
+  local _, n = before:gsub("\n", "")
+  return n + 2
+end
+
+-- Starts cohost with opts (a string of options) on SERVER; stopped after
+-- the test.
+local function start(opts, script_arg)
+  local script = h.tmpfile(h.server_script(SERVER))
+  local p = h.start(("-w 1 %s %s %s"):format(opts, q(script), script_arg or ""), 40)
+  defer(p.stop)
+  return p
+end
+
+-- One GET on a connection of its own: status and body, or nil and the
+-- error when the connection fails or closes without an answer.
+local function get(port, path, timeout_ms)
+  local s = h.connect(port, timeout_ms or 15000)
+  assert(s:send("GET " .. path .. " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+  local data, err, partial = s:receive("*a")
+  s:close()
+  data = data or partial
+  local status = data and tonumber(data:match("^HTTP/1%.1 (%d+)"))
+  if not status then return nil, err or "no answer" end
+  return status, data:match("\r\n\r\n(.*)$")
+end
+
+-- Starts get(port, path) on a thread of its own; returns the thread.
+local function get_async(port, path)
+  return cohost.spawn(function() return { get(port, path) } end)
+end
+
+local function result(thread)
+  local ok, r = cohost.wait(thread)
+  assert(ok, r)
+  return r[1], r[2]
+end
+
+local function log(p)
+  return h.slurp(p.err)
+end
+
+describe("--lua-memory-limit", function()
+  it("fails a handler that builds a huge table with \"not enough memory\" and keeps the worker serving", function()
+    local p = start("--lua-memory-limit 64m")
+    local slow = get_async(p.port, "/slow")   -- parked while /table fails
+    cohost.sleep(0.1)
+    local status, body = get(p.port, "/table")
+    assert.equal(500, status)
+    assert.matches("not enough memory", body)
+    assert.same({ 200, "slow 1000" }, { result(slow) })
+    -- Its garbage goes with the next collections: new requests are served.
+    for _ = 1, 3 do assert.same({ 200, "ok" }, { get(p.port, "/") }) end
+    assert.same({ 200, "slow 1000" }, { get(p.port, "/slow") })
+    assert.matches("handler: Lua memory limit reached %(64 MiB, %-%-lua%-memory%-limit%)", log(p))
+    assert.is_nil(p.exited())
+  end)
+
+  it("fails a handler that doubles a string until it is too big, and the next one works", function()
+    local p = start("--lua-memory-limit 64m")
+    local status, body = get(p.port, "/string")
+    assert.equal(500, status)
+    assert.matches("not enough memory", body)
+    assert.same({ 200, "ok" }, { get(p.port, "/") })
+  end)
+
+  it("is an ordinary error to pcall, and the handler goes on with the reserve above the limit", function()
+    local p = start("--lua-memory-limit 64m")
+    assert.same({ 200, "false not enough memory" }, { get(p.port, "/caught") })
+    assert.same({ 200, "ok" }, { get(p.port, "/") })
+  end)
+
+  it("refuses an 80 MiB string under 64m and allows it with 0 (no limit)", function()
+    local capped = start("--lua-memory-limit 64m")
+    local status, body = get(capped.port, "/rep")
+    assert.equal(500, status)
+    assert.matches("not enough memory", body)
+    local free = start("--lua-memory-limit 0")
+    assert.same({ 200, tostring(80 * 1024 * 1024) }, { get(free.port, "/rep") })
+    assert.is_nil(log(free):find("memory limit", 1, true))
+  end)
+
+  it("rejects a value that is no size, or under 4m, with status 2", function()
+    for _, v in ipairs { "lots", "-1m", "64x", "1m" } do
+      local code, _, err = h.run("--lua-memory-limit " .. q(v) .. " -e ''")
+      assert.equal(2, code, v)
+      assert.matches("bad value for %-%-lua%-memory%-limit", err)
+    end
+    for _, v in ipairs { "64m", "1g", "1.5G", "8388608", "0" } do
+      assert.equal(0, (h.run("--lua-memory-limit " .. v .. " -e ''")), v)
+    end
+  end)
+end)
+
+describe("--cpu-watchdog", function()
+  -- The error the hook raises: logged by the task with its traceback, and
+  -- in the debug 500's body.
+  local function assert_stopped(p, path)
+    local slow = get_async(p.port, "/slow")   -- waits behind the spinner
+    cohost.sleep(0.1)
+    local status, body = get(p.port, path)
+    assert.equal(500, status)
+    assert.matches("cpu watchdog: ran 1s without yielding", body)
+    assert.same({ 200, "slow 1000" }, { result(slow) })
+    assert.same({ 200, "ok" }, { get(p.port, "/") })
+    local err = log(p)
+    assert.matches("worker 0: coroutine %d+ has run 1s without yielding", err)
+    -- The hook fires at whichever instruction comes next: in the handler's
+    -- line or in a function it calls, which the traceback shows called
+    -- from that line.
+    assert.matches("handler error: cpu watchdog: ran 1s without yielding\nstack traceback:\n.-:"
+                   .. line_of('["' .. path .. '"]') .. "[:>]", err)
+    assert.is_nil(p.exited())
+  end
+
+  it("stops an interpreted endless loop with an error, and the worker serves on", function()
+    assert_stopped(start("--cpu-watchdog 1", "jit_off"), "/spin")
+  end)
+
+  it("stops an interpreted endless loop of function calls the same way", function()
+    assert_stopped(start("--cpu-watchdog 1", "jit_off"), "/call")
+  end)
+
+  it("ends the process with status 87 when the loop is JIT-compiled (hooks are not checked there)", function()
+    local p = start("--cpu-watchdog 1")
+    local s = h.connect(p.port, 15000)
+    assert(s:send("GET /spin HTTP/1.1\r\nHost: x\r\n\r\n"))
+    local code, took = p.wait(15)
+    assert.equal(87, code)
+    assert.is_true(took < 15)
+    local data, _, partial = s:receive("*a")
+    assert.is_nil((data or partial or ""):match("^HTTP"), "no answer from a killed process")
+    s:close()
+    local log_text = log(p)
+    assert.matches("worker 0: coroutine %d+ has run 1s without yielding", log_text)
+    assert.matches("worker 0: coroutine %d+ still runs 1s later without yielding %(JIT%-compiled code does not check hooks%); exiting with status 87", log_text)
+  end)
+
+  it("leaves a worker blocked in a call that cannot park alone, and says so", function()
+    local p = start("--cpu-watchdog 1")
+    assert.same({ 200, "block done" }, { get(p.port, "/block") })
+    assert.matches("worker 0: coroutine %d+ has held the thread 1s without yielding, blocked in a call that cannot park", log(p))
+    assert.is_nil(log(p):find("cpu watchdog: ran", 1, true))
+  end)
+
+  it("is off with 0: a handler may run 2 s without yielding", function()
+    local p = start("--cpu-watchdog 0", "jit_off")
+    assert.same({ 200, "busy done" }, { get(p.port, "/busy") })
+    assert.equal("", log(p))
+  end)
+
+  it("rejects a value that is not a number of seconds with status 2", function()
+    for _, v in ipairs { "soon", "-1", "10s", "100000" } do
+      local code, _, err = h.run("--cpu-watchdog " .. q(v) .. " -e ''")
+      assert.equal(2, code, v)
+      assert.matches("bad value for %-%-cpu%-watchdog", err)
+    end
+    for _, v in ipairs { "0", "0.5", "10", "3600" } do
+      assert.equal(0, (h.run("--cpu-watchdog " .. v .. " -e ''")), v)
+    end
+  end)
+end)
