@@ -19,7 +19,7 @@
 ** interpreted instruction, a plain Lua error that the task logs with its
 ** traceback. Compiled code never checks hooks, so a JIT-compiled loop
 ** runs on: if the switch counter still has not moved as long again, the
-** watchdog logs and ends the process with CH_EXIT_WATCHDOG.
+** watchdog logs and ends the process with CH_WATCHDOG_EXIT.
 ** Nothing else can stop a thread mid-trace safely.
 */
 #include <errno.h>
@@ -57,6 +57,7 @@ struct slot {
   _Atomic uint64_t target_switches;    /* the counter it was stuck at */
   /* The worker thread's own: the signal handler and the hook. */
   struct ch_coro *victim;       /* whom the installed hook is for */
+  uint64_t victim_switches;     /* the switch counter when it went in */
   lua_Hook old_hook;            /* the hook it displaced, restored after */
   int old_mask, old_count;
 };
@@ -100,9 +101,10 @@ static void on_hook(lua_State *L, lua_Debug *ar)
   struct ch_coro *victim = s->victim;
   s->victim = NULL;
   lua_sethook(L, s->old_hook, s->old_mask, s->old_count);
-  /* The coroutine may have yielded since (the signal raced a switch):
-  ** then whoever runs now is innocent. */
-  if (!victim || ch_current() != victim) return;
+  /* A switch since the hook went in (the stall ended inside C code)
+  ** makes whoever runs now innocent, the victim included. */
+  struct ch_sched *sch = ch_sched_tls;
+  if (!victim || !sch || sch->current != victim || sch->switches != s->victim_switches) return;
   lua_pushfstring(L, "cpu watchdog: ran %ss without yielding", limit_text);
   lua_error(L);
 }
@@ -123,6 +125,7 @@ static void on_signal(int sig)
     s->old_mask = lua_gethookmask(s->L);
     s->old_count = lua_gethookcount(s->L);
     s->victim = target;
+    s->victim_switches = sch->switches;
     lua_sethook(s->L, on_hook, LUA_MASKCOUNT, 1);
   }
   errno = saved;
@@ -179,8 +182,8 @@ static void check(struct slot *s, uint64_t now, uint64_t period_ns)
   /* No stdio flush: the stuck thread may hold a FILE lock forever. */
   ch_log(CH_LOG_ERR, "worker %d: coroutine %d still runs %ss later without yielding "
          "(JIT-compiled code does not check hooks); exiting with status %d",
-         id, coro, limit_text, CH_EXIT_WATCHDOG);
-  _exit(CH_EXIT_WATCHDOG);
+         id, coro, limit_text, CH_WATCHDOG_EXIT);
+  _exit(CH_WATCHDOG_EXIT);
 }
 
 static void *watch_main(void *arg)

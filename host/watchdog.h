@@ -15,7 +15,7 @@
 
 /* Exit status of a process the watchdog ended; CH_EXIT_STACK_OVERFLOW (86)
 ** is the runtime's. */
-#define CH_EXIT_WATCHDOG 87
+#define CH_WATCHDOG_EXIT 87
 
 /* The signal that carries the hook to a stuck worker's thread: SIGURG,
 ** which nothing in cohost uses for its purpose (out-of-band data) and
