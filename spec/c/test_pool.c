@@ -42,8 +42,9 @@ static void test_pool_call_runs_a_blocking_function_without_blocking_others(
   assert_int_not_equal(c.job.ran_on, main_tid);  /* ran on a pool thread */
   assert_true(c.ms >= 199.0);                     /* returned when fn was done */
   assert_true(c.ms < 2000.0);
-  /* 10 ms ticks during a 200 ms call: about 20 if the loop stayed free. */
-  if (tk.ticks < 10) fail_msg("ticker ticked %d times: the thread blocked", tk.ticks);
+  /* 10 ms ticks during a 200 ms call: about 20 if the loop stayed free,
+  ** a few on a loaded 2-core machine, 0 if the thread blocked. */
+  if (tk.ticks < 3) fail_msg("ticker ticked %d times: the thread blocked", tk.ticks);
 }
 
 static void test_pool_call_outside_a_coroutine_runs_inline(void **state) {
