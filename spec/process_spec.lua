@@ -32,13 +32,20 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
   elseif req.path == "/incr" then
     local n = assert(shared.get("hits"):incr("n", 1, 0))
     return res:send(who() .. " n=" .. n)
-  elseif req.path == "/lock" then
+  elseif req.path == "/lock" or req.path == "/lock-damage" then
     local ffi = require "ffi"
-    pcall(ffi.cdef, "int pthread_mutex_lock(void *m);")
     -- The dict object holds a struct dict *, whose second field is the
-    -- store; the store begins with its mutex (host/lib_shdict.c).
+    -- store; the store begins with its mutex, then (host/lib_shdict.c):
+    local mutex_size = jit.arch == "x64" and 40 or 48   -- glibc's pthread_mutex_t
+    ffi.cdef("int pthread_mutex_lock(void *m);" ..
+             "typedef struct { char lock[" .. mutex_size .. "]; char name[64]; uint64_t seed;" ..
+             " uint32_t size, nbuckets, buckets, arena, arena_end, lru_head, lru_tail, count; } spec_store;")
     local store = ffi.cast("void ***", shared.get("hits"))[0][1]
     assert(ffi.C.pthread_mutex_lock(store) == 0)
+    if req.path == "/lock-damage" then   -- as if killed mid-update
+      local st = ffi.cast("spec_store *", store)
+      st.count = st.count + 1
+    end
     res:send(who() .. " locked")
     return cohost.sleep(60)
   end
@@ -54,9 +61,26 @@ end
 ]]):format(answer, mark or "/dev/null", tostring(slow or 0))
 end
 
+-- A port below the kernel's ephemeral range (32768 and up) that nothing
+-- listens on now. The servers here need a fixed port (a restarted or new
+-- worker binds it again), and h.free_port's comes from the ephemeral range,
+-- where a listener of a spec running beside this one, bound to port 0 with
+-- SO_REUSEPORT as cohost's are, could end up sharing it.
+local function fixed_port()
+  for _ = 1, 100 do
+    local port = math.random(20000, 32000)
+    local s = cohost.tcp()
+    s:settimeout(1000)
+    local ok = s:connect("127.0.0.1", port)
+    s:close()
+    if not ok then return port end
+  end
+  error("no free port")
+end
+
 -- Starts `cohost opts script` on a free port; stopped after the test.
 local function start(opts, path)
-  local port = h.free_port()
+  local port = fixed_port()
   local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
   defer(p.stop)
   return p
@@ -105,6 +129,19 @@ local function wait_for(pred, limit)
   return false
 end
 
+-- Waits until n distinct worker processes have answered on port (they
+-- start one by one; h.start waited for the first only).
+local function wait_up(port, n)
+  local pids, count = {}, 0
+  local t0 = cohost.monotonic()
+  while count < n and cohost.monotonic() - t0 < 20 do
+    local ok, status, _, body = pcall(get, port, "/")
+    local pid = ok and status == 200 and body:match("pid=(%d+)")
+    if pid and not pids[pid] then pids[pid], count = true, count + 1 end
+  end
+  assert(count == n, ("%d of %d worker processes answered"):format(count, n))
+end
+
 local function alive(pid)
   return os.execute(("kill -0 %d 2>/dev/null"):format(pid)) == 0
 end
@@ -128,8 +165,9 @@ describe("--processes", function()
 
   it("gives every thread of every process its own worker id", function()
     local p = start("--processes 2 -w 2", h.tmpfile(script("v1")))
+    wait_up(p.port, 2)
     local ids, pids = {}, {}
-    for _ = 1, 400 do
+    for _ = 1, 1000 do
       local status, _, body = get(p.port, "/")
       assert.equal(200, status)
       local id, count, pid = body:match("id=(%d+) count=(%d+) pid=(%d+)")
@@ -170,6 +208,7 @@ end)
 describe("--shdict", function()
   it("is one store for every process: incr from all of them adds up", function()
     local p = start("--processes 2 --shdict hits:1m", h.tmpfile(script("v1")))
+    wait_up(p.port, 2)
     local pids, seen = {}, {}
     h.run_all(4, function()
       for _ = 1, 50 do
@@ -199,6 +238,21 @@ describe("--shdict", function()
     assert.equal("65536\ttrue\ttrue\nfalse\tshared dict 'other': no size given, and --shdict did not make it\n", out)
   end)
 
+  it("is checked, found damaged and emptied after a holder died mid-update", function()
+    local p = start("--processes 1 --shdict hits:1m", h.tmpfile(script("v1")))
+    local _, _, body = get(p.port, "/incr")
+    assert.matches("n=1$", body)
+    _, _, body = get(p.port, "/lock-damage")
+    local pid = tonumber(body:match("pid=(%d+) locked$"))
+    assert.truthy(pid, body)
+    os.execute("kill -KILL " .. pid)
+    local after = until_body(p.port, "/incr", function(b) return not b:find("pid=" .. pid .. " ") end)
+    assert.truthy(after, "the dict hangs after its lock holder died")
+    assert.matches("n=1$", after)   -- counted afresh in the emptied store
+    assert.truthy(h.slurp(p.err):find("shared dict 'hits': a process died holding its lock and left it damaged (LRU list ends): every entry was dropped", 1, true),
+                  h.slurp(p.err))
+  end)
+
   it("stays usable after a process is killed holding its lock", function()
     local p = start("--processes 1 --shdict hits:1m", h.tmpfile(script("v1")))
     local _, _, body = get(p.port, "/incr")
@@ -208,7 +262,7 @@ describe("--shdict", function()
     assert.truthy(pid, body)
     os.execute("kill -KILL " .. pid)
     local after = until_body(p.port, "/incr", function(b) return not b:find("pid=" .. pid .. " ") end)
-    assert.truthy(after, "the dict hangs after its lock holder died")
+    assert.truthy(after, "the dict hangs after its lock holder died: " .. h.slurp(p.err))
     assert.matches("n=2$", after)
     assert.truthy(h.slurp(p.err):find("shared dict 'hits': a process died holding its lock; the store checked intact", 1, true),
                   h.slurp(p.err))
@@ -222,6 +276,7 @@ describe("SIGHUP", function()
     defer(function() os.remove(mark) end)
     local path = h.tmpfile(script("old", mark, 1.5))
     local p = start("--processes 2", path)
+    wait_up(p.port, 2)
     -- An idle keep-alive connection and a request in flight, both on old workers.
     local idle = h.connect(p.port, 5000)
     local status, headers, body = get(p.port, "/", idle)
