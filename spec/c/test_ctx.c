@@ -228,6 +228,11 @@ static void fpu_compute_co(void *arg) {
 
 static void test_rounding_mode_in_effect_follows_the_context(void **state) {
   (void)state;
+  /* Valgrind keeps the MXCSR and x87 control bits (the test above passes
+  ** under it) but computes every SSE and x87 result rounded to nearest, so
+  ** no rounding mode is ever in effect there. */
+  TH_SKIP_UNDER_VALGRIND("SSE/x87 arithmetic always rounds to nearest on "
+                         "valgrind's CPU, whatever MXCSR says");
   uint32_t mxcsr0 = get_mxcsr();
   uint16_t cw0 = get_x87cw();
   void *stack = stack_new();

@@ -28,6 +28,10 @@ static uint32_t rng(void) {
 /* -- 1,000,000 timers --------------------------------------------------------- */
 
 #define NTIMERS 1000000
+/* Under valgrind a million timers take minutes on a loaded machine; a
+** tenth still makes a heap far out of cache, with every path exercised. */
+#define NTIMERS_VALGRIND 100000
+static uint32_t ntimers;  /* NTIMERS, or NTIMERS_VALGRIND under valgrind */
 
 static struct item *items;
 static size_t nfired, cancelled_fired, double_fired, early, order_errors;
@@ -49,7 +53,7 @@ static void million_cb(struct ch_timer *t) {
   nfired++;
   /* Every 7th firing also stops a timer that is still armed, exercising
   ** removal from the middle of a large heap while it drains. */
-  if (it->idx % 7 == 0 && it->idx + 1 < NTIMERS) {
+  if (it->idx % 7 == 0 && it->idx + 1 < ntimers) {
     struct item *next = &items[it->idx + 1];
     if (!next->fired && !next->cancelled) {
       ch_timer_stop(&next->t);
@@ -61,25 +65,30 @@ static void million_cb(struct ch_timer *t) {
 static void test_million_timers_fire_in_deadline_order_and_cancelled_never_fire(
     void **state) {
   (void)state;
-  items = calloc(NTIMERS, sizeof *items);
+  ntimers = NTIMERS;
+  if (th_under_valgrind()) {
+    ntimers = NTIMERS_VALGRIND;
+    printf("under valgrind: %u timers, not %u (50x slowdown)\n", ntimers, NTIMERS);
+  }
+  items = calloc(ntimers, sizeof *items);
   assert_non_null(items);
   nfired = cancelled_fired = double_fired = early = order_errors = 0;
   last_when = last_seq = 0;
   rng_state = 2463534242u;
 
-  for (uint32_t i = 0; i < NTIMERS; i++) {
+  for (uint32_t i = 0; i < ntimers; i++) {
     items[i].idx = i;
     /* Random deadlines 0..200 ms: many land in the same millisecond. */
     int rc = ch_timer_start(&items[i].t, (int64_t)(rng() % 201), million_cb);
     if (rc != 0) fail_msg("ch_timer_start #%u: %d", i, rc);
   }
   /* seq records start order. */
-  for (uint32_t i = 1; i < NTIMERS; i++)
+  for (uint32_t i = 1; i < ntimers; i++)
     if (items[i].t.seq <= items[i - 1].t.seq)
       fail_msg("seq not increasing at %u", i);
   /* Every 3rd is stopped before it can fire. */
   size_t stopped = 0;
-  for (uint32_t i = 0; i < NTIMERS; i += 3) {
+  for (uint32_t i = 0; i < ntimers; i += 3) {
     ch_timer_stop(&items[i].t);
     items[i].cancelled = 1;
     stopped++;
@@ -87,14 +96,14 @@ static void test_million_timers_fire_in_deadline_order_and_cancelled_never_fire(
   }
   struct ch_stats st;
   assert_int_equal(ch_stats(&st), 0);
-  assert_int_equal(st.timers, NTIMERS - stopped);
+  assert_int_equal(st.timers, ntimers - stopped);
 
   double t0 = th_now_ms();
   th_run();  /* armed timers keep ch_run running; it returns when all fired */
   double ms = th_now_ms() - t0;
 
   size_t cancelled = 0, missing = 0, armed = 0;
-  for (uint32_t i = 0; i < NTIMERS; i++) {
+  for (uint32_t i = 0; i < ntimers; i++) {
     if (items[i].cancelled) cancelled++;
     else if (!items[i].fired) missing++;
     if (items[i].t.heap_index != 0) armed++;
@@ -103,7 +112,7 @@ static void test_million_timers_fire_in_deadline_order_and_cancelled_never_fire(
   assert_int_equal(cancelled_fired, 0);
   assert_int_equal(double_fired, 0);
   assert_int_equal(missing, 0);
-  assert_int_equal(nfired + cancelled, NTIMERS);
+  assert_int_equal(nfired + cancelled, ntimers);
   assert_int_equal(order_errors, 0);
   assert_int_equal(early, 0);
   assert_int_equal(armed, 0);
@@ -285,23 +294,49 @@ static void test_sleep_ms_zero_yields(void **state) {
   assert_string_equal(zero_order, "ababab");
 }
 
-static int wake_order[100];
-static int nwake;
+/* Sleeper i asks to wake at base + (100 - i) * 2 ms, so the last spawned
+** wakes first. The deadlines hang off one base time, not off the moment
+** each sleeper happens to run: sleeping (100 - i) * 2 ms from "now" makes
+** the expected order depend on every sleeper starting within 2 ms of the
+** previous one, which a first run on a fresh stack does not promise (and
+** valgrind's slowdown broke). All sleepers first start and yield; the
+** first to see them all started fixes the base STAGGER_LEAD_MS ahead, and
+** in the next pass each sleeps the rest of the way to its own deadline.
+** ch_sleep_ms rounds up to whole ms, so a sleeper's real deadline lies
+** within 1 ms after the one asked for (plus the few us between reading
+** the clock here and in the runtime): 2 ms apart, the order holds. */
+#define NSTAGGER 100
+#define STAGGER_LEAD_MS 50   /* one pass of 100 short coroutines: ~10 us
+                             ** natively, well under 10 ms on valgrind */
+static int wake_order[NSTAGGER];
+static int nwake, nstarted, nlate;
+static uint64_t stagger_base_ns;
 
 static void staggered_sleeper(void *arg) {
   int i = (int)(intptr_t)arg;
-  ch_sleep_ms((100 - i) * 2);  /* the last spawned wakes first */
-  if (nwake < 100) wake_order[nwake++] = i;
+  nstarted++;
+  while (nstarted < NSTAGGER) ch_yield();
+  if (!stagger_base_ns) stagger_base_ns = ch_now_ns() + STAGGER_LEAD_MS * 1000000ull;
+  uint64_t deadline = stagger_base_ns + (uint64_t)(NSTAGGER - i) * 2000000u;
+  uint64_t now = ch_now_ns();
+  /* The lead was gone before this one slept: the order below could not
+  ** tell the runtime's fault from this test's, so say so instead. */
+  if (now >= deadline) nlate++;
+  else CHECK_EQ(ch_sleep_ms((int64_t)((deadline - now + 999999) / 1000000)), 0);
+  if (nwake < NSTAGGER) wake_order[nwake++] = i;
 }
 
 static void test_sleepers_wake_in_deadline_order(void **state) {
   (void)state;
-  nwake = 0;
-  for (int i = 0; i < 100; i++)
+  nwake = nstarted = nlate = 0;
+  stagger_base_ns = 0;
+  for (int i = 0; i < NSTAGGER; i++)
     assert_true(ch_spawn(staggered_sleeper, (void *)(intptr_t)i) > 0);
   th_run();
-  assert_int_equal(nwake, 100);
-  for (int k = 0; k < 100; k++) assert_int_equal(wake_order[k], 99 - k);
+  if (nlate) fail_msg("%d sleepers ran past their deadline before sleeping: "
+                      "the %d ms lead was too short here", nlate, STAGGER_LEAD_MS);
+  assert_int_equal(nwake, NSTAGGER);
+  for (int k = 0; k < NSTAGGER; k++) assert_int_equal(wake_order[k], NSTAGGER - 1 - k);
 }
 
 static void test_sleep_ms_outside_a_coroutine_sleeps_the_thread(void **state) {
