@@ -267,8 +267,13 @@ static void describe(int st, char *buf, size_t n)
   }
 }
 
-static void child_ended(struct child *c, int st)
+/* kids[k] was reaped: it leaves the table first, so nothing below signals
+** its pid again (which the kernel may already have given to another
+** process). */
+static void child_ended(int k, int st)
 {
+  struct child dead = kids[k], *c = &dead;
+  kids[k] = kids[--nkids];
   char why[96];
   describe(st, why, sizeof why);
   int clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
@@ -301,7 +306,6 @@ static void child_ended(struct child *c, int st)
     ch_log(CH_LOG_WARN, "master: worker process %d (pid %d) %s; restarting it in %.1f s",
            i, (int)c->pid, why, delay / 1000.0);
   }
-  *c = kids[--nkids];
 }
 
 static void reap(void)
@@ -311,7 +315,7 @@ static void reap(void)
   while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
     for (int i = 0; i < nkids; i++)
       if (kids[i].pid == pid) {
-        child_ended(&kids[i], st);
+        child_ended(i, st);
         break;
       }
 }
