@@ -564,6 +564,7 @@ static void *signal_main(void *p)
       fprintf(stderr, "cohost: second signal %d, exiting now\n", sig);
       ch_worker_exit(1);
     }
+    ch_master_draining();   /* a master starts a replacement for us */
     pthread_mutex_lock(&workers_lock);
     for (int i = 0; i < ch_opts.threads; i++)
       if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);

@@ -14,8 +14,12 @@
 **                           the old ones keep serving;
 **   SIGTERM, SIGINT         SIGTERM to every worker (they drain within
 **                           --shutdown-timeout), exit when all are gone;
-**   a second one, SIGQUIT   SIGQUIT to every worker (they exit at once).
+**   a second one, SIGQUIT   SIGQUIT to every worker (they exit at once);
+**   SIGTERM to one worker   it drains, and a replacement starts at once.
 **
+** Each worker keeps a pipe to the master and writes one byte on it when
+** its script has started (MSG_STARTED) and one when a signal told it to
+** drain (MSG_DRAINING); EOF means it ended.
 ** A worker that outlives its drain by KILL_GRACE_MS gets SIGKILL. The
 ** master is one thread with one poll loop; it forks before any other
 ** thread exists and never runs Lua, so nothing it holds is half-changed
@@ -48,14 +52,15 @@
 #define KILL_GRACE_MS 5000      /* past --shutdown-timeout, then SIGKILL */
 #define QUIT_GRACE_MS 1000      /* past SIGQUIT, then SIGKILL */
 
+enum { MSG_STARTED = 1, MSG_DRAINING = 2 };   /* bytes on a worker's pipe */
+
 enum role { CURRENT, NEXT, OLD };   /* serving; a reload's, not yet
                                     ** started; draining */
 
 struct child {
   pid_t pid;
   int index;                    /* 0 .. processes-1 */
-  int ready_fd;                 /* read end of its start pipe; -1 once
-                                ** started or closed */
+  int ready_fd;                 /* read end of its pipe; -1 at EOF */
   uint8_t role;                 /* enum role */
   uint8_t started;              /* its main chunk returned everywhere */
   uint8_t first;                /* of the first generation: dying before
@@ -72,7 +77,7 @@ static int stopping;            /* 0; 1 draining; 2 stopping at once */
 static int status;              /* the master's exit code once stopping */
 static int sig_pipe[2] = { -1, -1 };
 static pid_t master_pid;
-static int ready_wfd = -1;      /* in a worker: its start pipe's write end */
+static int ready_wfd = -1;      /* in a worker: its pipe's write end */
 static int my_index;            /* in a worker: its index */
 
 static uint64_t now_ms(void)
@@ -255,6 +260,21 @@ static void abort_reload(void)
     }
 }
 
+/* Worker c says a signal told it to drain. Unless the master did that
+** (a reload, a stop), someone recycles it: a replacement starts now, and c
+** is old. Returns 1 in the replacement. */
+static int worker_draining(struct child *c)
+{
+  if (stopping || c->role != CURRENT) return 0;
+  c->role = OLD;
+  c->kill_ms = drain_deadline();
+  int index = c->index;
+  restart_ms[index] = 0;
+  ch_log(CH_LOG_NOTICE, "master: worker process %d (pid %d) drains on a signal of its own; "
+         "starting a replacement", index, (int)c->pid);
+  return spawn(index, CURRENT, 0);   /* may move kids: c is not used again */
+}
+
 /* "exited with code 3" or "was killed by signal SIGKILL". */
 static void describe(int st, char *buf, size_t n)
 {
@@ -403,8 +423,9 @@ int ch_master_run(void)
   master_pid = getpid();
   restart_ms = calloc((size_t)n, sizeof *restart_ms);
   backoff_ms = calloc((size_t)n, sizeof *backoff_ms);
-  struct pollfd *fds = calloc((size_t)(3 * n + 1), sizeof *fds);
-  if (!restart_ms || !backoff_ms || !fds) {
+  struct pollfd *fds = NULL;
+  int *map = NULL, fds_cap = 0;
+  if (!restart_ms || !backoff_ms) {
     fprintf(stderr, "cohost: master: no memory\n");
     exit(1);
   }
@@ -424,12 +445,20 @@ int ch_master_run(void)
       fflush(NULL);
       _exit(status);
     }
-    /* The signal pipe, then each child's start pipe (at most three
-    ** generations live at once: old, current and next). */
-    int nfds = 0, map[3 * n + 1];
+    /* The signal pipe, then each child's pipe. */
+    if (fds_cap < nkids + 1) {   /* one per child, plus the signal pipe */
+      fds_cap = nkids + 1;
+      fds = realloc(fds, (size_t)fds_cap * sizeof *fds);
+      map = realloc(map, (size_t)fds_cap * sizeof *map);
+      if (!fds || !map) {
+        fprintf(stderr, "cohost: master: no memory\n");
+        _exit(1);
+      }
+    }
+    int nfds = 0;
     fds[nfds].fd = sig_pipe[0];
     fds[nfds++].events = POLLIN;
-    for (int i = 0; i < nkids && nfds < 3 * n + 1; i++)
+    for (int i = 0; i < nkids; i++)
       if (kids[i].ready_fd >= 0) {
         map[nfds] = i;
         fds[nfds].fd = kids[i].ready_fd;
@@ -439,10 +468,21 @@ int ch_master_run(void)
     for (int j = 1; j < nfds; j++) {
       if (!fds[j].revents) continue;
       struct child *c = &kids[map[j]];
-      char b;
-      if (read(c->ready_fd, &b, 1) == 1) c->started = 1;
-      close(c->ready_fd);   /* one byte, or EOF: it ended */
-      c->ready_fd = -1;
+      unsigned char msg[8];
+      ssize_t got = read(c->ready_fd, msg, sizeof msg);
+      if (got <= 0) {   /* EOF: it ended (reap() says how) */
+        close(c->ready_fd);
+        c->ready_fd = -1;
+        continue;
+      }
+      for (ssize_t m = 0; m < got; m++) {
+        if (msg[m] == MSG_STARTED) {
+          c->started = 1;
+        } else if (msg[m] == MSG_DRAINING) {
+          if (worker_draining(c)) return my_index;
+          break;   /* it may have moved kids; nothing follows a drain */
+        }
+      }
     }
     if (fds[0].revents) {
       unsigned char sigs[64];
@@ -453,12 +493,21 @@ int ch_master_run(void)
   }
 }
 
-void ch_master_ready(void)
+/* One byte to the master; raw, so a signal thread or a coroutine may
+** call it (never parks). A master gone away: EPIPE, ignored. */
+static void tell_master(unsigned char b)
 {
   if (ready_wfd < 0) return;
-  unsigned char b = 1;
   long r = syscall(SYS_write, ready_wfd, &b, 1);
   (void)r;
-  syscall(SYS_close, ready_wfd);
-  ready_wfd = -1;
+}
+
+void ch_master_ready(void)
+{
+  tell_master(MSG_STARTED);
+}
+
+void ch_master_draining(void)
+{
+  tell_master(MSG_DRAINING);
 }

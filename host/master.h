@@ -18,4 +18,9 @@ int ch_master_run(void);
 ** and never yields (a raw write). */
 void ch_master_ready(void);
 
+/* A worker process says a signal (SIGTERM, SIGINT) told it to drain: if
+** the master did not send it, the master starts a replacement at once.
+** Same rules as ch_master_ready. */
+void ch_master_draining(void);
+
 #endif
