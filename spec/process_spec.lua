@@ -23,7 +23,8 @@ local shared = require "cohost.shared"
 local port, answer, mark, slow = tonumber(arg[1]), %q, %q, %s
 local function who()
   local pid = io.open("/proc/self/stat"):read("*n")
-  return ("%%s id=%%d count=%%d pid=%%d"):format(answer, cohost.worker_id(), cohost.worker_count(), pid)
+  return ("%%s id=%%d count=%%d cpu=%%s pid=%%d"):format(answer, cohost.worker_id(), cohost.worker_count(),
+                                                    tostring(cohost.worker_cpu()), pid)
 end
 assert(http.listen("127.0.0.1:" .. port, function(req, res)
   if req.path == "/slow" then
@@ -170,7 +171,7 @@ describe("--processes", function()
     for _ = 1, 1000 do
       local status, _, body = get(p.port, "/")
       assert.equal(200, status)
-      local id, count, pid = body:match("id=(%d+) count=(%d+) pid=(%d+)")
+      local id, count, pid = body:match("id=(%d+) count=(%d+) cpu=%S+ pid=(%d+)")
       assert.equal("4", count)
       ids[tonumber(id)], pids[pid] = true, true
       if ids[0] and ids[1] and ids[2] and ids[3] then break end
@@ -182,6 +183,31 @@ describe("--processes", function()
       assert.not_equal(tostring(p.pid), pid, "the master served a request")
     end
     assert.equal(2, n)
+  end)
+
+  it("--cpu-affinity pins worker id i of any process to the i-th CPU of the list", function()
+    local cpus = {}
+    local f = assert(io.popen("taskset -pc $$ 2>/dev/null"))
+    local list = (f:read("*a") or ""):match(": ([%d,-]+)")
+    f:close()
+    for part in (list or ""):gmatch("[^,]+") do
+      local lo, hi = part:match("^(%d+)-(%d+)$")
+      for c = tonumber(lo or part), tonumber(hi or part) do cpus[#cpus + 1] = c end
+    end
+    if #cpus < 2 then
+      pending("needs two CPUs")
+      return
+    end
+    local p = start(("--processes 2 --cpu-affinity %d,%d"):format(cpus[2], cpus[1]), h.tmpfile(script("v1")))
+    wait_up(p.port, 2)
+    local seen = {}
+    for _ = 1, 1000 do
+      local _, _, body = get(p.port, "/")
+      local id, cpu = body:match("id=(%d+) count=2 cpu=(%d+)")
+      seen[tonumber(id)] = tonumber(cpu)
+      if seen[0] and seen[1] then break end
+    end
+    assert.same({ [0] = cpus[2], [1] = cpus[1] }, seen)
   end)
 
   it("restarts a worker killed with SIGKILL and logs the signal", function()
@@ -217,7 +243,7 @@ describe("--processes", function()
     assert.truthy(again, "no replacement answered")
     local rest = assert(slow:receive("*a"))
     assert.truthy(rest:find("Connection: close", 1, true), rest)
-    assert.truthy(rest:find("\r\n\r\nv1 id=0 count=1 pid=" .. pid, 1, true), rest)
+    assert.truthy(rest:find("\r\n\r\nv1 id=0 count=1 cpu=%d+ pid=" .. pid .. "$"), rest)
     assert.is_true(wait_for(function()
       return h.slurp(p.err):find(("old worker process 0 (pid %d) exited with code 0"):format(pid), 1, true)
     end), h.slurp(p.err))
