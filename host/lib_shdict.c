@@ -1255,8 +1255,9 @@ const char *ch_shdict_create(const char *name, long size)
 }
 
 /* open(name, bytes) -> dict: the store called name, made with bytes of
-** capacity on first use; or nil, err if it exists with another size, or if
-** the size is out of range or cannot be mapped (the Lua face raises). */
+** capacity on first use (one --shdict made is returned whatever bytes
+** says); or nil, err if it exists with another size, or if the size is
+** out of range or cannot be mapped (the Lua face raises). */
 static int l_open(lua_State *L)
 {
   size_t nlen;
