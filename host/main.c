@@ -464,6 +464,10 @@ static void main_task(void *p)
     ch_master_ready();   /* the master may now drain the old workers */
   if (t->status != CH_TASK_DONE) {
     exit_code = 1;
+    /* A worker process whose script failed (the error is logged) is no
+    ** use to its master half-started: it ends, and the master restarts
+    ** it, or abandons the reload or the start that made it. */
+    if (ch_opts.processes) ch_worker_exit(1);
     ch_worker_shutdown(w);
   } else if (status_addr && w->id == 0 && ch_stats_endpoint_start(w, status_addr) < 0) {
     ch_worker_exit(1);   /* the reason was logged; asked for, so fatal */

@@ -213,7 +213,8 @@ static void start_stop(int at_once)
     return;
   }
   stopping = 1;
-  ch_log(CH_LOG_NOTICE, "master: draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
+  if (nkids)
+    ch_log(CH_LOG_NOTICE, "master: draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
   signal_all(SIGTERM, drain_deadline(), 1);   /* the old ones drain already */
 }
 

@@ -257,6 +257,14 @@ describe("--processes", function()
     assert.equal(1, code)
     assert.truthy(err:find("no good", 1, true), err)
     assert.truthy(err:find("before it started; stopping", 1, true), err)
+    -- One thread of two failing is enough: the process ends at once.
+    local one = h.tmpfile([[
+if require("cohost").worker_id() == 1 then error("thread one fails") end
+require("cohost.http").listen("127.0.0.1:0", function(_, res) res:send("x") end)
+]])
+    code, _, err = h.run("--processes 1 -w 2 " .. q(one), { limit = 10 })
+    assert.equal(1, code)
+    assert.truthy(err:find("thread one fails", 1, true), err)
   end)
 end)
 
