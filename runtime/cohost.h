@@ -115,8 +115,9 @@ struct ch_watch {
 ** edge-triggered: watch it only after a call on it said EAGAIN (or on a
 ** new fd, whose first registration reports its current state). cb must
 ** not yield; it may spawn, unwatch w, or watch w again. A watch does not
-** keep ch_run running. Returns 0, -EBUSY if w is armed, -EPERM if epoll
-** refuses fd, -ENOMEM. */
+** keep ch_run running. In COPY stack mode w must not be on a coroutine's
+** stack. Returns 0, -EBUSY if w is armed, -EPERM if epoll refuses fd,
+** -ENOMEM. */
 int ch_watch_fd(struct ch_watch *w, int fd, int events,
                 void (*cb)(struct ch_watch *w, int revents));
 
@@ -173,10 +174,46 @@ int ch_cancelled(const struct ch_coro *c);
 ** before and after a call to tell whether cancellation cut it short. */
 unsigned ch_cancel_hits(const struct ch_coro *c);
 
+/* -- Stack modes --------------------------------------------------------- */
+
+/* Where a scheduler's coroutines keep their stacks (docs/stacks.md).
+** SEPARATE: each coroutine owns an mmap'd stack (ch_set_stack_size) for its
+** whole life; a switch is a register swap. COPY: the coroutines run on one
+** shared stack (one per stack size in use); a coroutine that gives way to
+** another has the used part of the shared stack, from its saved stack
+** pointer to the top, copied to a heap buffer sized to fit, and copied
+** back before it runs again. A parked coroutine then costs what it really
+** uses (a few hundred bytes for a shallow park) instead of whole pages,
+** and each switch between two coroutines costs two copies. In COPY mode no
+** other coroutine, the loop, a timer or watch callback or a pool thread may
+** touch memory on a parked coroutine's stack: see docs/stacks.md for what
+** the runtime moved off the stack and what embedders must do. */
+enum { CH_STACK_SEPARATE = 0, CH_STACK_COPY = 1 };
+
+/* Sets this thread's scheduler's stack mode (CH_STACK_*). A new scheduler
+** takes it from the environment variable CH_STACK_MODE ("copy" or
+** "separate"; unset or empty: separate; any other value panics, as does
+** "copy" in an ASan build, whose fiber annotations assume separate
+** stacks). Returns 0, -EINVAL for another mode, -EBUSY while coroutines of
+** this scheduler are alive, -ENOTSUP for COPY under ASan (CH_ASAN). */
+int ch_sched_set_stack_mode(int mode);
+
+/* This thread's scheduler's stack mode, CH_STACK_*, or -errno when the
+** scheduler cannot be created. */
+int ch_sched_stack_mode(void);
+
+/* Bytes of c's stack saved to the heap now: 0 in SEPARATE mode, and for a
+** coroutine whose frames are on the shared stack (the running one, and
+** the last one that ran there: saving is lazy, done only when another
+** coroutine needs the stack). */
+size_t ch_coro_saved_bytes(const struct ch_coro *c);
+
 /* -- Per-coroutine settings ---------------------------------------------- */
 
 /* Stack size for coroutines spawned from now on by this thread, rounded up
-** to pages; 0 restores the default (256 KiB). Minimum 16 KiB. */
+** to pages; 0 restores the default (256 KiB). Minimum 16 KiB. In COPY mode
+** it is the size of the shared stack they run on (one per size in use, 4
+** sizes at most per thread). */
 int ch_set_stack_size(size_t bytes);
 
 /* An opaque pointer the embedder keeps per coroutine (the Lua host keeps the
@@ -201,7 +238,8 @@ void ch_set_resume_hook(void (*hook)(struct ch_coro *c));
 /* -- Timers -------------------------------------------------------------- */
 
 /* A timer embedded in the caller's own struct. Callbacks run on the
-** scheduler's own stack between coroutines and must not yield. */
+** scheduler's own stack between coroutines and must not yield. In COPY
+** stack mode the struct must not be on a coroutine's stack. */
 struct ch_timer {
   uint64_t when_ns;               /* deadline, CLOCK_MONOTONIC ns; read-only */
   uint64_t seq;                   /* start order, breaks ties; read-only */
@@ -239,7 +277,12 @@ int ch_post(struct ch_sched *s, void (*fn)(void *), void *arg);
 ** done, parking only this coroutine meanwhile: for calls that cannot be
 ** made non-blocking (getaddrinfo, fsync, regular-file I/O). Outside a
 ** coroutine fn runs inline. Returns 0 (fn done) or -ENOMEM; not
-** cancellable, since fn cannot be interrupted. */
+** cancellable, since fn cannot be interrupted. In COPY stack mode the pool
+** thread must not touch the caller's stack, which another coroutine may
+** be using meanwhile: arg and everything fn reads or writes through it
+** must be on the heap. An arg that points into the shared stack is run
+** inline instead (blocking the thread, but correct); pointers inside arg
+** cannot be checked. */
 int ch_pool_call(void (*fn)(void *), void *arg);
 
 /* -- Statistics ---------------------------------------------------------- */
@@ -256,6 +299,12 @@ struct ch_stats {
   uint64_t stack_bytes;    /* address space of all stacks of this thread */
   uint64_t prio_ready[3];  /* queued to run, by class (CH_PRIO_*) */
   uint64_t prio_runs[3];   /* coroutines switched into, by class */
+  uint64_t stack_mode;     /* CH_STACK_SEPARATE or CH_STACK_COPY */
+  uint64_t saved_bytes;    /* COPY: stack bytes of parked coroutines saved
+                           ** to the heap now (their idle stack memory) */
+  uint64_t saved_alloc;    /* COPY: heap bytes held by save buffers (>=
+                           ** saved_bytes: buffers shrink at half use) */
+  uint64_t copied_bytes;   /* COPY: total bytes copied out and back in */
 };
 
 /* Fills *st for this thread's scheduler. Returns 0 or -errno. */

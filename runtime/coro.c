@@ -1,13 +1,35 @@
 /* Coroutine memory: structs are recycled through a per-scheduler free list,
 ** stacks through the stack pool, so spawning in steady state allocates
-** nothing and makes no system call. */
+** nothing and makes no system call. In COPY stack mode a coroutine has no
+** stack of its own: it runs on its scheduler's shared stack, and its used
+** part lives in a heap image while another coroutine runs there (see
+** ch_coro_load and docs/stacks.md). */
+#include <assert.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coro.h"
+#include "panic.h"
 #include "sched.h"
+
+/* Valgrind's memcheck marks stack memory no-access once the stack pointer
+** has moved above it, and it cannot know that the loop, running on the
+** thread's stack, may write a coroutine's frames below the last stack
+** pointer seen on the shared stack. So the frames' range is made
+** addressable before they are copied or forged there; memcpy then carries
+** each byte's definedness from the image. Outside valgrind a few no-op
+** instructions; without the header, nothing (as in stack.c). */
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>) && !defined(CH_NO_VALGRIND)
+#include <valgrind/memcheck.h>
+#define STACK_WRITABLE(lo, n) ((void)VALGRIND_MAKE_MEM_UNDEFINED(lo, n))
+#endif
+#endif
+#ifndef STACK_WRITABLE
+#define STACK_WRITABLE(lo, n) ((void)0)
+#endif
 
 /* Ids are process-wide so logs from several threads never collide; after
 ** INT_MAX they wrap to 1 (an id is a name in logs, not a handle). */
@@ -23,6 +45,80 @@ static int new_id(void)
   return id;
 }
 
+/* -- Shared stacks (COPY mode) -------------------------------------------- */
+
+/* The shared stack for coroutines of size bytes, mapped on first use. A
+** shared stack is never given back: saved images hold addresses on it. */
+static struct ch_shared *shared_of(struct ch_sched *s, size_t size, int *err)
+{
+  struct ch_shared *free_slot = NULL;
+  for (int i = 0; i < CH_STACK_CLASSES; i++) {
+    struct ch_shared *sh = &s->shared[i];
+    if (sh->asked == size) return sh;
+    if (!sh->asked && !free_slot) free_slot = sh;
+  }
+  if (!free_slot) { *err = -EINVAL; return NULL; }   /* as ch_stack_new */
+  int r = ch_stack_new(&s->stacks, size, &free_slot->stack);
+  if (r < 0) { *err = r; return NULL; }
+  free_slot->asked = size;
+  return free_slot;
+}
+
+/* Copies the occupant's used stack, [ctx.sp, top), to its heap image.
+** Nothing below the saved sp is live: the switch that stored it was a
+** call, and the x86-64 red zone (128 bytes below rsp) belongs only to leaf
+** functions, which make no call; AArch64 has no red zone. Cost: one
+** memcpy of the used bytes, plus a malloc when the image outgrows its
+** buffer or uses less than half of it (buffers follow use both ways). */
+static void save(struct ch_sched *s, struct ch_coro *c)
+{
+  char *top = (char *)c->stack.base + c->stack.size;
+  size_t len = (size_t)(top - (char *)c->ctx.sp);
+  assert(c->saved_len == 0 && len <= c->stack.size);
+  if (len > c->saved_cap || len < c->saved_cap / 2) {
+    free(c->saved);
+    s->saved_alloc -= c->saved_cap;
+    c->saved_cap = 0;
+    if (!(c->saved = malloc(len)))
+      ch_panic("copy stack: no memory to save %zu bytes of coroutine %d", len, c->id);
+    c->saved_cap = len;
+    s->saved_alloc += len;
+    if (s->saved_alloc > s->saved_peak) s->saved_peak = s->saved_alloc;
+  }
+  memcpy(c->saved, c->ctx.sp, len);
+  c->saved_len = len;
+  s->saved_bytes += len;
+  s->copied_bytes += len;
+}
+
+void ch_coro_load(struct ch_coro *c)
+{
+  struct ch_sched *s = c->sched;
+  struct ch_shared *sh = c->shared;
+  struct ch_coro *occ = sh->occupant;
+  /* The fault handler names the coroutine on the stack when its guard is
+  ** hit; a relaxed store, about free. */
+  ch_stack_set_owner(&sh->stack, c->id);
+  if (occ == c) return;   /* still there: nothing ran on it since */
+  if (occ && occ->state != CH_CORO_EXITED) save(s, occ);
+  sh->occupant = c;
+  char *top = (char *)c->stack.base + c->stack.size;
+  if (!c->ctx.sp) {   /* never ran: forge its first frame at the top */
+    STACK_WRITABLE(top - CH_CTX_FRAME - 16, CH_CTX_FRAME + 16);  /* + alignment */
+    ch_ctx_make(&c->ctx, top, sh->entry, c);
+    return;
+  }
+  STACK_WRITABLE(c->ctx.sp, c->saved_len);
+  memcpy(c->ctx.sp, c->saved, c->saved_len);
+  s->saved_bytes -= c->saved_len;
+  s->copied_bytes += c->saved_len;
+  c->saved_len = 0;
+}
+
+size_t ch_coro_saved_bytes(const struct ch_coro *c) { return c->saved_len; }
+
+/* -- Life ------------------------------------------------------------------ */
+
 struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
                             void (*entry)(void *), int *err)
 {
@@ -30,12 +126,26 @@ struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
   if (c) s->spare = c->next;
   else if (!(c = malloc(sizeof *c))) { *err = -ENOMEM; return NULL; }
   memset(c, 0, sizeof *c);
-  int r = ch_stack_new(&s->stacks, s->stack_size, &c->stack);
-  if (r < 0) {
-    c->next = s->spare;
-    s->spare = c;
-    *err = r;
-    return NULL;
+  if (s->copy_mode) {
+    /* No stack of its own and no frame yet: ch_coro_load forges the
+    ** first one when the coroutine first runs (ctx.sp stays NULL). */
+    struct ch_shared *sh = shared_of(s, s->stack_size, err);
+    if (!sh) {
+      c->next = s->spare;
+      s->spare = c;
+      return NULL;
+    }
+    sh->entry = entry;
+    c->shared = sh;
+    c->stack = sh->stack;
+  } else {
+    int r = ch_stack_new(&s->stacks, s->stack_size, &c->stack);
+    if (r < 0) {
+      c->next = s->spare;
+      s->spare = c;
+      *err = r;
+      return NULL;
+    }
   }
   c->sched = s;
   c->fn = fn;
@@ -44,15 +154,24 @@ struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
   c->state = CH_CORO_NEW;
   c->may_yield = 1;
   c->prio = CH_PRIO_NORMAL;
-  ch_stack_set_owner(&c->stack, c->id);
-  ch_ctx_make(&c->ctx, (char *)c->stack.base + c->stack.size, entry, c);
+  if (!c->shared) {
+    ch_stack_set_owner(&c->stack, c->id);
+    ch_ctx_make(&c->ctx, (char *)c->stack.base + c->stack.size, entry, c);
+  }
   return c;
 }
 
 void ch_coro_free(struct ch_coro *c)
 {
   struct ch_sched *s = c->sched;
-  ch_stack_free(&s->stacks, &c->stack);
+  if (c->shared) {
+    if (c->shared->occupant == c) c->shared->occupant = NULL;
+    s->saved_bytes -= c->saved_len;
+    s->saved_alloc -= c->saved_cap;
+    free(c->saved);
+  } else {
+    ch_stack_free(&s->stacks, &c->stack);
+  }
   c->next = s->spare;
   s->spare = c;
 }

@@ -7,6 +7,7 @@
 
 #include "cohost.h"
 #include "ctx.h"
+#include "fd.h"
 #include "stack.h"
 
 enum ch_coro_state {
@@ -24,7 +25,17 @@ struct ch_coro {
   struct ch_sched *sched;   /* owning scheduler; read-only */
   void (*fn)(void *);       /* entry function; read-only */
   void *arg;                /* its argument; read-only */
-  struct ch_stack stack;    /* owned */
+  struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
+                            ** stack's, not owned */
+  struct ch_shared *shared; /* COPY mode: the shared stack it runs on;
+                            ** NULL: stack owns its own mapping */
+  void *saved;              /* COPY: heap image of [ctx.sp, top) while
+                            ** swapped out; owned */
+  size_t saved_len;         /* COPY: bytes in saved; 0 while on the stack */
+  size_t saved_cap;         /* COPY: bytes allocated at saved */
+  struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
+                            ** for it (the caller's copies are on its
+                            ** stack, which the loop cannot reach) */
   struct ch_timer timer;    /* timeout of parks; may stay armed after one
                             ** (see ch_sched_park) */
   uint64_t deadline;        /* current park's deadline, ns; 0: none */
@@ -44,7 +55,25 @@ struct ch_coro {
 struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
                             void (*entry)(void *), int *err);
 
-/* Returns c's stack to the pool and c to the free list. */
+/* Returns c's stack to the pool (COPY: frees its saved image) and c to the
+** free list. */
 void ch_coro_free(struct ch_coro *c);
+
+/* COPY mode: the stack shared by coroutines of stack size size, mapped on
+** first use (with the same guard as any stack). */
+struct ch_shared {
+  struct ch_stack stack;    /* owned; never returned to the pool */
+  size_t asked;             /* the ch_set_stack_size it serves; 0: unused */
+  struct ch_coro *occupant; /* whose frames are on it now; NULL: nobody's */
+  void (*entry)(void *);    /* first function of its coroutines (the
+                            ** scheduler's), for the frame forged at load */
+};
+
+/* COPY mode: puts c's frames on its shared stack, saving the occupant's
+** first (lazily: a coroutine stays on the stack until another needs it),
+** or forges c's first frame if it never ran. Must run off that stack: the
+** scheduler calls it from the loop, on the thread's own stack. Panics when
+** no memory is left for the occupant's image (a switch cannot fail). */
+void ch_coro_load(struct ch_coro *c);
 
 #endif

@@ -911,11 +911,15 @@ int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct
 /* -- Name resolution ------------------------------------------------------ */
 
 /* getaddrinfo makes socket calls inside glibc that no hook can see, so in
-** a coroutine the whole call runs on the thread pool. */
+** a coroutine the whole call runs on the thread pool. Everything the pool
+** thread reads or writes is on the heap: node, service and hints may be
+** on the caller's stack, and so may *res, and in COPY stack mode that
+** stack is not where it was while the caller is parked. */
 struct gai_call {
-  const char *node, *service;
-  const struct addrinfo *hints;
-  struct addrinfo **res;
+  char *node, *service;        /* copies; NULL as given */
+  struct addrinfo hints;       /* copy; used when has_hints */
+  int has_hints;
+  struct addrinfo *res;        /* the result, handed to *res after */
   int ret;
   int err;   /* errno, for EAI_SYSTEM */
 };
@@ -923,8 +927,15 @@ struct gai_call {
 static void gai_run(void *p)
 {
   struct gai_call *g = p;
-  g->ret = real_getaddrinfo(g->node, g->service, g->hints, g->res);
+  g->ret = real_getaddrinfo(g->node, g->service, g->has_hints ? &g->hints : NULL, &g->res);
   g->err = errno;
+}
+
+static void gai_free(struct gai_call *g)
+{
+  free(g->node);
+  free(g->service);
+  free(g);
 }
 
 int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
@@ -932,8 +943,28 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 {
   ENSURE(getaddrinfo);
   if (!may_sleep()) return real_getaddrinfo(node, service, hints, res);
-  struct gai_call g = { node, service, hints, res, 0, 0 };
-  if (ch_pool_call(gai_run, &g) < 0) return real_getaddrinfo(node, service, hints, res);
-  if (g.ret == EAI_SYSTEM) errno = g.err;
-  return g.ret;
+  struct gai_call *g = calloc(1, sizeof *g);
+  if (!g || (node && !(g->node = strdup(node))) ||
+      (service && !(g->service = strdup(service)))) {
+    if (g) gai_free(g);
+    return EAI_MEMORY;
+  }
+  if (hints) {
+    /* POSIX: only these four fields of hints are read; the rest must
+    ** be zero or NULL. */
+    g->hints.ai_flags = hints->ai_flags;
+    g->hints.ai_family = hints->ai_family;
+    g->hints.ai_socktype = hints->ai_socktype;
+    g->hints.ai_protocol = hints->ai_protocol;
+    g->has_hints = 1;
+  }
+  if (ch_pool_call(gai_run, g) < 0) {
+    gai_free(g);
+    return real_getaddrinfo(node, service, hints, res);
+  }
+  int ret = g->ret;
+  if (ret == 0) *res = g->res;
+  else if (ret == EAI_SYSTEM) errno = g->err;
+  gai_free(g);
+  return ret;
 }

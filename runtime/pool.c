@@ -1,14 +1,17 @@
 /*
 ** The thread pool: POOL_THREADS threads started on the first call,
-** sharing one FIFO of jobs under a mutex. A job lives on the caller's
-** coroutine stack, which stays put while the caller is parked; the worker
-** hands it back to the caller's scheduler with ch_post, which unparks it.
-** Pool threads never run coroutines, so hooks pass straight through there.
+** sharing one FIFO of jobs under a mutex. A job lives on the heap, not on
+** the caller's stack: in COPY stack mode that stack is saved away and the
+** shared stack reused while the caller is parked, so neither the worker
+** nor finish (run by the caller's loop) may touch it. The worker hands the
+** job back to the caller's scheduler with ch_post, which unparks it. Pool
+** threads never run coroutines, so hooks pass straight through there.
 */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "cohost.h"
@@ -96,16 +99,29 @@ int ch_pool_call(void (*fn)(void *), void *arg)
 {
   struct ch_coro *self = ch_current();
   if (!self) { fn(arg); return 0; }
-  struct job j = { fn, arg, self->sched, self, 0, NULL };
+  /* COPY mode: a worker writing through an arg on the shared stack would
+  ** write into whichever coroutine runs there meanwhile. Run such a call
+  ** here instead: it blocks the thread, but is correct. (Pointers inside a
+  ** heap arg cannot be checked; docs/stacks.md.) */
+  if (self->shared) {
+    const char *a = arg, *lo = self->stack.base;
+    if (a >= lo && a < lo + self->stack.size) { fn(arg); return 0; }
+  }
+  /* About 20 ns of malloc next to a thread hop of several microseconds. */
+  struct job *j = malloc(sizeof *j);
+  if (!j) return -ENOMEM;
+  *j = (struct job){ fn, arg, self->sched, self, 0, NULL };
   pthread_mutex_lock(&lock);
   int r = start();
-  if (r < 0) { pthread_mutex_unlock(&lock); return r; }
-  if (tail) tail->next = &j;
-  else head = &j;
-  tail = &j;
+  if (r < 0) { pthread_mutex_unlock(&lock); free(j); return r; }
+  if (tail) tail->next = j;
+  else head = j;
+  tail = j;
   pthread_cond_signal(&more);
   pthread_mutex_unlock(&lock);
-  /* Uncancellable: the job points into this stack until finish runs. */
-  while (!j.done) ch_sched_park(0, 1, CH_CORO_WAITING);
+  /* Uncancellable: fn may be writing to what arg points to until finish
+  ** runs, and finish unparks this very coroutine. */
+  while (!j->done) ch_sched_park(0, 1, CH_CORO_WAITING);
+  free(j);
   return 0;
 }

@@ -21,6 +21,7 @@
 */
 #include <assert.h>
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -169,6 +170,23 @@ static void sched_free(void *p)
   ch_fault_fini();
 }
 
+/* The stack mode a new scheduler starts with: CH_STACK_MODE, so that a
+** whole test suite or host runs in COPY mode without a code change. A
+** value that means nothing, or COPY where it cannot work, panics: running
+** on silently in the other mode would make such a run prove nothing. */
+static int env_stack_mode(void)
+{
+  const char *v = getenv("CH_STACK_MODE");
+  if (!v || !*v || strcmp(v, "separate") == 0) return CH_STACK_SEPARATE;
+  if (strcmp(v, "copy") != 0)
+    ch_panic("CH_STACK_MODE=%s: expected copy or separate", v);
+#ifdef CH_ASAN
+  ch_panic("CH_STACK_MODE=copy is not supported in ASan builds: the fiber "
+           "annotations describe one stack per coroutine (docs/stacks.md)");
+#endif
+  return CH_STACK_COPY;
+}
+
 static void make_key(void)
 {
   if (pthread_key_create(&sched_key, sched_free) != 0)
@@ -200,6 +218,7 @@ struct ch_sched *ch_sched_get(int *err)
   ch_timerq_init(&s->timers);
   pthread_mutex_init(&s->post_lock, NULL);
   s->stack_size = CH_STACK_DEFAULT;
+  s->copy_mode = env_stack_mode() == CH_STACK_COPY;
   s->id = atomic_fetch_add(&next_sched_id, 1) + 1;
   s->fair_switches = CH_SCHED_SWITCHES;
   s->fair_usec = CH_SCHED_USEC;
@@ -344,6 +363,18 @@ static __attribute__((noinline)) int batch_goes_on(struct ch_sched *s)
   return 1;
 }
 
+/* COPY mode: a coroutine cannot switch straight to another, since the
+** other's frames must be copied onto the very stack the switch runs on.
+** So it switches to the loop's context, on the thread's own stack, which
+** saves and loads the frames (ch_coro_load) and switches on to next, or
+** carries on with the loop when next is NULL. Two switches and the copies
+** per yield, where SEPARATE mode makes one switch. */
+static inline void via_loop(struct ch_sched *s, struct ch_coro *self, struct ch_coro *next)
+{
+  s->handoff = next;
+  ch_ctx_switch(&self->ctx, &s->ctx);
+}
+
 /* Switches from self (already moved out of RUNNING) to the next ready
 ** coroutine, or to the loop when the batch is used up or nothing is
 ** ready. Returns when self is resumed. */
@@ -358,12 +389,14 @@ static void switch_out(struct ch_sched *s, struct ch_coro *self)
     s->current = next;
     s->switches++;
     san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), next);
-    ch_ctx_switch(&self->ctx, &next->ctx);
+    if (s->copy_mode) via_loop(s, self, next);
+    else ch_ctx_switch(&self->ctx, &next->ctx);
   } else {
     s->current = NULL;
     s->switches++;
     san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), NULL);
-    ch_ctx_switch(&self->ctx, &s->ctx);
+    if (s->copy_mode) via_loop(s, self, NULL);
+    else ch_ctx_switch(&self->ctx, &s->ctx);
   }
   san_enter(fake);
   assert(s->current == self && self->state == CH_CORO_RUNNING);
@@ -569,6 +602,31 @@ int ch_set_stack_size(size_t bytes)
   return 0;
 }
 
+int ch_sched_set_stack_mode(int mode)
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  if (mode != CH_STACK_SEPARATE && mode != CH_STACK_COPY) return -EINVAL;
+#ifdef CH_ASAN
+  if (mode == CH_STACK_COPY) return -ENOTSUP;
+#endif
+  if (s->copy_mode == (mode == CH_STACK_COPY)) return 0;
+  /* Live coroutines own stacks of the mode they were spawned in; dead
+  ** ones not reclaimed yet are freed by that mode's rule. */
+  if (s->nlive || s->dead) return -EBUSY;
+  s->copy_mode = mode == CH_STACK_COPY;
+  return 0;
+}
+
+int ch_sched_stack_mode(void)
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  return s->copy_mode ? CH_STACK_COPY : CH_STACK_SEPARATE;
+}
+
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }
 void ch_set_resume_hook(void (*hook)(struct ch_coro *c)) { resume_hook = hook; }
 
@@ -613,12 +671,34 @@ static struct ch_waiter **list_of(struct ch_fd *f, const struct ch_waiter *w)
   return (w->events & POLLOUT) ? &f->writers : &f->readers;
 }
 
+/* ch_sched_wait with the waiters where the loop can reach them. */
+static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waiter *w,
+                       int n, int64_t timeout_ms);
+
 int ch_sched_wait(struct ch_waiter *w, int n, int64_t timeout_ms)
 {
   struct ch_sched *s = ch_sched_tls;
   struct ch_coro *self = s ? s->current : NULL;
   if (!self) return -EINVAL;
   if (self->cancelled) { self->cancel_hits++; return -ECANCELED; }
+  if (!self->shared) return wait_linked(s, self, w, n, timeout_ms);
+  /* COPY mode: w is on our stack, which is saved away while we are
+  ** parked, and the loop and other coroutines walk and relink the fd's
+  ** waiter list. Link copies kept in the coroutine (2 inline: all the
+  ** runtime's own waits; poll(2) with more fds takes a heap array) and
+  ** hand their revents back. */
+  struct ch_waiter *nodes = self->wnodes;
+  if (n > 2 && !(nodes = malloc((size_t)n * sizeof *nodes))) return -ENOMEM;
+  memcpy(nodes, w, (size_t)n * sizeof *nodes);
+  int r = wait_linked(s, self, nodes, n, timeout_ms);
+  for (int i = 0; i < n; i++) w[i].revents = nodes[i].revents;
+  if (nodes != self->wnodes) free(nodes);
+  return r;
+}
+
+static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waiter *w,
+                       int n, int64_t timeout_ms)
+{
   for (int i = 0; i < n; i++) {
     struct ch_fd *f = ch_fd_get(w[i].fd);
     int r = f ? fd_register(s, w[i].fd, f) : -ENOMEM;
@@ -853,10 +933,39 @@ static void run_batch(struct ch_sched *s)
   s->switches++;
   SAN_FAKE(fake);
   san_leave(&fake, c);
-  ch_ctx_switch(&s->ctx, &c->ctx);
+  if (s->copy_mode) {
+    /* Every switch of the batch comes back here (via_loop): load the
+    ** next coroutine's frames, from this stack, and go on. */
+    do {
+      assert(s->current == c && c->state == CH_CORO_RUNNING);
+      s->handoff = NULL;
+      ch_coro_load(c);
+      ch_ctx_switch(&s->ctx, &c->ctx);
+    } while ((c = s->handoff) != NULL);
+  } else {
+    ch_ctx_switch(&s->ctx, &c->ctx);
+  }
   san_enter(fake);
   assert(s->current == NULL);
   reclaim(s);
+}
+
+/* COPY mode: images are malloc'd, and free keeps the memory of a burst's
+** images in the heap (they are mostly under the mmap threshold), so after
+** a burst of deep coroutines the idle memory would not follow use. Once
+** per CH_STACK_TRIM_NS, if the images shrank by IMAGES_TRIM_BYTES or more
+** since the last look, malloc_trim(0) hands free heap pages back
+** (MADV_DONTNEED, middle of the heap included). It walks every arena: a
+** few milliseconds for a big heap, at most once a second, only after such
+** a drop. */
+#define IMAGES_TRIM_BYTES (4u << 20)
+
+static void trim_images(struct ch_sched *s, uint64_t now)
+{
+  if (now - s->images_trimmed_ns < CH_STACK_TRIM_NS) return;
+  s->images_trimmed_ns = now;
+  if (s->saved_peak - s->saved_alloc >= IMAGES_TRIM_BYTES) malloc_trim(0);
+  s->saved_peak = s->saved_alloc;
 }
 
 static int loop_timeout(struct ch_sched *s)
@@ -885,6 +994,7 @@ int ch_run(void)
     if (!s->ticks_per_us) calibrate(s, now);
     ch_timerq_expire(&s->timers, now);
     ch_stack_trim(&s->stacks, now);
+    if (s->copy_mode) trim_images(s, now);
     run_batch(s);
     if (s->stopping) break;
     /* With no coroutine left, every armed timer is a ch_timer_start one;
@@ -954,5 +1064,9 @@ int ch_stats(struct ch_stats *st)
   st->timers = s->timers.n;
   for (int i = 0; i < CH_STACK_CLASSES; i++) st->stacks_free += s->stacks.cls[i].nfree;
   st->stack_bytes = s->stacks.bytes;
+  st->stack_mode = s->copy_mode ? CH_STACK_COPY : CH_STACK_SEPARATE;
+  st->saved_bytes = s->saved_bytes;
+  st->saved_alloc = s->saved_alloc;
+  st->copied_bytes = s->copied_bytes;
   return 0;
 }

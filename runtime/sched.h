@@ -54,6 +54,17 @@ struct ch_sched {
   struct ch_coro *spare;        /* freed coroutine structs for reuse */
   struct ch_timerq timers;      /* includes coroutine timeouts */
   struct ch_stack_pool stacks;  /* this thread's stacks */
+  uint8_t copy_mode;            /* CH_STACK_COPY: coroutines share stacks */
+  struct ch_shared shared[CH_STACK_CLASSES]; /* COPY: one per stack size
+                                ** in use; unused have stack.size 0 */
+  struct ch_coro *handoff;      /* COPY: the coroutine the loop is to load
+                                ** and switch to next; NULL: none */
+  uint64_t saved_bytes;         /* COPY: sum of saved_len, for stats */
+  uint64_t saved_alloc;         /* COPY: sum of saved_cap, for stats */
+  uint64_t copied_bytes;        /* COPY: bytes copied out and in, total */
+  uint64_t saved_peak;          /* COPY: most saved_alloc since the last
+                                ** image trim (see trim_images) */
+  uint64_t images_trimmed_ns;   /* COPY: when trim_images last looked */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
   int epfd;                     /* epoll instance */
