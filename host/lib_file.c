@@ -159,15 +159,21 @@ static int do_sync(lua_State *L, int data_only)
 {
   struct lfile *f = check_file(L);
   int fd = open_fd(L);
-  struct sync_job j = { fd, data_only, 0 };
+  /* On the heap: a pool thread writes it while this coroutine is parked
+  ** (in COPY stack mode its stack is elsewhere then). */
+  struct sync_job *j = malloc(sizeof *j);
+  if (!j) return fail(L, ENOMEM);
+  *j = (struct sync_job){ fd, data_only, 0 };
   f->syncing++;
-  run_off_worker(sync_run, &j);
+  run_off_worker(sync_run, j);
   f->syncing--;
   if (f->close_pending && f->syncing == 0) {
     close(f->fd);
     f->fd = -1;
   }
-  if (j.err) return fail(L, j.err);
+  int err = j->err;
+  free(j);
+  if (err) return fail(L, err);
   lua_pushboolean(L, 1);
   return 1;
 }

@@ -254,8 +254,8 @@ static int l_getpriority(lua_State *L)
 
 /* -- Wait queues ---------------------------------------------------------- */
 
-/* A FIFO of parked coroutines. Nodes live on the waiters' own stacks and
-** unlink themselves when they wake, whatever woke them. */
+/* A FIFO of parked coroutines. Nodes are malloc'd by their waiters and
+** unlinked by them when they wake, whatever woke them. */
 struct wnode {
   struct ch_coro *c;
   struct wnode *prev, *next;
@@ -289,18 +289,24 @@ static int waitq_wait(lua_State *L)
   if (!c) return luaL_error(L, "wait outside a coroutine");
   ch_task_check_cancel(L);
   if (!ch_task_may_park(c)) return luaL_error(L, "cannot wait here (finalizer or FFI callback)");
-  struct wnode n = { c, q->tail, NULL, 0 };
-  if (q->tail) q->tail->next = &n;
-  else q->head = &n;
-  q->tail = &n;
+  /* On the heap: wake() in other coroutines follows the queue's links,
+  ** and in COPY stack mode this stack is elsewhere while we are parked. */
+  struct wnode *n = malloc(sizeof *n);
+  if (!n) return luaL_error(L, "not enough memory");
+  *n = (struct wnode){ c, q->tail, NULL, 0 };
+  if (q->tail) q->tail->next = n;
+  else q->head = n;
+  q->tail = n;
   int r = ch_park(s < 0 ? -1 : (int64_t)ceil(s * 1000));
-  if (!n.signalled) {   /* timeout or cancel: still queued */
-    if (n.prev) n.prev->next = n.next;
-    else q->head = n.next;
-    if (n.next) n.next->prev = n.prev;
-    else q->tail = n.prev;
+  int signalled = n->signalled;
+  if (!signalled) {   /* timeout or cancel: still queued */
+    if (n->prev) n->prev->next = n->next;
+    else q->head = n->next;
+    if (n->next) n->next->prev = n->prev;
+    else q->tail = n->prev;
   }
-  if (n.signalled) { lua_pushboolean(L, 1); return 1; }
+  free(n);
+  if (signalled) { lua_pushboolean(L, 1); return 1; }
   if (r == -ECANCELED) ch_task_check_cancel(L);
   lua_pushnil(L);
   lua_pushliteral(L, "timeout");
