@@ -11,6 +11,9 @@ PORT    ?= 8080
 FUZZ_SECONDS ?= 60
 # Sanitizers, e.g. SAN=address,undefined (docs/sanitizers.md); empty: none.
 SAN     ?=
+# Stack mode of every scheduler the tests start (docs/stacks.md): copy or
+# separate (the default); exported to them as CH_STACK_MODE.
+STACK_MODE ?=
 # == END OF USER SETTINGS ==================================================
 
 B := build
@@ -36,6 +39,10 @@ override CC := $(CC) $(SAN_FLAGS)
 endif
 ifneq ($(strip $(SAN)),$(shell cat $(SAN_STAMP) 2>/dev/null))
 $(shell mkdir -p $(B) && echo '$(strip $(SAN))' > $(SAN_STAMP))
+endif
+
+ifneq ($(strip $(STACK_MODE)),)
+export CH_STACK_MODE := $(STACK_MODE)
 endif
 
 ifeq ($(ARCH),x86_64)
