@@ -207,6 +207,48 @@ static inline long th_minor_faults(void) {
   return ru.ru_minflt;
 }
 
+/* -- Re-executing this binary ------------------------------------------------
+** Tests that need a fresh process (fault handlers as installed at startup,
+** a panic) run this binary again with a mode argument. By its own path,
+** read once from /proc/self/exe by th_self_exe_init() in main(), not by
+** /proc/self/exe itself: under valgrind that link names valgrind's tool,
+** which refuses to run directly, while readlink gives the client's path
+** (and valgrind does not follow the exec: the child runs natively). Under
+** qemu-user a guest cannot exec an arm64 binary without binfmt_misc, so
+** TH_EXEC_WRAPPER, set by scripts/test_arm64.sh, names the emulator and its
+** options, which go first.
+*/
+#define TH_MAX_ARGS 32
+
+static char th_self_exe[4096];      /* this binary's path */
+static char th_wrapper_words[1024]; /* TH_EXEC_WRAPPER, split in place */
+
+/* Reads this binary's path; 0, or -1 if /proc/self/exe cannot be read. */
+static inline int th_self_exe_init(void) {
+  ssize_t n = readlink("/proc/self/exe", th_self_exe, sizeof th_self_exe - 1);
+  if (n <= 0 || (size_t)n >= sizeof th_self_exe - 1) return -1;
+  th_self_exe[n] = 0;
+  return 0;
+}
+
+/* Fills argv for execv(argv[0], argv): the words of TH_EXEC_WRAPPER (split
+** on spaces), this binary, then mode. Call it before fork: it writes
+** static buffers, and argv points into them. */
+static inline void th_child_argv(const char *mode, char *argv[TH_MAX_ARGS]) {
+  int n = 0;
+  const char *w = getenv("TH_EXEC_WRAPPER");
+  if (w && *w) {
+    snprintf(th_wrapper_words, sizeof th_wrapper_words, "%s", w);
+    char *save = NULL;
+    for (char *t = strtok_r(th_wrapper_words, " ", &save); t && n < TH_MAX_ARGS - 3;
+         t = strtok_r(NULL, " ", &save))
+      argv[n++] = t;
+  }
+  argv[n++] = th_self_exe;
+  argv[n++] = (char *)mode;
+  argv[n] = NULL;
+}
+
 /* -- Sockets and raw I/O --------------------------------------------------- */
 
 /* An AF_UNIX stream socketpair, close-on-exec so children never inherit it. */

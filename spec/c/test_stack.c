@@ -9,14 +9,10 @@
 ** its own (installed with signal(), without SA_ONSTACK), so inside a test
 ** the runtime's handler is not the one the kernel would call.
 **
-** The child is this binary's own path (read from /proc/self/exe once in
-** main), not /proc/self/exe itself: under valgrind that link names
-** valgrind's tool, which refuses to be run directly, while readlink gives
-** the client's path. Valgrind does not follow the exec (no
-** --trace-children), so the fault tests see the kernel's real signal
-** delivery, not valgrind's, and the parent is still checked. Under
-** qemu-user, which cannot exec a foreign binary without binfmt_misc,
-** TH_EXEC_WRAPPER names the emulator (scripts/test_arm64.sh sets it).
+** The child is this binary by its own path, through th_child_argv
+** (helpers.h): under valgrind the children run natively, so the fault
+** tests see the kernel's real signal delivery, and the parent is still
+** checked; under qemu-user they run through TH_EXEC_WRAPPER.
 */
 #include "helpers.h"
 
@@ -104,28 +100,6 @@ static int sigaction_child(void) {
 
 struct child { char out[4096], err[4096]; int status; };
 
-static char self_exe[4096];  /* this binary's path, set in main */
-
-/* The argv of a child: the words of TH_EXEC_WRAPPER (an emulator and its
-** options, split on spaces), then this binary and mode. Built before fork,
-** since splitting allocates. */
-#define MAX_ARGS 32
-static char wrapper_words[1024];
-
-static void child_argv(const char *mode, char *argv[MAX_ARGS]) {
-  int n = 0;
-  const char *w = getenv("TH_EXEC_WRAPPER");
-  if (w && *w) {
-    snprintf(wrapper_words, sizeof wrapper_words, "%s", w);
-    for (char *save = NULL, *t = strtok_r(wrapper_words, " ", &save);
-         t && n < MAX_ARGS - 3; t = strtok_r(NULL, " ", &save))
-      argv[n++] = t;
-  }
-  argv[n++] = self_exe;
-  argv[n++] = (char *)mode;
-  argv[n] = NULL;
-}
-
 /* poll(2) with the raw system call: AArch64 has no SYS_poll, only ppoll,
 ** which every Linux architecture has. */
 static long raw_poll(struct pollfd *p, nfds_t n, int ms) {
@@ -137,8 +111,8 @@ static long raw_poll(struct pollfd *p, nfds_t n, int ms) {
 ** Reads with raw system calls: the hooks are not what is tested here. */
 static void run_child(const char *mode, struct child *c) {
   memset(c, 0, sizeof *c);
-  char *argv[MAX_ARGS];
-  child_argv(mode, argv);
+  char *argv[TH_MAX_ARGS];
+  th_child_argv(mode, argv);
   int po[2], pe[2];
   assert_int_equal(pipe2(po, O_CLOEXEC), 0);
   assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
@@ -341,12 +315,10 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--overflow-child") == 0) return overflow_child();
   if (argc > 1 && strcmp(argv[1], "--segv-child") == 0) return segv_child();
   if (argc > 1 && strcmp(argv[1], "--sigaction-child") == 0) return sigaction_child();
-  ssize_t n = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
-  if (n <= 0 || (size_t)n >= sizeof self_exe - 1) {
+  if (th_self_exe_init() != 0) {
     fprintf(stderr, "test_stack: cannot read /proc/self/exe\n");
     return 1;
   }
-  self_exe[n] = 0;
   th_main_init();
   const struct CMUnitTest tests[] = {
     TH_TEST(test_stack_overflow_prints_diagnostic_and_exits_with_distinct_code),
