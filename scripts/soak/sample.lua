@@ -12,8 +12,8 @@
 --
 -- With STATS_DIR (a server of worker processes, each behind the same
 -- SO_REUSEPORT status port, so a scrape reaches only one of them), the
--- last four are instead summed over the files STATS_DIR/P that
--- examples/soak.lua's processes write every second (SOAK_STATS_DIR).
+-- last four are instead summed over the files STATS_DIR/PID.WORKER that
+-- examples/soak.lua's workers write every second (SOAK_STATS_DIR).
 --
 -- A field that could not be read is left empty (a missed sample, which the
 -- trend check skips). The sampler's own scrape is one of the coroutines it
@@ -97,19 +97,30 @@ local function status()
   return type(doc) == "table" and type(doc.totals) == "table" and doc.totals or {}
 end
 
--- The stats files of the worker processes in pids (all but the master,
--- root, which runs no Lua), summed into status()'s shape; {} (a missed
--- sample) while one has not written its file yet, as just after a reload.
+-- The stats files (PID.WORKER) of the worker processes in pids (all but
+-- the master, root, which runs no Lua), summed into status()'s shape; {}
+-- (a missed sample) while one of them has not written a file yet, as just
+-- after a reload. Lists the directory once: O(files).
 local function stats_files(pids)
-  local sum = { coros = 0, connections = 0, requests = 0, lua_bytes = 0 }
+  local want, seen = {}, {}
   for _, pid in ipairs(pids) do
-    if pid ~= root then
-      local line = slurp(stats_dir .. "/" .. pid)
+    if pid ~= root then want[pid] = true end
+  end
+  local sum = { coros = 0, connections = 0, requests = 0, lua_bytes = 0 }
+  for name in lfs.dir(stats_dir) do
+    local pid = tonumber(name:match("^(%d+)%.%d+$"))
+    if want[pid] then
+      local line = slurp(stats_dir .. "/" .. name)
       local c, n, r, l = (line or ""):match("^(%d+) (%d+) (%d+) (%d+)")
-      if not c then return {} end
-      sum.coros, sum.connections = sum.coros + c, sum.connections + n
-      sum.requests, sum.lua_bytes = sum.requests + r, sum.lua_bytes + l
+      if c then
+        seen[pid] = true
+        sum.coros, sum.connections = sum.coros + c, sum.connections + n
+        sum.requests, sum.lua_bytes = sum.requests + r, sum.lua_bytes + l
+      end
     end
+  end
+  for pid in pairs(want) do
+    if not seen[pid] then return {} end
   end
   return sum
 end
@@ -141,6 +152,9 @@ while true do
   else
     st = status()
   end
+  -- The time of the reads, not of the loop's start: a scrape that waited
+  -- would otherwise skew requests per second around it.
+  t = cohost.monotonic() - t0
   f:write(("%.1f,%d,%d,%d,%s,%s,%s,%s\n"):format(t, rss, fds, #pids, field(st.coros),
     field(st.connections), field(st.requests), field(st.lua_bytes, 1024)))
   f:flush()
