@@ -132,9 +132,9 @@ static void become_worker(int wfd)
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
-  sa.sa_handler = SIG_DFL;
-  sigaction(SIGCHLD, &sa, NULL);
-  sigaction(SIGHUP, &sa, NULL);
+  sa.sa_handler = SIG_DFL;   /* until main.c sets its own, in a moment */
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != master_pid) _exit(1);   /* it died before the prctl */
