@@ -54,8 +54,8 @@
                                   ** Lua string, not copied */
 #define DRAIN_MAX     (1 << 20)   /* unread body bytes drained to keep a
                                   ** connection; more closes it */
-#define FIRST_WAIT_MS 1000        /* a drain waits this long for the first
-                                  ** request of a connection just accepted */
+#define DRAIN_IDLE_MS 1000        /* a drain gives idle connections this
+                                  ** long to send one more request */
 #define LINGER_MS     2000        /* lingering close: how long to read and
                                   ** discard so the client sees our answer */
 
@@ -263,30 +263,44 @@ static void admit(void *ud, struct ch_listener *l, int fd, const struct sockaddr
   go_idle(c, srv->header_ms);
 }
 
-/* A drain closes idle keep-alive connections, but one that has not served
-** a request yet was just accepted: its client is sending the request now,
-** and a close with it unread would reset the connection. It gets a
-** coroutine that waits FIRST_WAIT_MS for that request and serves it (with
-** Connection: close); a watch would not keep the worker running. */
-static void serve_first(struct conn *c)
+/* Yields. Keeps the worker running for the last DRAIN_IDLE_MS of its idle
+** connections (their timers are weak), then closes those still idle. */
+static void drain_grace(void *arg)
 {
-  ch_unwatch_fd(&c->watch);
-  ch_timer_stop(&c->timer);
-  c->active = 1;
-  if (ch_spawn_prio(conn_main, c, ch_listener_prio(c->l)) < 0) conn_free(c);
+  (void)arg;
+  ch_sleep_ms(DRAIN_IDLE_MS);
+  for (struct conn *c = conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->active) conn_free(c);
+  }
 }
 
+/* A drain does not close an idle connection at once: its client may be
+** sending the next request (a keep-alive client under load always is) or,
+** just accepted, its first, and a close with it unread resets the
+** connection. Each gets DRAIN_IDLE_MS: a request that comes is served
+** with Connection: close (decide_keep), and the rest are closed. It costs
+** no coroutine per connection: the idle watch and timer stay, and one
+** coroutine keeps the worker running meanwhile. */
 void ch_http_close_idle(struct ch_worker *w)
 {
   (void)w;   /* the list is this thread's */
-  struct conn *c = conns;
-  while (c) {
-    struct conn *next = c->next;
-    if (!c->active && c->nreq == 0 && c->w->stopping) serve_first(c);
-    else if (!c->active) conn_free(c);
-    else if (c->head_wait) ch_cancel(c->head_wait);   /* a half-sent head */
-    c = next;
+  int idle = 0;
+  for (struct conn *c = conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->active) {
+      ch_timer_stop(&c->timer);
+      if (ch_timer_start(&c->timer, DRAIN_IDLE_MS, on_idle_expired) < 0) conn_free(c);
+      else idle++;
+    } else if (c->head_wait) {
+      ch_cancel(c->head_wait);   /* a half-sent head */
+    }
   }
+  if (idle && ch_spawn(drain_grace, NULL) < 0)
+    for (struct conn *c = conns, *next; c; c = next) {   /* no stack: close now */
+      next = c->next;
+      if (!c->active) conn_free(c);
+    }
 }
 
 static int peer_string(const struct conn *c, char *out, size_t n)
@@ -1720,7 +1734,6 @@ static void conn_main(void *arg)
   struct conn *c = arg;
   struct server *srv = c->srv;
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
-  int first_wait = 0;   /* a drain waited for the first request already */
   if (c->ssl && !c->tls_ready) {
     /* The TLS handshake, within the header timeout; a failed one closes
     ** quietly (its reason is logged at info). */
@@ -1754,16 +1767,7 @@ static void conn_main(void *arg)
         /* read_some says -EAGAIN for TLS only after SSL_read found
         ** nothing decrypted either; this states it. */
         assert(!c->ssl || SSL_pending(c->ssl) == 0);
-        if (c->w->stopping) {
-          /* Draining: nothing would close an idle connection now. Only
-          ** a first request still being sent is waited for (serve_first). */
-          if (c->nreq || first_wait++) goto close;
-          c->head_wait = ch_current();
-          int w = wait_input(NULL, c, srv->header_ms < FIRST_WAIT_MS ? srv->header_ms : FIRST_WAIT_MS);
-          c->head_wait = NULL;
-          if (w <= 0 || (w & POLLNVAL)) goto close;
-          continue;
-        }
+        if (c->w->stopping) goto close;   /* draining: idle is over */
         go_idle(c, idle_ms);
         return;
       }

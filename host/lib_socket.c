@@ -2508,15 +2508,14 @@ void ch_socket_close_all(struct ch_worker *w)
   struct queued *q = NULL;
   int n = w->stopping ? take_queued(&q) : 0;
   ch_socket_close_listeners(w);
-  ch_http_close_idle(w);
-  /* After close_idle, which would close an HTTP connection that has not
-  ** sent its request yet. Each is served like any other during a drain
-  ** (HTTP: one request, then Connection: close). */
+  /* Each is served like any other during a drain (HTTP: the idle grace of
+  ** ch_http_close_idle, one request, then Connection: close). */
   for (int i = 0; i < n; i++) {
     admit(q[i].l, q[i].fd, &q[i].peer);
     release(q[i].l, NULL);
   }
   free(q);
+  ch_http_close_idle(w);
   for (struct pool *p = pools; p; p = p->next)
     while (p->head) item_free(p->head);
 }

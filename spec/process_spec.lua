@@ -441,17 +441,31 @@ describe("SIGTERM to the master", function()
 end)
 
 describe("a drain", function()
-  it("serves the first request of a connection accepted just before it", function()
+  it("serves one more request on an idle connection, new or kept alive, with Connection: close", function()
     local p = start("--log-level info", h.tmpfile(script("v1")))
     local early = h.connect(p.port, 5000)   -- connected, request not sent yet
-    assert.equal(200, (get(p.port, "/")))   -- the worker has accepted early too
+    local kept = h.connect(p.port, 5000)
+    assert.equal(200, (get(p.port, "/", kept)))   -- idle between requests now
     p.signal("TERM")
     assert.is_true(wait_for(function() return h.slurp(p.err):find("shutting down", 1, true) end))
-    -- The drain gives it a moment (a second) to send its request.
-    local status, headers, body = get(p.port, "/", early)
-    assert.equal(200, status, tostring(headers) .. h.slurp(p.err))
-    assert.equal("close", headers.connection)
-    assert.matches("^v1 ", body)
+    -- The drain gives each a moment (a second) to send its next request.
+    for _, sock in ipairs { early, kept } do
+      local status, headers, body = get(p.port, "/", sock)
+      assert.equal(200, status, tostring(headers) .. h.slurp(p.err))
+      assert.equal("close", headers.connection)
+      assert.matches("^v1 ", body)
+    end
+    assert.equal(0, p.wait(10))
+  end)
+
+  it("closes a connection that stays idle, and exits", function()
+    local p = start("", h.tmpfile(script("v1")))
+    local kept = h.connect(p.port, 5000)
+    assert.equal(200, (get(p.port, "/", kept)))
+    p.signal("TERM")
+    local data, err = kept:receive("*l")
+    assert.is_nil(data)
+    assert.equal("closed", err)
     assert.equal(0, p.wait(10))
   end)
 end)
