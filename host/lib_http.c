@@ -1638,92 +1638,110 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   ch_task_release(t);
 }
 
-/* Yields. Serves the request whose head h is parsed: the handler, then
+/* One request being served (see serve). */
+struct request {
+  struct rstate rs;
+  struct ch_http_head h;
+};
+
+/* Yields. Serves the request whose head is parsed: the handler, then
 ** whatever it left of the response and of the body. Returns 1 to keep the
 ** connection, 0 to close it. */
-static int serve(struct conn *c, struct ch_http_head *h)
+static int serve(struct conn *c, const struct ch_http_head *parsed)
 {
   struct server *srv = c->srv;
   ch_stats_count_request();
-  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
+  if (parsed->content_length > 0 && (uint64_t)parsed->content_length > srv->max_body) {
     answer_error(c, 413);
     linger_close(c);
     return 0;
   }
-  struct rstate rs;
-  memset(&rs, 0, sizeof rs);
-  rs.c = c;
-  rs.h = h;
-  rs.clen = -1;
-  rs.start_ns = ch_now_ns();
-  rs.head_only = h->method.len == 4 && memcmp(c->buf + c->rq + h->method.off, "HEAD", 4) == 0;
+  /* The request's state and head live on the heap, not on this stack:
+  ** req and res reach them from any coroutine (threads the handler
+  ** spawns), and in copy-stack mode this stack holds another coroutine's
+  ** frames while the handler is parked. The parser points back at its
+  ** head (p.data). */
+  struct request *rq = malloc(sizeof *rq);
+  if (!rq) return 0;
+  struct rstate *rs = &rq->rs;
+  struct ch_http_head *h = &rq->h;
+  *h = *parsed;
+  h->p.data = h;
+  memset(rs, 0, sizeof *rs);
+  rs->c = c;
+  rs->h = h;
+  rs->clen = -1;
+  rs->start_ns = ch_now_ns();
+  rs->head_only = h->method.len == 4 && memcmp(c->buf + c->rq + h->method.off, "HEAD", 4) == 0;
   int failed = 0;
   char err[1024];
   err[0] = 0;
-  run_handler(c, h, &rs, &failed, err, sizeof err);
+  run_handler(c, h, rs, &failed, err, sizeof err);
   if (failed < 0) {
     answer_error(c, 400);
     linger_close(c);
-    rstate_release(&rs);
+    rstate_release(rs);
+    free(rq);
     return 0;
   }
   int keep = 0;
-  if (rs.hijacked) {
+  if (rs->hijacked) {
     keep = 0;
-  } else if (!rs.started) {
+  } else if (!rs->started) {
     /* The handler answered nothing, or failed first. */
     struct obuf head = { 0, 0, 0 };
     const char *body = "";
     char msg[1100];
     if (failed) {
-      rs.status = 500;
-      rs.nhx = 0;
-      rs.hdrs.len = 0;
+      rs->status = 500;
+      rs->nhx = 0;
+      rs->hdrs.len = 0;
       body = "500 Internal Server Error\n";
       if (err[0]) {
         snprintf(msg, sizeof msg, "500 Internal Server Error\n%s\n", err);
         body = msg;
       }
-    } else if (rs.body_status == 413 || rs.body_status == 400) {
-      rs.status = rs.body_status;
-      body = rs.status == 413 ? "413 Content Too Large\n" : "400 Bad Request\n";
+    } else if (rs->body_status == 413 || rs->body_status == 400) {
+      rs->status = rs->body_status;
+      body = rs->status == 413 ? "413 Content Too Large\n" : "400 Bad Request\n";
     }
-    size_t bl = rs.head_only ? 0 : strlen(body);
-    build_head(&rs, &head, (int64_t)strlen(body), strlen(body) > 0);
+    size_t bl = rs->head_only ? 0 : strlen(body);
+    build_head(rs, &head, (int64_t)strlen(body), strlen(body) > 0);
     if (head.p) {
       ob_add(&head, body, bl);
-      rs.sent += bl;
+      rs->sent += bl;
       struct iovec iov = { head.p, head.len };
-      keep = write_all(NULL, c, &iov, 1, srv->send_ms) == 0 && rs.keep;
+      keep = write_all(NULL, c, &iov, 1, srv->send_ms) == 0 && rs->keep;
       free(head.p);
     }
-  } else if (!rs.finished) {
-    if (rs.head_only && !failed && !rs.until_close) {
-      keep = rs.keep;
-    } else if (rs.chunked && !failed) {
+  } else if (!rs->finished) {
+    if (rs->head_only && !failed && !rs->until_close) {
+      keep = rs->keep;
+    } else if (rs->chunked && !failed) {
       struct iovec end = { "0\r\n\r\n", 5 };
-      keep = write_all(NULL, c, &end, 1, srv->send_ms) == 0 && rs.keep;
-    } else if (rs.clen >= 0 && rs.sent == (uint64_t)rs.clen && !failed) {
-      keep = rs.keep;
+      keep = write_all(NULL, c, &end, 1, srv->send_ms) == 0 && rs->keep;
+    } else if (rs->clen >= 0 && rs->sent == (uint64_t)rs->clen && !failed) {
+      keep = rs->keep;
     }
   } else {
-    keep = rs.keep;
+    keep = rs->keep;
   }
-  if (!rs.hijacked) access_log(c, &rs, c->buf + c->rq);
+  if (!rs->hijacked) access_log(c, rs, c->buf + c->rq);
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {
-    if (rs.body_status) {
+    if (rs->body_status) {
       keep = 0;
     } else {
       int r;
-      while ((r = body_more(NULL, &rs, sink_discard)) > 0)
-        if (rs.body_total > DRAIN_MAX) { keep = 0; break; }
+      while ((r = body_more(NULL, rs, sink_discard)) > 0)
+        if (rs->body_total > DRAIN_MAX) { keep = 0; break; }
       if (r < 0) keep = 0;
     }
   }
-  if (rs.body_status == 413 && !rs.hijacked) linger_close(c);   /* let it read the 413 */
-  rstate_release(&rs);
+  if (rs->body_status == 413 && !rs->hijacked) linger_close(c);   /* let it read the 413 */
+  rstate_release(rs);
+  free(rq);
   return keep;
 }
 

@@ -132,12 +132,15 @@ static void set(lua_State *L, const char *name, uint64_t v)
 ** was taken (0 for the caller's own). */
 static void push_worker(lua_State *L, int id, const struct ch_stats_worker *st, uint64_t now)
 {
-  lua_createtable(L, 0, 28);
+  lua_createtable(L, 0, 32);
   set(L, "worker", (uint64_t)id);
 #define FIELD(name) set(L, #name, st->sched.name)
   FIELD(coros); FIELD(ready); FIELD(waiting); FIELD(sleeping); FIELD(spawned);
   FIELD(switches); FIELD(timers); FIELD(stacks_free); FIELD(stack_bytes);
+  FIELD(saved_bytes); FIELD(saved_alloc); FIELD(copied_bytes);
 #undef FIELD
+  lua_pushstring(L, st->sched.stack_mode == CH_STACK_COPY ? "copy" : "separate");
+  lua_setfield(L, -2, "stack_mode");
   for (int p = 0; p < 3; p++) {
     char key[16];
     snprintf(key, sizeof key, "ready_%s", classes[p]);

@@ -25,6 +25,8 @@
 #include "host.h"
 #include "lib.h"
 #include "lib_socket.h"
+#include "lua_alloc.h"
+#include "watchdog.h"
 #include "master.h"
 #include "stats.h"
 
@@ -49,6 +51,7 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+static int stack_mode = -1;       /* --stack-mode; -1: CH_STACK_MODE or separate */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
 /* Scheduling policy from the command line (see ch_sched_set_fairness). */
@@ -97,6 +100,9 @@ static void usage(FILE *f)
     "      --shdict NAME:SIZE     make shared dict NAME (SIZE like 10m) before the\n"
     "                             workers start, shared by every process (repeatable)\n"
     "      --stack-size BYTES     coroutine stack size, K/M suffix (default 256K)\n"
+    "      --stack-mode MODE      separate (a stack per coroutine, the default) or\n"
+    "                             copy (one shared stack, parked frames copied to\n"
+    "                             the heap): docs/stacks.md\n"
     "      --max-connections N    per worker; more get a 503 (HTTP) or are closed at\n"
     "                             once (default 0 = no limit)\n"
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
@@ -109,6 +115,10 @@ static void usage(FILE *f)
     "                             first (default 64 and 1000; 0 US: no time limit)\n"
     "      --status-addr ADDR     serve GET /status (JSON) and /metrics (Prometheus)\n"
     "                             on ADDR, e.g. 127.0.0.1:9100 (default: off)\n"
+    "      --lua-memory-limit SIZE  Lua heap cap per worker, K/M/G suffix (default 1G;\n"
+    "                             0 = none); past it allocations fail: docs/limits.md\n"
+    "      --cpu-watchdog S       stop a coroutine that runs S seconds without yielding;\n"
+    "                             exit 87 if it cannot be (default 10; 0 = off)\n"
     "  -e CHUNK                   run CHUNK before the script (repeatable)\n"
     "      --check                load and compile the script only\n"
     "  -v, --version              print the version\n"
@@ -277,6 +287,11 @@ static int parse_args(int argc, char **argv, int *check)
       if (!name) die("no memory%s", "");
       shdicts[nshdicts].name = name;
       shdicts[nshdicts++].size = parse_size(colon + 1);
+    } else if (is(a, "--stack-mode")) {
+      const char *m = value(argc, argv, &i, "--stack-mode");
+      if (!strcmp(m, "copy")) stack_mode = CH_STACK_COPY;
+      else if (!strcmp(m, "separate")) stack_mode = CH_STACK_SEPARATE;
+      else die("--stack-mode: expected copy or separate, not %s", m);
     } else if (is(a, "--stack-size")) {
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
     } else if (is(a, "--max-connections")) {
@@ -295,6 +310,10 @@ static int parse_args(int argc, char **argv, int *check)
       fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
     } else if (is(a, "--status-addr")) {
       status_addr = value(argc, argv, &i, "--status-addr");
+    } else if (is(a, "--lua-memory-limit")) {
+      if (ch_lua_alloc_set_limit(value(argc, argv, &i, "--lua-memory-limit")) < 0) die("bad value for %s", "--lua-memory-limit");
+    } else if (is(a, "--cpu-watchdog")) {
+      if (ch_watchdog_set_seconds(value(argc, argv, &i, "--cpu-watchdog")) < 0) die("bad value for %s", "--cpu-watchdog");
     } else if (!strcmp(a, "-e")) {
       if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
       chunks[nchunks++] = value(argc, argv, &i, "-e");
@@ -372,7 +391,7 @@ static void set_arg(lua_State *L)
 static lua_State *new_state(void)
 {
   lua_State *L = luaL_newstate();
-  if (!L) return NULL;
+  if (!L || ch_lua_alloc_wrap(L) < 0) return NULL;
   luaL_openlibs(L);
   const char *why = NULL;
   if (ch_ljvm_init(L, &why) < 0) {
@@ -488,11 +507,15 @@ static void *worker_main(void *p)
   pthread_mutex_unlock(&workers_lock);
   if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
     die("bad stack size%s", "");
+  if (stack_mode >= 0 && ch_sched_set_stack_mode(stack_mode) < 0)
+    die("--stack-mode copy is not available in this build (ASan)%s", "");
   w->L = new_state();
   if (!w->L) die("cannot create a Lua state%s", "");
   ch_stats_worker_start(w);
+  ch_watchdog_worker_start(w);
   if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
   int r = ch_run();
+  ch_watchdog_worker_stop(w);
   ch_stats_worker_stop(w);
   if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
   pthread_mutex_lock(&workers_lock);

@@ -9,15 +9,6 @@ local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 local q = h.shell_quote
 
--- The options exist once host/main.c passes them on (the lead wires them;
--- see docs/limits.md). Until then every test here is pending, not passed.
-local wired
-do
-  local _, usage = h.run("--help")
-  wired = usage:find("--lua-memory-limit", 1, true) and usage:find("--cpu-watchdog", 1, true)
-end
-local it = wired and it or function(name) pending(name .. " (cohost has no --lua-memory-limit yet)") end
-
 -- The server every test runs: one worker, the handlers below, debug 500s
 -- (the error in the body). jit_off turns the JIT off before anything runs.
 local SERVER = [[

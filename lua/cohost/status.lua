@@ -40,6 +40,8 @@ local FAMILIES = {
   { "cohost_stack_address_space_bytes", "gauge", "Address space mapped for coroutine stacks (not resident memory).",
     field = "stack_bytes" },
   { "cohost_stacks_free", "gauge", "Stacks kept in the worker's pool for reuse.", field = "stacks_free" },
+  { "cohost_stack_saved_bytes", "gauge",
+    "Copy-stack mode: stack bytes of parked coroutines saved to the heap.", field = "saved_bytes" },
   { "cohost_stats_age_seconds", "gauge", "Age of the worker's snapshot (0 unless it did not answer in time).",
     field = "age" },
 }
