@@ -7,9 +7,10 @@
 
 #include "host.h"
 
-/* Closes w's idle keep-alive connections (they hold no coroutine, so
-** nothing else would); connections in a request finish it and close.
-** Never calls Lua, never yields. Call on w's own thread. */
+/* Gives w's idle HTTP connections one second for one more request
+** (answered with Connection: close), then closes them (they hold no
+** coroutine, so nothing else would); connections in a request finish it
+** and close. Never calls Lua, never yields. Call on w's own thread. */
 void ch_http_close_idle(struct ch_worker *w);
 
 #endif
