@@ -36,7 +36,9 @@ describe("cohost options", function()
       assert.equal(0, code)
       assert.matches("^usage: cohost %[options%] script%.lua %[args%.%.%.%]", out)
       for _, name in ipairs { "--workers", "--stack-size", "--max-connections", "--shutdown-timeout",
-                              "--log-level", "-e CHUNK", "--check", "--version", "--help" } do
+                              "--log-level", "-e CHUNK", "--check", "--version", "--help",
+                              "--processes", "--shdict", "--stack-mode", "--lua-memory-limit",
+                              "--cpu-watchdog", "--cpu-affinity", "--status-addr" } do
         assert.truthy(out:find(name, 1, true), name .. " missing from the usage")
       end
     end
