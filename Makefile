@@ -95,7 +95,7 @@ BENCH_CXX := $(wildcard scripts/bench/*.cpp)
 BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
              $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
 
-.PHONY: all deps test run bench fuzz test-aarch64 install clean valgrind
+.PHONY: all deps test run bench fuzz soak test-aarch64 install clean valgrind
 
 all: $(LIB) $(HOST)
 
@@ -144,7 +144,7 @@ $(B)/bench/%: scripts/bench/%.cpp
 	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO)
+	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO) $(B)/bench/loadgen
 	@bash scripts/test.sh
 
 # Objects and programs follow the SAN they were built with (see SAN_STAMP).
@@ -171,6 +171,13 @@ bench:
 # it for 60 s too.
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Mixed load for MINUTES (default 10) with a leak and error check
+# (docs/soak.md); writes build/soak/.
+MINUTES ?= 10
+soak: deps
+	@$(MAKE) --no-print-directory all $(B)/bench/loadgen
+	@bash scripts/soak.sh $(MINUTES)
 
 # The runtime cross-built for AArch64 and run under qemu-user (installs the
 # cross compiler and qemu itself); docs/aarch64.md.
