@@ -18,8 +18,12 @@ local CR, LF, STAR, DOLLAR, MINUS = 13, 10, 42, 36, 45
 
 -- Reads the decimal integer that starts at buf[i] and ends with CR, the
 -- way Redis's string2ll accepts it (optional '-', no leading zeros, no
--- spaces). Returns value, position of the CR; nil, nil if the CR has not
--- arrived (or its LF); false if the text is not such an integer.
+-- "-0", no spaces, within a long long). Returns value, position of the
+-- CR; nil, nil if the CR has not arrived (or its LF); false if the text
+-- is not such an integer. Past 2^53 the value is inexact, but it is only
+-- ever compared with limits far below that (or with 0).
+local LLONG_MAX, LLONG_MIN_ABS = "9223372036854775807", "9223372036854775808"
+
 local function header_int(buf, i, len)
   local neg = false
   if byte(buf, i) == MINUS then neg = true; i = i + 1 end
@@ -28,13 +32,15 @@ local function header_int(buf, i, len)
     if i > len then return nil end
     local c = byte(buf, i)
     if c == CR then break end
-    if c < 48 or c > 57 or i - start >= 18 then return false end
+    if c < 48 or c > 57 or i - start >= 19 then return false end
     n = n * 10 + (c - 48)
     i = i + 1
   end
   if i + 1 > len then return nil end   -- the LF after the CR
   local digits = i - start
-  if digits == 0 or (digits > 1 and byte(buf, start) == 48) then return false end
+  if digits == 0 or (digits > 1 and byte(buf, start) == 48) or (neg and n == 0) then return false end
+  -- Same-length decimal strings compare as their numbers.
+  if digits == 19 and sub(buf, start, i - 1) > (neg and LLONG_MIN_ABS or LLONG_MAX) then return false end
   return neg and -n or n, i
 end
 
@@ -87,7 +93,9 @@ local function split_inline(line, argv)
           np = np + 1; parts[np] = c
         end
       else
-        if c == "" or find(c, "^[ \t\n\r\v\f]") then break end
+        -- Unquoted, only these end an argument: sdssplitargs keeps \v
+        -- and \f inside one, though it skips them between arguments.
+        if c == "" or find(c, "^[ \t\n\r]") then break end
         if c == '"' then inq = true
         elseif c == "'" then insq = true
         else np = np + 1; parts[np] = c end
