@@ -105,6 +105,12 @@ static inline int th_under_valgrind(void) {
 #endif
 }
 
+/* An upper bound on wall time, in ms, for "at once" checks: as given
+** natively, ten times more on valgrind's slower CPU. */
+static inline double th_slow_ms(double ms) {
+  return th_under_valgrind() ? ms * 10 : ms;
+}
+
 /* Skips the running test under valgrind, printing why; a no-op natively.
 ** Call it from the test body only, before anything needs cleaning up
 ** (skip() longjmps out of the test, as a failure does). */
