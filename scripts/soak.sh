@@ -34,6 +34,7 @@
 #                        make the server leak on purpose, to see a soak fail
 #   SOAK_PROCESSES       worker processes with --processes (default 2)
 #   SOAK_RELOAD_EVERY    seconds between SIGHUP reloads (default 30)
+#   SOAK_SHUTDOWN_TIMEOUT  the server's --shutdown-timeout (default 10)
 #   SOAK_WRK_CONNS, SOAK_ECHO_CONNS, SOAK_SLOW_CONNS, SOAK_RESET_RATE
 #                        wrk connections (50), echo connections (20), each
 #                        slowhttptest's connections (40), resets a second (50)
@@ -139,8 +140,11 @@ read -r HP EP SP <<< "$(free_ports)"
 
 # -- The server --------------------------------------------------------------
 
+# The drain time outlasts an echo round (7 s): a reload lets a
+# well-behaved session finish on the old worker, as nginx's
+# worker_shutdown_timeout would; a shorter one cuts sessions by design.
 SOAK_LEAK=${SOAK_LEAK:-} SOAK_STATS_DIR=$STATS_DIR "$COHOST" "${PROC_OPTS[@]}" --status-addr "127.0.0.1:$SP" \
-  --shutdown-timeout 2 examples/soak.lua "$HP" "$EP" > "$LOGS/server.log" 2>&1 &
+  --shutdown-timeout "${SOAK_SHUTDOWN_TIMEOUT:-10}" examples/soak.lua "$HP" "$EP" > "$LOGS/server.log" 2>&1 &
 SRV=$!
 up=0
 for _ in $(seq 100); do

@@ -114,7 +114,7 @@ for bin in "${bins[@]}"; do
   segv=
   [ "${bin##*/}" != test_stack ] || segv=:handle_segv=0
   ASAN_OPTIONS=${ASAN_OPTIONS:-}$segv CMOCKA_MESSAGE_OUTPUT=stdout \
-    timeout "$TIMEOUT" "${vg[@]}" "$bin" >"$out" 2>&1
+    timeout -k 10 "$TIMEOUT" "${vg[@]}" "$bin" >"$out" 2>&1
   rc=$?
   cat "$out"
 
@@ -155,7 +155,7 @@ fi
 # The LuaJIT VM-state probe prints "=> PASS" or "=> FAIL" per scenario.
 if [ -x build/spec/ljvm_probe ]; then
   echo "== build/spec/ljvm_probe"
-  timeout "$TIMEOUT" build/spec/ljvm_probe >"$out" 2>&1
+  timeout -k 10 "$TIMEOUT" build/spec/ljvm_probe >"$out" 2>&1
   rc=$?
   cat "$out"
   p=$(grep -c '=> PASS' "$out")
@@ -180,7 +180,7 @@ fi
 for spec in "${specs[@]}"; do
   [ -x build/cohost ] || break
   echo "== $spec"
-  timeout "$TIMEOUT" build/cohost /usr/bin/busted -o plainTerminal "$spec" >"$out" 2>&1
+  timeout -k 10 "$TIMEOUT" build/cohost /usr/bin/busted -o plainTerminal "$spec" >"$out" 2>&1
   rc=$?
   cat "$out"
   line=$(grep -E '^[0-9]+ success(es)? / [0-9]+ failures? / [0-9]+ errors? / [0-9]+ pending' "$out" | tail -1)

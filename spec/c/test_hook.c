@@ -49,16 +49,17 @@ struct rcase {
   char buf[64];
   ssize_t n;
   int err;
+  double t0;   /* when the writer's delay started, not when the reader
+               ** first ran: on a slow machine that can be much later */
   double ms;
   struct th_ticker tk;
 };
 
 static void rcase_main(void *arg) {
   struct rcase *r = arg;
-  double t0 = th_now_ms();
   r->n = do_recv(r->kind, r->fd, r->buf, sizeof r->buf);
   r->err = errno;
-  r->ms = th_now_ms() - t0;
+  r->ms = th_now_ms() - r->t0;
   r->tk.stop = 1;
 }
 
@@ -72,6 +73,7 @@ static void check_recv_parks(int kind) {
   assert_true(ch_spawn(rcase_main, &r) > 0);
   th_ticker_spawn(&r.tk, 5, 2000);
   struct th_delayed_write w;
+  r.t0 = th_now_ms();
   th_delayed_write_start(&w, sv[1], DELAY_MS, "hello", 5);
   th_run();
   th_delayed_write_join(&w);
