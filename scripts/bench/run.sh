@@ -36,8 +36,12 @@
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default: all)
-#   BENCH_IDLE_CONNS     idle connections per server (default 10000; idle
+#   BENCH_IDLE_CONNS     idle connections per server (default 15000; idle
 #                        and idle_http)
+#   BENCH_IDLE_PEERS     idle servers, in table order (default "lua lua_copy
+#                        ch ch_copy nginx tarantool"; *_copy: --stack-mode
+#                        copy / CH_STACK_MODE=copy)
+#   BENCH_IDLE_REPS      idle runs per server (default 3, quick 1)
 #   BENCH_HTTP_CONNS, BENCH_HTTP_SECS, BENCH_HTTP_REPS   wrk connection
 #                        counts (default "50 1000"), seconds, runs per server
 #   BENCH_HTTP_SCRIPT    cohost's HTTP server (default examples/hello.lua;
@@ -71,8 +75,8 @@ ECHO_PEERS=${BENCH_ECHO_PEERS:-"lua ch epoll nginx tarantool"}  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
 ECHO_VS="epoll ch nginx tarantool"
-IDLE_PEERS="lua nginx tarantool ch"
-IDLE_CONNS=${BENCH_IDLE_CONNS:-10000}
+IDLE_PEERS=${BENCH_IDLE_PEERS:-"lua lua_copy ch ch_copy nginx tarantool"}  # table order
+IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
 HTTP_PEERS="cohost nginxlua nginx"  # table order and order of the runs
 IDLE_HTTP_PEERS="cohost nginxlua"
@@ -89,6 +93,7 @@ if [ "$QUICK" = 1 ]; then
   ECHO_WARM=0.5; ECHO_REPS=${BENCH_ECHO_REPS:-3}
   HTTP_CONNS=${BENCH_HTTP_CONNS:-"50"}; HTTP_SECS=${BENCH_HTTP_SECS:-3}
   HTTP_REPS=${BENCH_HTTP_REPS:-3}; HTTP_WARM=1s
+  IDLE_REPS=${BENCH_IDLE_REPS:-1}
   QUIET_MAX=2
 else
   SW_N=10000000; SW_SLOW_N=1000000; SW_RUNS=5
@@ -100,12 +105,13 @@ else
   # Three interleaved rounds of cohost, nginx+lua, nginx (issue 4).
   HTTP_CONNS=${BENCH_HTTP_CONNS:-"50 1000"}; HTTP_SECS=${BENCH_HTTP_SECS:-10}
   HTTP_REPS=${BENCH_HTTP_REPS:-3}; HTTP_WARM=2s
+  IDLE_REPS=${BENCH_IDLE_REPS:-3}
   QUIET_MAX=5
 fi
 CG_N1=100000; CG_N2=200000      # callgrind round trips; the difference counts
 
 # 1000 connections take 1000 descriptors in each of server and generator,
-# and the idle section's 10,000 take as many in the server: raise the soft
+# and the idle section's 15,000 take as many in the server: raise the soft
 # open-files limit to the hard one. Servers inherit it.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null
 FILES=$(ulimit -n)
@@ -350,6 +356,19 @@ echo_start_lua() {
   start_server echo_lua build/cohost examples/echo.lua "$1"
 }
 
+# The same two servers in copy-stack mode (docs/stacks.md): parked
+# coroutines keep only the used part of their stack, on the heap.
+echo_start_lua_copy() {
+  PEER_LABEL="cohost Lua, copy stacks"
+  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
+  start_server echo_lua_copy build/cohost --stack-mode copy examples/echo.lua "$1"
+}
+
+echo_start_ch_copy() {
+  PEER_LABEL="cohost C, copy stacks"
+  CH_STACK_MODE=copy start_server echo_ch_copy "$B/echo_ch" "$1"
+}
+
 # nginx + lua: the request line the Lua handler answers, sent once per
 # connection before any message; after it the connection is a raw echo.
 NGINX_INIT=$'GET /echo HTTP/1.1\r\nHost: bench\r\n\r\n'
@@ -530,82 +549,140 @@ section_echo() {
 # rss_kib PID: VmRSS of PID in KiB, empty if it is gone.
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status" 2>/dev/null; }
 
-# Opens IDLE_CONNS connections to each server from several idle_clients
-# processes (IDLE_PER_CLIENT each, source addresses 127.0.0.2, .3, ...),
-# each with one echo round trip behind it, so every handler is parked in
-# its next read; then compares the server's VmRSS with the figure before.
+# idle_run PEER N K: one measurement of section idle. Starts PEER, does
+# one echo on a connection of its own and lets it go (the first
+# connection's one-time allocations are no per-connection cost), then opens
+# N connections from K idle_clients processes (source addresses 127.0.0.2,
+# .3, ...), each with one echo round trip behind it, so every handler is
+# parked in its next read; reads the server's memory before and after.
+# Sets IR_LABEL, IR_HELD, IR_SECS, IR_RSS0/1, IR_ANON0/1, IR_FDS (gained);
+# false if the server did not start.
+idle_run() {
+  local peer=$1 n=$2 k=$3 port pid mpid i per out t cpids line fd0
+  port=$(free_port)
+  PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
+  if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+    [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
+    return 1
+  fi
+  IR_LABEL=$PEER_LABEL
+  pid=$SRV_PID; mpid=${PEER_MEASURE:-$SRV_PID}; mpid=${mpid%%,*}
+  # The warm-up client holds its connection for a second, then exits
+  # (SIGALRM, which bash would report outside the braces), resetting it.
+  { taskset -c "$CLI_CPU" "$B/idle_clients" -p "$port" -n 1 -t 1 \
+      ${PEER_INIT:+-i "$PEER_INIT"} > /dev/null 2>> "$LOGS/idle_clients.log"; } 2>/dev/null
+  sleep 0.5                      # let start-up allocations settle
+  IR_RSS0=$(rss_kib "$mpid"); IR_ANON0=$(status_kib "$mpid" RssAnon)
+  fd0=$(fd_count "$mpid")
+  cpids=()
+  rm -f "$LOGS/idle_$peer".*.out
+  for i in $(seq 0 $(( k - 1 ))); do
+    per=$(( n / k + (i < n % k ? 1 : 0) ))
+    taskset -c "$CLI_CPU" "$B/idle_clients" -p "$port" -n "$per" \
+      -B "127.0.0.$(( i + 2 ))" -t 120 ${PEER_INIT:+-i "$PEER_INIT"} \
+      > "$LOGS/idle_$peer.$i.out" 2>> "$LOGS/idle_clients.log" &
+    cpids+=($!); PIDS+=($!)
+  done
+  # Every client prints its line once its connections are open (or it
+  # gave up); 60 s at most.
+  t=$SECONDS
+  while [ $(( SECONDS - t )) -lt 60 ]; do
+    out=0
+    for i in $(seq 0 $(( k - 1 ))); do
+      if [ -s "$LOGS/idle_$peer.$i.out" ] || ! kill -0 "${cpids[$i]}" 2>/dev/null; then
+        out=$(( out + 1 ))
+      fi
+    done
+    [ "$out" = "$k" ] && break
+    sleep 0.1
+  done
+  sleep 1                        # "wait a moment": let the server go idle
+  IR_RSS1=$(rss_kib "$mpid"); IR_ANON1=$(status_kib "$mpid" RssAnon)
+  IR_FDS=$(( $(fd_count "$mpid") - fd0 ))
+  IR_HELD=0; IR_SECS=0
+  for i in $(seq 0 $(( k - 1 ))); do
+    line=$(head -1 "$LOGS/idle_$peer.$i.out" 2>/dev/null)
+    IR_HELD=$(( IR_HELD + $(kv conns "$line" | grep -E '^[0-9]+$' || echo 0) ))
+    IR_SECS=$(awk -v a="$IR_SECS" -v b="$(kv secs "$line")" 'BEGIN { print (b + 0 > a) ? b + 0 : a }')
+  done
+  for i in "${cpids[@]}"; do kill -TERM "$i" 2>/dev/null; done
+  for i in "${cpids[@]}"; do stop_server "$i"; done
+  stop_peer "$pid" "${PEER_MEASURE:-$pid}"
+  return 0
+}
+
+# Memory per idle connection (issue 7): IDLE_CONNS connections to every
+# IDLE_PEERS server, IDLE_REPS rounds in which the servers take turns (a
+# fresh server each time), so drift hits all alike; medians per server.
+# No client process holds more than IDLE_PER_CLIENT descriptors, and the
+# server holds IDLE_CONNS plus its own few, under the open-files limit.
 # Kernel socket buffers are not in VmRSS.
 section_idle() {
   local n=$IDLE_CONNS limited=""
-  # The server holds n descriptors plus its own few.
   if [ "$FILES" -lt $(( n + 64 )) ]; then
     n=$(( FILES - 64 )); limited=" (open-files limit $FILES)"
   fi
-  title "Idle connections: server RSS growth with $n connections parked in a read$limited"
+  title "Idle connections: server RSS growth with $n connections parked in a read, median of $IDLE_REPS$limited"
   need idle_clients || return
   local k=$(( (n + IDLE_PER_CLIENT - 1) / IDLE_PER_CLIENT ))
   if [ "$k" -gt 250 ]; then log "idle: too many client processes"; return; fi
-  printf "  %-32s %8s %10s %10s %10s %s\n" server conns rss_before rss_after \
-    KiB/conn "open time" >> "$TABLE"
-  local peer port pid mpid i per out before after held secs t cpids line kib
+  local peer r kib anon
+  local -A LABEL KIB ANON HELD SECS RSS0 RSS1 SHORT LOST SKIP
   LOG_PREFIX=idle_              # server logs beside those of section echo
-  for peer in $IDLE_PEERS; do
-    port=$(free_port)
-    PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
-    log "idle $peer: $n connections"
-    if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
-      note "skipped $peer: server did not start (see $LOGS)"
-      [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
-      continue
-    fi
-    pid=$SRV_PID; mpid=${PEER_MEASURE:-$SRV_PID}; mpid=${mpid%%,*}
-    sleep 0.5                    # let start-up allocations settle
-    before=$(rss_kib "$mpid")
-    cpids=()
-    for i in $(seq 0 $(( k - 1 ))); do
-      per=$(( n / k + (i < n % k ? 1 : 0) ))
-      taskset -c "$CLI_CPU" "$B/idle_clients" -p "$port" -n "$per" \
-        -B "127.0.0.$(( i + 2 ))" -t 120 ${PEER_INIT:+-i "$PEER_INIT"} \
-        > "$LOGS/idle_$peer.$i.out" 2>> "$LOGS/idle_clients.log" &
-      cpids+=($!); PIDS+=($!)
+  for r in $(seq "$IDLE_REPS"); do
+    for peer in $IDLE_PEERS; do
+      [ -z "${SKIP[$peer]:-}" ] || continue
+      if ! declare -F "echo_start_$peer" > /dev/null; then
+        log "unknown idle peer $peer"; SKIP[$peer]=1; continue
+      fi
+      log "idle $peer: $n connections, run $r/$IDLE_REPS"
+      if ! idle_run "$peer" "$n" "$k"; then
+        note "skipped $peer: server did not start (see $LOGS)"
+        SKIP[$peer]=1; continue
+      fi
+      LABEL[$peer]=$IR_LABEL
+      KIB[$peer]+=" $(per_conn "$IR_RSS0" "$IR_RSS1" "$IR_HELD")"
+      ANON[$peer]+=" $(per_conn "$IR_ANON0" "$IR_ANON1" "$IR_HELD")"
+      HELD[$peer]=$IR_HELD; SECS[$peer]=$IR_SECS
+      RSS0[$peer]=$IR_RSS0; RSS1[$peer]=$IR_RSS1
+      [ "$IR_HELD" -lt "$n" ] && SHORT[$peer]=$(( ${SHORT[$peer]:-0} + 1 ))
+      [ "$IR_FDS" -lt "$IR_HELD" ] && LOST[$peer]=$(( ${LOST[$peer]:-0} + 1 ))
+      result "idle.$peer.run$r.kib_per_conn" "$(per_conn "$IR_RSS0" "$IR_RSS1" "$IR_HELD")"
     done
-    # Every client prints its line once its connections are open (or it
-    # gave up); 60 s at most.
-    t=$SECONDS
-    while [ $(( SECONDS - t )) -lt 60 ]; do
-      out=0
-      for i in $(seq 0 $(( k - 1 ))); do
-        if [ -s "$LOGS/idle_$peer.$i.out" ] || ! kill -0 "${cpids[$i]}" 2>/dev/null; then
-          out=$(( out + 1 ))
-        fi
-      done
-      [ "$out" = "$k" ] && break
-      sleep 0.1
-    done
-    sleep 1                      # "wait a moment": let the server go idle
-    after=$(rss_kib "$mpid")
-    held=0; secs=0
-    for i in $(seq 0 $(( k - 1 ))); do
-      line=$(head -1 "$LOGS/idle_$peer.$i.out" 2>/dev/null)
-      held=$(( held + $(kv conns "$line" | grep -E '^[0-9]+$' || echo 0) ))
-      secs=$(awk -v a="$secs" -v b="$(kv secs "$line")" 'BEGIN { print (b + 0 > a) ? b + 0 : a }')
-    done
-    for i in "${cpids[@]}"; do kill -TERM "$i" 2>/dev/null; done
-    for i in "${cpids[@]}"; do stop_server "$i"; done
-    stop_peer "$pid" "${PEER_MEASURE:-$pid}"
-    kib=$(awk -v a="$before" -v b="$after" -v n="$held" 'BEGIN {
-      if (a ~ /^[0-9]+$/ && b ~ /^[0-9]+$/ && n > 0) printf "%.2f", (b - a) / n
-      else print "-" }')
-    printf "  %-32s %8s %10s %10s %10s %s\n" "$PEER_LABEL" "$held" "${before:--} KiB" \
-      "${after:--} KiB" "$kib" "${secs} s, $k clients" >> "$TABLE"
-    [ "$held" -lt "$n" ] && note "  ^ only $held of $n connections opened (see $LOGS/idle_clients.log)"
-    result "idle.$peer.conns" "$held"; result "idle.$peer.kib_per_conn" "$kib"
-    result "idle.$peer.rss_before_kib" "$before"; result "idle.$peer.rss_after_kib" "$after"
   done
-  note "KiB/conn = (VmRSS after - VmRSS before) / connections, of the nginx worker"
-  note "for nginx; each connection did one 64-byte echo first (nginx: after its"
-  note "request line); open time = slowest client; no kernel socket buffers."
   LOG_PREFIX=""
+
+  printf "  %-32s %7s %10s %10s %9s %9s  %-22s %s\n" server conns rss_before \
+    rss_after KiB/conn anon/conn runs "open time" >> "$TABLE"
+  for peer in $IDLE_PEERS; do
+    [ -n "${LABEL[$peer]:-}" ] || continue
+    kib=$(median ${KIB[$peer]}); anon=$(median ${ANON[$peer]})
+    printf "  %-32s %7s %10s %10s %9s %9s  %-22s %s\n" "${LABEL[$peer]}" \
+      "${HELD[$peer]}" "${RSS0[$peer]:--} KiB" "${RSS1[$peer]:--} KiB" \
+      "$(fmt "$kib" 2)" "$(fmt "$anon" 2)" "$(echo ${KIB[$peer]} | tr ' ' /)" \
+      "${SECS[$peer]} s, $k clients" >> "$TABLE"
+    [ -n "${SHORT[$peer]:-}" ] &&
+      note "  ^ in ${SHORT[$peer]} runs fewer than $n connections opened (see $LOGS/idle_clients.log)"
+    [ -n "${LOST[$peer]:-}" ] &&
+      note "  ^ in ${LOST[$peer]} runs the server gained fewer descriptors than connections"
+    result "idle.$peer.conns" "${HELD[$peer]}"; result "idle.$peer.kib_per_conn" "$kib"
+    result "idle.$peer.anon_kib_per_conn" "$anon"
+    result "idle.$peer.rss_before_kib" "${RSS0[$peer]}"
+    result "idle.$peer.rss_after_kib" "${RSS1[$peer]}"
+  done
+  note "KiB/conn = median of (VmRSS after - VmRSS before) / connections (runs: each"
+  note "run's figure), of the nginx worker for nginx; anon = RssAnon only;"
+  note "rss_before/after and conns of the last run; each connection did one 64-byte"
+  note "echo first (nginx: after its request line); open time = slowest client;"
+  note "no kernel socket buffers. Servers took turns, a fresh start every run."
+  # Issue 7's targets for a raw TCP handler parked in receive.
+  local v want
+  for peer in lua_copy:2 lua:10; do
+    v=$(median ${KIB[${peer%%:*}]:-}); want=${peer#*:}
+    [ "$v" = - ] && continue
+    note "target ${LABEL[${peer%%:*}]}: under $want KiB/conn: $(awk -v v="$v" -v w="$want" \
+      'BEGIN { print (v < w) ? "met" : "NOT met" }') ($(fmt "$v" 2))"
+  done
 }
 
 # -- HTTP ------------------------------------------------------------------------
