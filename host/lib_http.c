@@ -1724,7 +1724,7 @@ static int serve(struct conn *c, const struct ch_http_head *parsed)
       keep = rs->keep;
     }
   } else {
-    keep = rs->keep;
+    keep = rs->keep && !failed;   /* a send that timed out cut the response */
   }
   if (!rs->hijacked) access_log(c, rs, c->buf + c->rq);
   /* What the handler left of the body: drain a little to keep the
