@@ -353,15 +353,19 @@ echo_start_epoll() {
 echo_start_lua() {
   PEER_LABEL="cohost Lua (echo.lua)"
   [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
-  start_server echo_lua build/cohost examples/echo.lua "$1"
+  start_server echo_lua build/cohost ${STATUS_ADDR:+--status-addr "$STATUS_ADDR"} \
+    examples/echo.lua "$1"
 }
 
 # The same two servers in copy-stack mode (docs/stacks.md): parked
 # coroutines keep only the used part of their stack, on the heap.
+# STATUS_ADDR (section idle): cohost's --status-addr, for the breakdown.
+STATUS_ADDR=""
 echo_start_lua_copy() {
   PEER_LABEL="cohost Lua, copy stacks"
   [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
-  start_server echo_lua_copy build/cohost --stack-mode copy examples/echo.lua "$1"
+  start_server echo_lua_copy build/cohost --stack-mode copy \
+    ${STATUS_ADDR:+--status-addr "$STATUS_ADDR"} examples/echo.lua "$1"
 }
 
 echo_start_ch_copy() {
@@ -556,21 +560,33 @@ rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status" 2
 # .3, ...), each with one echo round trip behind it, so every handler is
 # parked in its next read; reads the server's memory before and after.
 # Sets IR_LABEL, IR_HELD, IR_SECS, IR_RSS0/1, IR_ANON0/1, IR_FDS (gained);
-# false if the server did not start.
+# for cohost's Lua peers (lua*), which serve their figures on a status
+# port, IR_SAVED0/1 (saved stack images, copy mode) and IR_LUA0/1 (Lua
+# heap, garbage not yet collected included), else those are empty; false
+# if the server did not start.
 idle_run() {
-  local peer=$1 n=$2 k=$3 port pid mpid i per out t cpids line fd0
+  local peer=$1 n=$2 k=$3 port pid mpid i per out t cpids line fd0 sport=""
   port=$(free_port)
   PEER_LABEL=$peer; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
+  IR_SAVED0=""; IR_SAVED1=""; IR_LUA0=""; IR_LUA1=""
+  case $peer in lua*) sport=$(free_port); STATUS_ADDR=127.0.0.1:$sport ;; esac
   if ! "echo_start_$peer" "$port" || ! wait_port "$port" "$SRV_PID"; then
+    STATUS_ADDR=""
     [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
     return 1
   fi
+  STATUS_ADDR=""
   IR_LABEL=$PEER_LABEL
   pid=$SRV_PID; mpid=${PEER_MEASURE:-$SRV_PID}; mpid=${mpid%%,*}
   # The warm-up client holds its connection for a second, then exits
   # (SIGALRM, which bash would report outside the braces), resetting it.
   { taskset -c "$CLI_CPU" "$B/idle_clients" -p "$port" -n 1 -t 1 \
       ${PEER_INIT:+-i "$PEER_INIT"} > /dev/null 2>> "$LOGS/idle_clients.log"; } 2>/dev/null
+  # The status request comes before the first RSS reading and after the
+  # second, so its own allocations are in neither difference.
+  if [ -n "$sport" ]; then
+    line=$(status_json "$sport"); IR_SAVED0=$(kv saved_bytes "$line"); IR_LUA0=$(kv lua_bytes "$line")
+  fi
   sleep 0.5                      # let start-up allocations settle
   IR_RSS0=$(rss_kib "$mpid"); IR_ANON0=$(status_kib "$mpid" RssAnon)
   fd0=$(fd_count "$mpid")
@@ -599,6 +615,9 @@ idle_run() {
   sleep 1                        # "wait a moment": let the server go idle
   IR_RSS1=$(rss_kib "$mpid"); IR_ANON1=$(status_kib "$mpid" RssAnon)
   IR_FDS=$(( $(fd_count "$mpid") - fd0 ))
+  if [ -n "$sport" ]; then
+    line=$(status_json "$sport"); IR_SAVED1=$(kv saved_bytes "$line"); IR_LUA1=$(kv lua_bytes "$line")
+  fi
   IR_HELD=0; IR_SECS=0
   for i in $(seq 0 $(( k - 1 ))); do
     line=$(head -1 "$LOGS/idle_$peer.$i.out" 2>/dev/null)
@@ -609,6 +628,18 @@ idle_run() {
   for i in "${cpids[@]}"; do stop_server "$i"; done
   stop_peer "$pid" "${PEER_MEASURE:-$pid}"
   return 0
+}
+
+# status_json PORT: saved_bytes=N lua_bytes=N from the totals of cohost's
+# GET /status (docs/stats.md), empty fields if it does not answer.
+status_json() {
+  curl -s -m 5 "http://127.0.0.1:$1/status" 2>/dev/null | python3 -c '
+import json, sys
+try:
+    t = json.load(sys.stdin)["totals"]
+    print("saved_bytes=%d lua_bytes=%d" % (t["saved_bytes"], t["lua_bytes"]))
+except Exception:
+    pass' 2>/dev/null
 }
 
 # Memory per idle connection (issue 7): IDLE_CONNS connections to every
@@ -626,8 +657,8 @@ section_idle() {
   need idle_clients || return
   local k=$(( (n + IDLE_PER_CLIENT - 1) / IDLE_PER_CLIENT ))
   if [ "$k" -gt 250 ]; then log "idle: too many client processes"; return; fi
-  local peer r kib anon
-  local -A LABEL KIB ANON HELD SECS RSS0 RSS1 SHORT LOST SKIP
+  local peer r kib anon saved lua
+  local -A LABEL KIB ANON HELD SECS RSS0 RSS1 SHORT LOST SKIP SAVED LUA
   LOG_PREFIX=idle_              # server logs beside those of section echo
   for r in $(seq "$IDLE_REPS"); do
     for peer in $IDLE_PEERS; do
@@ -648,6 +679,10 @@ section_idle() {
       [ "$IR_HELD" -lt "$n" ] && SHORT[$peer]=$(( ${SHORT[$peer]:-0} + 1 ))
       [ "$IR_FDS" -lt "$IR_HELD" ] && LOST[$peer]=$(( ${LOST[$peer]:-0} + 1 ))
       result "idle.$peer.run$r.kib_per_conn" "$(per_conn "$IR_RSS0" "$IR_RSS1" "$IR_HELD")"
+      if [ -n "$IR_SAVED1" ] && [ -n "$IR_LUA1" ]; then
+        SAVED[$peer]+=" $(per_conn "$IR_SAVED0" "$IR_SAVED1" "$IR_HELD")"
+        LUA[$peer]+=" $(per_conn "$IR_LUA0" "$IR_LUA1" "$IR_HELD")"
+      fi
     done
   done
   LOG_PREFIX=""
@@ -675,6 +710,17 @@ section_idle() {
   note "rss_before/after and conns of the last run; each connection did one 64-byte"
   note "echo first (nginx: after its request line); open time = slowest client;"
   note "no kernel socket buffers. Servers took turns, a fresh start every run."
+  # Where cohost's bytes go, from its status endpoint (medians, bytes).
+  for peer in $IDLE_PEERS; do
+    [ -n "${LABEL[$peer]:-}" ] && [ -n "${LUA[$peer]:-}" ] || continue
+    kib=$(median ${KIB[$peer]}); saved=$(median ${SAVED[$peer]}); lua=$(median ${LUA[$peer]})
+    note "${LABEL[$peer]}: $(fmt "$(awk -v k="$kib" 'BEGIN { print k * 1024 }')" 0) B/conn ="\
+" saved C stack $(fmt "$saved" 0) + Lua heap $(fmt "$lua" 0) + other $(awk -v k="$kib" \
+      -v s="$saved" -v l="$lua" 'BEGIN { printf "%.0f", k * 1024 - s - l }')"
+    result "idle.$peer.saved_bytes_per_conn" "$saved"; result "idle.$peer.lua_bytes_per_conn" "$lua"
+  done
+  note "(saved C stack: copy mode's stack images; Lua heap: lua_bytes, some garbage"
+  note "included; other: coroutine, task, malloc headers, fd table, stack pages)"
   # Issue 7's targets for a raw TCP handler parked in receive.
   local v want
   for peer in lua_copy:2 lua:10; do
