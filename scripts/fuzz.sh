@@ -147,6 +147,26 @@ extra_corpus() {
 
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
+# Echoes the status lines of a libFuzzer log on stdin, one per 10 s, and
+# its last words, prefixed with $1. A read loop, not awk: mawk reads a
+# pipe in blocks, so a slow log would show nothing for minutes.
+progress() {
+  local line t next_t=0
+  while IFS= read -r line; do
+    case $line in
+      "#"*": cov"*"time: "*)
+        t=${line#* time: }
+        t=${t%%s*}
+        if [ "$t" -ge "$next_t" ] 2>/dev/null; then
+          echo "$1: $line"
+          next_t=$((t + 10))
+        fi ;;
+      "#"*$'\t'pulse*|"#"*$'\t'DONE*|"INFO: fuzzed"*|"INFO: exiting"*)
+        echo "$1: $line" ;;
+    esac
+  done
+}
+
 # Runs harness $1 for $secs seconds in build/fuzz/$1; progress lines
 # (every 10 s) are prefixed with its name.
 run_one() {
@@ -166,11 +186,7 @@ run_one() {
     -artifact_prefix="$dir/" -print_final_stats=1 ${opts[@]+"${opts[@]}"} \
     "$dir/corpus" "spec/fuzz/corpus/$h" "spec/fuzz/crashes/$h" $(extra_corpus "$h") >"$dir/fuzz.log" 2>&1 &
   local pid=$!
-  tail -n +1 -f --pid=$pid "$dir/fuzz.log" 2>/dev/null | awk -v h="$h" '
-    /^#[0-9]+: cov/ { for (i = 1; i <= NF; i++) if ($i == "time:") t = $(i + 1) + 0
-                      if (t >= next_t) { print h ": " $0; fflush(); next_t = t + 10 } }
-    /^#[0-9]+\t(pulse|DONE)/ { print h ": " $0; fflush() }
-    /^INFO: (fuzzed|exiting)/ { print h ": " $0; fflush() }' || true
+  tail -n +1 -f --pid=$pid "$dir/fuzz.log" 2>/dev/null | progress "$h" || true
   set +e
   wait $pid
   rc=$?
