@@ -16,8 +16,8 @@
 **   -B SRC_ADDR  source address of every connection (run.sh gives each
 **                process its own 127.0.0.x, so ports never run short)
 **
-** One process holds N descriptors: run.sh splits 10,000 connections over
-** several processes to stay well under the open-files limit. This program
+** One process holds N descriptors: run.sh splits its 15,000 connections
+** over six processes of 2,500 to stay well under the open-files limit. This program
 ** runs no coroutine, so the cohost hooks linked in pass through to libc.
 */
 #include <ctype.h>

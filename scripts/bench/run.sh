@@ -36,8 +36,8 @@
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default: all)
-#   BENCH_IDLE_CONNS     idle connections per server (default 15000; idle
-#                        and idle_http)
+#   BENCH_IDLE_CONNS     idle connections per server (default 15000 for
+#                        idle, 10000 for idle_http)
 #   BENCH_IDLE_PEERS     idle servers, in table order (default "lua lua_copy
 #                        ch ch_copy nginx tarantool"; *_copy: --stack-mode
 #                        copy / CH_STACK_MODE=copy)
@@ -77,6 +77,7 @@ ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
 ECHO_VS="epoll ch nginx tarantool"
 IDLE_PEERS=${BENCH_IDLE_PEERS:-"lua lua_copy ch ch_copy nginx tarantool"}  # table order
 IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}
+IDLE_HTTP_CONNS=${BENCH_IDLE_CONNS:-10000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
 HTTP_PEERS="cohost nginxlua nginx"  # table order and order of the runs
 IDLE_HTTP_PEERS="cohost nginxlua"
@@ -990,7 +991,7 @@ per_conn() {
     else print "-" }'
 }
 
-# Opens IDLE_CONNS keep-alive connections to examples/hello.lua and to
+# Opens IDLE_HTTP_CONNS keep-alive connections to examples/hello.lua and to
 # nginx+lua from several idle_clients -R processes; each sends one
 # "GET / HTTP/1.1" and reads the whole response before the next connection
 # opens, so the server has answered and the connection waits for a next
@@ -998,7 +999,7 @@ per_conn() {
 # issue's target is about), RssAnon (the same without file pages) and Pss;
 # the server's descriptor count says it still holds the connections.
 section_idle_http() {
-  local n=$IDLE_CONNS limited=""
+  local n=$IDLE_HTTP_CONNS limited=""
   if [ "$FILES" -lt $(( n + 64 )) ]; then
     n=$(( FILES - 64 )); limited=" (open-files limit $FILES)"
   fi
