@@ -167,8 +167,9 @@ bench:
 	@$(MAKE) --no-print-directory all $(BENCH_BIN)
 	@bash scripts/bench/run.sh
 
-# The HTTP parser under libFuzzer with ASan + UBSan (clang); make test runs
-# it for 60 s too.
+# The libFuzzer harnesses (spec/fuzz/README.md: HTTP parser, WebSocket
+# frames, RESP, a whole HTTP connection) with ASan + UBSan (clang), each
+# FUZZ_SECONDS long; make test runs each for 60 s.
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

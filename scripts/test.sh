@@ -203,21 +203,33 @@ for spec in "${specs[@]}"; do
   failed=$(( failed + f ))
 done
 
-# The HTTP parser's libFuzzer harness (ASan + UBSan), FUZZ_SECONDS long
-# (default 60; 0 skips), seeded with the framing corpus and the kept
-# reproducers: one test, passed when no input fails.
+# The libFuzzer harnesses (spec/fuzz/README.md; ASan + UBSan), each
+# FUZZ_SECONDS long (default 60; 0 skips), two at a time, seeded with their
+# corpora and the kept reproducers. One test per harness: fuzz.sh says
+# "fuzz.sh: <harness>: ..., no crash" or "..., FAILED (...)" for each; a
+# run that ends without those lines (a build failure) counts as 1 failed.
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
   echo "== scripts/fuzz.sh $FUZZ_SECONDS"
   # (fuzz.sh builds its own sanitizer build: SAN's settings stay out)
-  if env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS \
-     timeout $(( FUZZ_SECONDS + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1; then
-    passed=$(( passed + 1 ))
-  else
-    failed=$(( failed + 1 ))
-    failures+=("scripts/fuzz.sh: a crash, a leak or a timeout (see above)")
+  env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS \
+    timeout -k 10 $(( FUZZ_SECONDS * 2 + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1
+  rc=$?
+  p=$(grep -cE '^fuzz\.sh: [a-z_]+: .*, no crash$' "$out")
+  f=$(grep -cE '^fuzz\.sh: [a-z_]+: .*, FAILED ' "$out")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    f=1
+    abnormal scripts/fuzz.sh "$rc"
   fi
-  tail -5 "$out"
+  while IFS= read -r l; do
+    failures+=("scripts/fuzz.sh: ${l:0:160}")
+  done < <(grep -E '^fuzz\.sh: [a-z_]+: .*, FAILED ' "$out" | sed 's/^fuzz\.sh: //')
+  if [ "$rc" -ne 0 ] && ! grep -qE ', FAILED ' "$out"; then
+    failures+=("scripts/fuzz.sh: no verdict (exit $rc; see above)")
+  fi
+  passed=$(( passed + p ))
+  failed=$(( failed + f ))
+  tail -7 "$out"
 fi
 
 if [ ${#failures[@]} -gt 0 ]; then
