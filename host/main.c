@@ -481,7 +481,11 @@ static void main_task(void *p)
   ch_task_run(t, 2 + script_argc);
   if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
     ch_master_ready();   /* the master may now drain the old workers */
-  if (t->status != CH_TASK_DONE) {
+  /* A main chunk still running when a shutdown's timeout cancels it (a
+  ** script that loops forever after listening) ended as asked: not an
+  ** error. */
+  int cancelled_by_shutdown = t->status == CH_TASK_KILLED && w->stopping;
+  if (t->status != CH_TASK_DONE && !cancelled_by_shutdown) {
     exit_code = 1;
     /* A worker process whose script failed (the error is logged) is no
     ** use to its master half-started: it ends, and the master restarts

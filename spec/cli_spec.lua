@@ -239,6 +239,23 @@ end))
     assert.is_true(took >= 0.9 and took < 4, ("exited %.2f s after SIGTERM"):format(took))
   end)
 
+  -- A script that loops forever after listening (a ticker, a poller) has
+  -- its main chunk cancelled by the shutdown timeout: that is the stop the
+  -- operator asked for, so the exit code is still 0 (it was 1 before).
+  it("exits 0 when the timeout cancels a main chunk that never returns", function()
+    local looping = h.server_script([[
+listener = assert(cohost.listen("127.0.0.1:0", function(sock) sock:close() end))
+]]):gsub("io.stdout:flush%(%)", "io.stdout:flush()\nwhile true do cohost.sleep(0.05) end")
+    local p = start("--shutdown-timeout 1 " .. q(tmpfile(looping)))
+    local t0 = cohost.monotonic()
+    p.signal("TERM")
+    local code = p.wait(10)
+    local took = cohost.monotonic() - t0
+    assert.equal(0, code, h.slurp(p.err))
+    assert.matches("shutdown timeout: cancelling 1 task", h.slurp(p.err))
+    assert.is_true(took >= 0.9 and took < 4, ("exited %.2f s after SIGTERM"):format(took))
+  end)
+
   it("still works after idle workers have ended (their schedulers are gone)", function()
     -- Workers 1-3 run a main chunk that does nothing and end at once; the
     -- signal must reach worker 0 only, never a freed scheduler.
