@@ -165,6 +165,23 @@ end
 
 -- Sockets
 
+-- A port below the kernel's ephemeral range (32768 and up) that nothing
+-- listens on now, for servers that need a fixed port (a restarted or new
+-- worker process binds it again): h.free_port's comes from the ephemeral
+-- range, where a listener of a spec running beside, bound to port 0 with
+-- SO_REUSEPORT as cohost's are, could end up sharing it.
+function M.fixed_port()
+  for _ = 1, 100 do
+    local port = math.random(20000, 32000)
+    local s = cohost.tcp()
+    s:settimeout(1000)
+    local ok = s:connect("127.0.0.1", port)
+    s:close()
+    if not ok then return port end
+  end
+  error("no free port")
+end
+
 -- A port nothing listens on just now: listen on port 0, note the port,
 -- close.
 function M.free_port()

@@ -62,26 +62,9 @@ end
 ]]):format(answer, mark or "/dev/null", tostring(slow or 0))
 end
 
--- A port below the kernel's ephemeral range (32768 and up) that nothing
--- listens on now. The servers here need a fixed port (a restarted or new
--- worker binds it again), and h.free_port's comes from the ephemeral range,
--- where a listener of a spec running beside this one, bound to port 0 with
--- SO_REUSEPORT as cohost's are, could end up sharing it.
-local function fixed_port()
-  for _ = 1, 100 do
-    local port = math.random(20000, 32000)
-    local s = cohost.tcp()
-    s:settimeout(1000)
-    local ok = s:connect("127.0.0.1", port)
-    s:close()
-    if not ok then return port end
-  end
-  error("no free port")
-end
-
 -- Starts `cohost opts script` on a free port; stopped after the test.
 local function start(opts, path)
-  local port = fixed_port()
+  local port = h.fixed_port()
   local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
   defer(p.stop)
   return p

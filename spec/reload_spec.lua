@@ -66,23 +66,10 @@ function done(summary)
 end
 ]]
 
--- A port below the kernel's ephemeral range that nothing listens on now
--- (as in process_spec.lua: restarted and new workers bind it again, and a
--- port-0 listener of another spec cannot end up sharing it).
-local function fixed_port()
-  for _ = 1, 100 do
-    local port = math.random(20000, 32000)
-    local s = cohost.tcp()
-    s:settimeout(1000)
-    local ok = s:connect("127.0.0.1", port)
-    s:close()
-    if not ok then return port end
-  end
-  error("no free port")
-end
-
+-- Starts `cohost opts script` on a fixed free port (h.fixed_port: new
+-- and restarted workers bind it again); stopped after the test.
 local function start(opts, path)
-  local port = fixed_port()
+  local port = h.fixed_port()
   local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
   defer(p.stop)
   return p
