@@ -312,8 +312,13 @@ io.write(cohost.worker_id(), " ", cohost.worker_cpu(), " ",
   it("0 makes every worker run on CPU 0, as /proc shows", function()
     local tasks = h.tmpfile()
     local script = h.tmpfile(REPORT .. ([[
+local up = %q .. ".up"
 if cohost.worker_id() == 0 then
-  cohost.sleep(0.2)   -- every worker is up and pinned
+  -- Every worker is up and pinned (each says so with a file).
+  local t0 = cohost.monotonic()
+  while not (io.open(up .. 1) and io.open(up .. 2)) and cohost.monotonic() - t0 < 20 do
+    cohost.sleep(0.02)
+  end
   local f = io.open(%q, "w")
   local pid = io.open("/proc/self/stat"):read("*n")
   for dir in io.popen("ls /proc/" .. pid .. "/task"):lines() do
@@ -321,10 +326,18 @@ if cohost.worker_id() == 0 then
     if st then f:write(st:read("*a"):match("Cpus_allowed_list:%%s*(%%S+)"), "\n"); st:close() end
   end
   f:close()
+  io.open(%q, "w"):close()
 else
-  cohost.sleep(0.5)
+  io.open(up .. cohost.worker_id(), "w"):close()
+  -- Live until worker 0 has listed the threads, however late it starts
+  -- on a loaded machine (a fixed sleep let workers end before the list).
+  local t0 = cohost.monotonic()
+  while not io.open(%q) and cohost.monotonic() - t0 < 20 do cohost.sleep(0.02) end
 end
-]]):format(tasks))
+]]):format(tasks, tasks, tasks .. ".done", tasks .. ".done"))
+    defer(function()
+      for _, suffix in ipairs { ".done", ".up1", ".up2" } do os.remove(tasks .. suffix) end
+    end)
     local code, out, err = h.run("--cpu-affinity 0 -w 3 " .. q(script))
     assert.equal(0, code, err)
     local by_id = lines(out)
