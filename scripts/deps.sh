@@ -27,9 +27,11 @@ esac
 
 missing=()
 for p in "${want[@]}"; do
-  # dpkg-query prints "install ok installed" only for a fully installed package.
-  st=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-  [ "$st" = "install ok installed" ] || missing+=("$p")
+  # dpkg-query prints "install ok installed" only for a fully installed
+  # package, one line per architecture (make test-aarch64 adds arm64
+  # copies of some).
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -qx 'install ok installed' ||
+    missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
