@@ -59,8 +59,8 @@ int ch_lua_alloc_set_limit(const char *arg)
   default: break;
   }
   if (*end || v >= 9.0e18) return -1;
+  if (v != 0 && v < (double)CH_LUA_ALLOC_MIN) return -1;   /* "0.5" is not "0" */
   size_t n = (size_t)v;
-  if (n != 0 && n < CH_LUA_ALLOC_MIN) return -1;
   limit = n;
   return 0;
 }
@@ -72,11 +72,21 @@ size_t ch_lua_alloc_limit(void)
 
 /* -- The allocator -------------------------------------------------------- */
 
-/* Whether a growth may fail here: only inside a running task's pcall. */
+/* Sections of C code that allocate on a state no pcall protects (w->L)
+** while a task runs; per thread, and never across a yield. */
+static __thread int unrefusable;
+
+void ch_lua_alloc_unrefusable(int delta)
+{
+  unrefusable += delta;
+}
+
+/* Whether a growth may fail here: only inside a running task's own pcall
+** (not while ch_task_run sets it up), outside unrefusable sections. */
 static int is_protected(void)
 {
   struct ch_task *t = ch_task_current();
-  return t && t->status == CH_TASK_RUNNING;
+  return t && t->in_pcall && t->status == CH_TASK_RUNNING && !unrefusable;
 }
 
 /* Decides a growth by grow bytes that would pass h->limit: non-zero to

@@ -37,6 +37,11 @@ size_t ch_lua_alloc_limit(void);
 ** process (cohost never closes a worker's state). */
 int ch_lua_alloc_wrap(lua_State *L);
 
+/* Opens (+1) or closes (-1) a section in which no allocation is refused:
+** C code allocating on a state no pcall protects (a worker's w->L) while
+** a task runs. The section must not yield. */
+void ch_lua_alloc_unrefusable(int delta);
+
 /* Bytes L's universe holds now, as counted by the wrapper; lua_gc's count
 ** when L is not wrapped. Only on L's own thread. */
 size_t ch_lua_alloc_bytes(lua_State *L);

@@ -13,6 +13,7 @@
 #include <lauxlib.h>
 
 #include "host.h"
+#include "lua_alloc.h"
 
 #define IDLE_MAX 1024   /* Lua threads kept for reuse per worker */
 
@@ -49,8 +50,12 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
     t->T = lua_tothread(L, -1);
     lua_pop(L, 1);
   } else {
+    /* On w->L, which no pcall protects: never refused by the memory cap,
+    ** even when the running task that asked is over it. */
+    ch_lua_alloc_unrefusable(1);
     t->T = lua_newthread(L);
     t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    ch_lua_alloc_unrefusable(-1);
   }
   t->w = w;
   t->name = name;
@@ -157,8 +162,13 @@ void ch_task_run(struct ch_task *t, int nargs)
     t->status = CH_TASK_RUNNING;
     lua_pushcfunction(T, on_error);
     lua_insert(T, base + 1);
+    t->in_pcall = 1;
     int r = lua_pcall(T, nargs, LUA_MULTRET, base + 1);
+    t->in_pcall = 0;
     lua_remove(T, base + 1);
+    /* LuaJIT calls no message handler for memory errors: say it here. */
+    if (r == LUA_ERRMEM)
+      ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->name);
     t->nresults = lua_gettop(T) - base;
     /* Killed is killed, even if the function caught every "cancelled"
     ** and returned normally. */
