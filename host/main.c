@@ -481,10 +481,11 @@ static void main_task(void *p)
   ch_task_run(t, 2 + script_argc);
   if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
     ch_master_ready();   /* the master may now drain the old workers */
-  /* A main chunk still running when a shutdown's timeout cancels it (a
-  ** script that loops forever after listening) ended as asked: not an
-  ** error. */
-  int cancelled_by_shutdown = t->status == CH_TASK_KILLED && w->stopping;
+  /* A main chunk that a requested stop ends (cancelled at the shutdown
+  ** timeout in a script that loops after listening, or failing because
+  ** listen refuses once a drain began, as in a worker that was still
+  ** starting when SIGTERM came) ended as asked: logged, not an error. */
+  int cancelled_by_shutdown = w->stopping;
   if (t->status != CH_TASK_DONE && !cancelled_by_shutdown) {
     exit_code = 1;
     /* A worker process whose script failed (the error is logged) is no

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -122,7 +123,7 @@ static void catch_signals(void)
 
 /* In the new worker: drops what belongs to the master and restores the
 ** signals main.c does not set itself. */
-static void become_worker(int wfd)
+static void become_worker(int wfd, const sigset_t *old_mask)
 {
   close(sig_pipe[0]);
   close(sig_pipe[1]);
@@ -135,6 +136,7 @@ static void become_worker(int wfd)
   sa.sa_handler = SIG_DFL;   /* until main.c sets its own, in a moment */
   static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+  pthread_sigmask(SIG_SETMASK, old_mask, NULL);   /* blocked since the fork */
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != master_pid) _exit(1);   /* it died before the prctl */
@@ -161,13 +163,20 @@ static int spawn(int index, enum role role, int first)
     kids_cap = cap;
   }
   fflush(NULL);   /* else buffered output would be written twice */
+  /* Signals wait until the child has dropped the master's handlers: one
+  ** sent to it right after the fork would otherwise reach the master's
+  ** signal pipe and drain or reload everything. */
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
-    become_worker(p[1]);
+    become_worker(p[1], &old_mask);
     my_index = index;
     return 1;
   }
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
   close(p[1]);
   if (pid < 0) {
     ch_log(CH_LOG_ERR, "master: cannot fork worker process %d: %s", index, strerror(errno));
@@ -221,6 +230,9 @@ static void start_stop(int at_once)
 /* Reload: once every new worker has started, the current ones drain. */
 static void promote_if_started(void)
 {
+  /* Stopping: every worker was told to drain once already; a second
+  ** SIGTERM would make the current ones stop at once. */
+  if (stopping) return;
   int next = 0;
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {

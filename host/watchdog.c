@@ -99,8 +99,10 @@ static void on_hook(lua_State *L, lua_Debug *ar)
     return;
   }
   struct ch_coro *victim = s->victim;
-  s->victim = NULL;
+  /* The old hook back before victim is cleared: a SIGURG in between would
+  ** otherwise save on_hook as the hook to restore, and it would stay. */
   lua_sethook(L, s->old_hook, s->old_mask, s->old_count);
+  s->victim = NULL;
   /* A switch since the hook went in (the stall ended inside C code)
   ** makes whoever runs now innocent, the victim included. */
   struct ch_sched *sch = ch_sched_tls;

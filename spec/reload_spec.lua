@@ -295,6 +295,42 @@ describe("under wrk -c50 load", function()
   end)
 end)
 
+describe("SIGTERM during a reload", function()
+  -- SIGHUP, then SIGTERM while the new generation is still loading: the
+  -- old worker drains once. (It once got a second SIGTERM when the new
+  -- worker reported started, which means "stop at once", and its
+  -- in-flight request was cut.)
+  it("lets the old worker's in-flight request finish, and the master exits 0", function()
+    local dir = tmpdir()
+    local path = h.tmpfile(script("v1", dir, 2))
+    local p = start("--processes 1 --shutdown-timeout 10", path)
+    wait_up(p, 1)
+    local result
+    local client = cohost.spawn(function()
+      local s = h.connect(p.port, 10000)
+      assert(s:send("GET /slow/1 HTTP/1.1\r\nHost: x\r\n\r\n"))
+      result = { read_response(s) }
+      s:close()
+    end)
+    assert.is_true(wait_for(function() return h.try_slurp(dir .. "/1") end, 5), "/slow/1 did not start")
+    -- The new generation listens, then takes a second more to start.
+    local f = assert(io.open(path, "w"))
+    f:write(script("v2", dir, 0), "\nrequire('cohost').sleep(1)\n")
+    f:close()
+    local t0 = cohost.monotonic()
+    p.signal("HUP")
+    cohost.sleep(0.1)
+    p.signal("TERM")
+    assert(cohost.wait(client))
+    local status, headers, body = unpack(result)
+    assert.equal(200, status, tostring(headers) .. h.slurp(p.err))
+    assert.equal("v1 slow 1 " .. ("x"):rep(65536), body)
+    local code = p.wait(15)
+    assert.equal(0, code, h.slurp(p.err))
+    note("SIGTERM 0.1 s after SIGHUP: in-flight request completed, master exited %.2f s after", cohost.monotonic() - t0)
+  end)
+end)
+
 describe("--shutdown-timeout", function()
   for _, opts in ipairs { "", "--processes 2" } do
     it("bounds the exit on SIGTERM even with a handler asleep for 60 s" .. (opts == "" and "" or " (" .. opts .. ")"), function()
