@@ -138,11 +138,11 @@ static long parse_size(const char *s)
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || v < 0) die("bad size '%s'", s);
+  if (errno || end == s || !(v >= 0)) die("bad size '%s'", s);   /* NaN too */
   if (*end == 'k' || *end == 'K') { v *= 1024; end++; }
   else if (*end == 'm' || *end == 'M') { v *= 1024 * 1024; end++; }
   else if (*end == 'g' || *end == 'G') { v *= 1024.0 * 1024 * 1024; end++; }
-  if (*end) die("bad size '%s'", s);
+  if (*end || !(v < 9.0e18)) die("bad size '%s'", s);   /* (long)v defined */
   return (long)v;
 }
 
