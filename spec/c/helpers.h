@@ -378,4 +378,21 @@ static inline void th_run(void) {
   th_assert_coros_ok();
 }
 
+/* Recurses 1 KiB a frame until a stack guard stops it (the overflow
+** tests). The frame's buffer is volatile and its address escapes into the
+** next call, so the compiler can neither drop the frame nor turn the
+** recursion into a loop. Bounded by TH_MAX_DEPTH (1 GiB of frames, far
+** past any stack) so that a missing guard ends in a distinct way instead
+** of running away. */
+#define TH_MAX_DEPTH 1000000L
+static __attribute__((noinline, unused)) long th_recurse(long depth, volatile char *prev) {
+  volatile char buf[1024];
+  buf[0] = (char)depth;
+  buf[sizeof buf - 1] = prev ? prev[0] : 0;
+  if (depth >= TH_MAX_DEPTH) return depth;
+  long r = th_recurse(depth + 1, buf);
+  __asm__ volatile("" : : : "memory");
+  return r + buf[sizeof buf - 1];
+}
+
 #endif

@@ -326,21 +326,9 @@ static void test_saved_size_follows_real_use(void **state) {
 
 /* -- Stack overflow ------------------------------------------------------------ */
 
-#define MAX_DEPTH 1000000L
-
-static __attribute__((noinline)) long recurse(long depth, volatile char *prev) {
-  volatile char buf[1024];
-  buf[0] = (char)depth;
-  buf[sizeof buf - 1] = prev ? prev[0] : 0;
-  if (depth >= MAX_DEPTH) return depth;
-  long r = recurse(depth + 1, buf);
-  __asm__ volatile("" : : : "memory");
-  return r + buf[sizeof buf - 1];
-}
-
 static void overflow_main(void *arg) {
   (void)arg;
-  recurse(0, NULL);
+  th_recurse(0, NULL);
   _exit(3);   /* not reached when the guard works */
 }
 

@@ -21,29 +21,13 @@
 
 /* -- Child modes ------------------------------------------------------------ */
 
-#define MAX_DEPTH 1000000L  /* 1 GiB of 1 KiB frames: far past any stack */
-
-/* Recurses until the guard stops it. The frame's buffer is volatile and its
-** address escapes into the next call, so the compiler can neither drop the
-** frame nor turn the recursion into a loop. Bounded by MAX_DEPTH so that a
-** missing guard ends in a distinct exit status instead of running away. */
-static __attribute__((noinline)) long recurse(long depth, volatile char *prev) {
-  volatile char buf[1024];
-  buf[0] = (char)depth;
-  buf[sizeof buf - 1] = prev ? prev[0] : 0;
-  if (depth >= MAX_DEPTH) return depth;
-  long r = recurse(depth + 1, buf);
-  __asm__ volatile("" : : : "memory");
-  return r + buf[sizeof buf - 1];
-}
-
 static void overflow_main(void *arg) {
   (void)arg;
   volatile char top = 0;
   /* The top of this coroutine's stack, for the parent to bound the
   ** reported guard address. */
   dprintf(1, "top=%p\n", (void *)&top);
-  recurse(0, &top);
+  th_recurse(0, &top);
   _exit(3);  /* not reached when the guard works */
 }
 
