@@ -163,6 +163,52 @@ function M.start(args, limit)
   error("the child did not start: " .. log)
 end
 
+-- Background servers (redis-server, memcached, postgres)
+
+-- Starts cmd (a shell command line) in the background with its output in
+-- log (default: a temp file); returns its pid and the log file name.
+function M.spawn(cmd, log)
+  log = log or os.tmpname()
+  local p = assert(io.popen(("%s >%s 2>&1 </dev/null & echo $!"):format(cmd, log)))
+  local pid = tonumber(p:read("*l"))
+  p:close()
+  assert(pid, "could not start: " .. cmd)
+  return pid, log
+end
+
+-- Whether pid still runs: a zombie does not count (an orphaned server is
+-- reaped by whatever init the machine has, maybe late).
+function M.alive(pid)
+  local stat = M.try_slurp("/proc/" .. pid .. "/stat")
+  return stat ~= nil and stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+
+-- Ends pid with signal (default TERM; KILL after 5 s) and waits for it.
+function M.stop_pid(pid, signal)
+  if not pid then return end
+  os.execute(("kill -%s %d 2>/dev/null"):format(signal or "TERM", pid))
+  for _ = 1, 250 do
+    if not M.alive(pid) then return end
+    cohost.sleep(0.02)
+  end
+  os.execute("kill -9 " .. pid .. " 2>/dev/null")
+end
+
+-- Waits until 127.0.0.1:port accepts a connection (5 s at most); else
+-- raises with the server's log.
+function M.wait_port(port, log)
+  for _ = 1, 250 do
+    local s = cohost.tcp()
+    s:settimeout(200)
+    if s:connect("127.0.0.1", port) then
+      s:close()
+      return
+    end
+    cohost.sleep(0.02)
+  end
+  error("server on port " .. port .. " never came up: " .. (log and M.try_slurp(log) or ""))
+end
+
 -- Sockets
 
 -- A port below the kernel's ephemeral range (32768 and up) that nothing

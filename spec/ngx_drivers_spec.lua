@@ -14,48 +14,7 @@ require "cohost.ngx"
 
 -- -- Background servers --------------------------------------------------
 
--- Starts cmd (a shell command line) in the background with its output in
--- a temp file; returns its pid and the log file name.
-local function spawn(cmd)
-  local log = os.tmpname()
-  local p = assert(io.popen(("%s >%s 2>&1 </dev/null & echo $!"):format(cmd, log)))
-  local pid = tonumber(p:read("*l"))
-  p:close()
-  assert(pid, "could not start: " .. cmd)
-  return pid, log
-end
-
--- Whether pid still runs: a zombie does not count (the orphaned server is
--- reaped by whatever init the machine has, maybe late).
-local function alive(pid)
-  local stat = h.try_slurp("/proc/" .. pid .. "/stat")
-  return stat ~= nil and stat:match("^%d+ %b() (%a)") ~= "Z"
-end
-
--- Ends pid with signal (default TERM; KILL after 5 s) and waits for it.
-local function stop(pid, signal)
-  if not pid then return end
-  os.execute(("kill -%s %d 2>/dev/null"):format(signal or "TERM", pid))
-  for _ = 1, 250 do
-    if not alive(pid) then return end
-    cohost.sleep(0.02)
-  end
-  os.execute("kill -9 " .. pid .. " 2>/dev/null")
-end
-
--- Waits until 127.0.0.1:port accepts a connection (5 s at most).
-local function wait_port(port, log)
-  for _ = 1, 250 do
-    local s = cohost.tcp()
-    s:settimeout(200)
-    if s:connect("127.0.0.1", port) then
-      s:close()
-      return
-    end
-    cohost.sleep(0.02)
-  end
-  error("server on port " .. port .. " never came up: " .. (h.try_slurp(log) or ""))
-end
+local spawn, stop, wait_port = h.spawn, h.stop_pid, h.wait_port
 
 local function start_redis(extra)
   local port = h.free_port()

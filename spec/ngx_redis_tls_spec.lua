@@ -24,37 +24,7 @@ local function must(cmd)
   assert(ok == true or ok == 0, "failed: " .. cmd)
 end
 
--- -- redis-server in the background ------------------------------------------
-
--- Whether pid still runs: a zombie does not count.
-local function alive(pid)
-  local stat = h.try_slurp("/proc/" .. pid .. "/stat")
-  return stat ~= nil and stat:match("^%d+ %b() (%a)") ~= "Z"
-end
-
--- Ends pid with TERM (KILL after 5 s) and waits for it.
-local function stop(pid)
-  os.execute(("kill -TERM %d 2>/dev/null"):format(pid))
-  for _ = 1, 250 do
-    if not alive(pid) then return end
-    cohost.sleep(0.02)
-  end
-  os.execute("kill -9 " .. pid .. " 2>/dev/null")
-end
-
--- Waits until 127.0.0.1:port accepts a TCP connection (5 s at most).
-local function wait_port(port, log)
-  for _ = 1, 250 do
-    local s = cohost.tcp()
-    s:settimeout(200)
-    if s:connect("127.0.0.1", port) then
-      s:close()
-      return
-    end
-    cohost.sleep(0.02)
-  end
-  error("redis-server's TLS port " .. port .. " never came up: " .. (h.try_slurp(log) or ""))
-end
+-- -- redis-server with TLS, in the background for the whole file ----------
 
 setup(function()
   dir = os.tmpname()
@@ -75,16 +45,13 @@ setup(function()
   local cmd = ("redis-server --port 0 --bind 127.0.0.1 --tls-port %d --tls-cert-file %s "
     .. "--tls-key-file %s --tls-ca-cert-file %s --tls-auth-clients no --save '' --appendonly no")
     :format(port, p("srv.pem"), p("srv.key"), ca)
-  local f = assert(io.popen(("%s >%s 2>&1 </dev/null & echo $!"):format(cmd, log)))
-  local pid = tonumber(f:read("*l"))
-  f:close()
-  assert(pid, "could not start redis-server")
+  local pid = h.spawn(cmd, log)
   srv = { port = port, pid = pid, log = log }
-  wait_port(port, log)
+  h.wait_port(port, log)
 end)
 
 teardown(function()
-  if srv then stop(srv.pid) end
+  if srv then h.stop_pid(srv.pid) end
   if dir then os.execute("rm -rf " .. h.shell_quote(dir)) end
 end)
 
