@@ -395,4 +395,15 @@ static __attribute__((noinline, unused)) long th_recurse(long depth, volatile ch
   return r + buf[sizeof buf - 1];
 }
 
+/* This process's resident pages (/proc/self/statm), or 0. */
+static inline long th_rss_pages(void) {
+  long size = 0, rss = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f) {
+    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = 0;
+    fclose(f);
+  }
+  return rss;
+}
+
 #endif

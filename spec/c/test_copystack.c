@@ -590,15 +590,6 @@ static void test_getaddrinfo_through_the_pool_works_in_copy_mode(void **state) {
 
 #define BURST 1024
 
-static long rss_pages(void) {
-  long size = 0, rss = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f) {
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = 0;
-    fclose(f);
-  }
-  return rss;
-}
 
 static long burst_rss_parked;
 static void *burst_pins[BURST];
@@ -618,7 +609,7 @@ static void burst_member(void *arg) {
 static void burst_probe(void *arg) {
   (void)arg;
   ch_sleep_ms(10);   /* all members parked and saved by now */
-  burst_rss_parked = rss_pages();
+  burst_rss_parked = th_rss_pages();
 }
 
 static void slow_tick(void *arg) {
@@ -632,7 +623,7 @@ static void test_heap_images_of_a_burst_are_given_back_when_it_ends(void **state
     printf("skipped under valgrind: its allocator, not glibc's, holds the images\n");
     skip();
   }
-  long before = rss_pages();
+  long before = th_rss_pages();
   for (int i = 0; i < BURST; i++) assert_true(ch_spawn(burst_member, (void *)(intptr_t)i) > 0);
   assert_true(ch_spawn(burst_probe, NULL) > 0);
   th_run();
@@ -640,7 +631,7 @@ static void test_heap_images_of_a_burst_are_given_back_when_it_ends(void **state
   ** when it ended, and two looks later the heap pages went back. */
   assert_true(ch_spawn(slow_tick, NULL) > 0);
   th_run();
-  long after = rss_pages();
+  long after = th_rss_pages();
   for (int i = 0; i < BURST; i++) free(burst_pins[i]);
   long grown = burst_rss_parked - before, kept = after - before;
   if (grown < BURST * 12 / 2)

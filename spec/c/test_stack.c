@@ -245,15 +245,6 @@ static void test_stacks_are_reused_so_mappings_stay_flat(void **state) {
 
 #define BURST 1024
 
-static long rss_pages(void) {
-  long size = 0, rss = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f) {
-    if (fscanf(f, "%ld %ld", &size, &rss) != 2) rss = 0;
-    fclose(f);
-  }
-  return rss;
-}
 
 static void touch_and_park(void *arg) {
   volatile char deep[48 * 1024];   /* 12 pages of this coroutine's stack */
@@ -283,7 +274,7 @@ static void test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark(void *
   int short_ms = 10, long_ms = 2300;
   for (int i = 0; i < BURST; i++) assert_true(ch_spawn(touch_and_park, &short_ms) > 0);
   th_run();
-  long warm = rss_pages();
+  long warm = th_rss_pages();
   /* A second burst right away reuses the same warm stacks: few faults. */
   long f0 = faults_now();
   for (int i = 0; i < BURST; i++) assert_true(ch_spawn(touch_and_park, &short_ms) > 0);
@@ -295,7 +286,7 @@ static void test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark(void *
   ** burst), waking the loop every 100 ms: it trims meanwhile. */
   assert_true(ch_spawn(tick, &long_ms) > 0);
   th_run();
-  long trimmed = rss_pages();
+  long trimmed = th_rss_pages();
   /* (BURST - 256) stacks of 12 touched pages each went back. */
   if (warm - trimmed < (BURST - 256) * 12 / 2)
     fail_msg("rss %ld pages before, %ld after a trim period: stacks not trimmed", warm, trimmed);
