@@ -1638,35 +1638,30 @@ static void run_handler(struct conn *c, struct ch_http_head *h, struct rstate *r
   ch_task_release(t);
 }
 
-/* One request being served (see serve). */
+/* A request's head and state. On the heap, not on the connection
+** coroutine's stack: req and res reach them from any coroutine (threads
+** the handler spawns), and in copy-stack mode that stack holds another
+** coroutine's frames while the handler is parked. conn_main keeps one for
+** as long as the connection is active (pipelined requests reuse it). */
 struct request {
   struct rstate rs;
   struct ch_http_head h;
 };
 
-/* Yields. Serves the request whose head is parsed: the handler, then
-** whatever it left of the response and of the body. Returns 1 to keep the
-** connection, 0 to close it. */
-static int serve(struct conn *c, const struct ch_http_head *parsed)
+/* Yields. Serves the request whose head rq->h is parsed: the handler,
+** then whatever it left of the response and of the body. Returns 1 to
+** keep the connection, 0 to close it. */
+static int serve(struct conn *c, struct request *rq)
 {
   struct server *srv = c->srv;
+  struct rstate *rs = &rq->rs;
+  struct ch_http_head *h = &rq->h;
   ch_stats_count_request();
-  if (parsed->content_length > 0 && (uint64_t)parsed->content_length > srv->max_body) {
+  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
     answer_error(c, 413);
     linger_close(c);
     return 0;
   }
-  /* The request's state and head live on the heap, not on this stack:
-  ** req and res reach them from any coroutine (threads the handler
-  ** spawns), and in copy-stack mode this stack holds another coroutine's
-  ** frames while the handler is parked. The parser points back at its
-  ** head (p.data). */
-  struct request *rq = malloc(sizeof *rq);
-  if (!rq) return 0;
-  struct rstate *rs = &rq->rs;
-  struct ch_http_head *h = &rq->h;
-  *h = *parsed;
-  h->p.data = h;
   memset(rs, 0, sizeof *rs);
   rs->c = c;
   rs->h = h;
@@ -1681,7 +1676,6 @@ static int serve(struct conn *c, const struct ch_http_head *parsed)
     answer_error(c, 400);
     linger_close(c);
     rstate_release(rs);
-    free(rq);
     return 0;
   }
   int keep = 0;
@@ -1741,7 +1735,6 @@ static int serve(struct conn *c, const struct ch_http_head *parsed)
   }
   if (rs->body_status == 413 && !rs->hijacked) linger_close(c);   /* let it read the 413 */
   rstate_release(rs);
-  free(rq);
   return keep;
 }
 
@@ -1752,6 +1745,7 @@ static void conn_main(void *arg)
   struct conn *c = arg;
   struct server *srv = c->srv;
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
+  struct request *rq = NULL;   /* freed when this active spell ends */
   if (c->ssl && !c->tls_ready) {
     /* The TLS handshake, within the header timeout; a failed one closes
     ** quietly (its reason is logged at info). */
@@ -1767,13 +1761,14 @@ static void conn_main(void *arg)
   }
   for (;;) {
     if (!c->buf && buf_take(c) < 0) break;
-    struct ch_http_head h;
-    ch_http_head_init(&h);
+    if (!rq && !(rq = malloc(sizeof *rq))) break;
+    struct ch_http_head *h = &rq->h;
+    ch_http_head_init(h);
     uint64_t deadline = 0;
     int r;
     c->pos = c->rq;
     for (;;) {
-      r = ch_http_head_parse(&h, c->buf + c->rq, c->len - c->rq, &srv->lim);
+      r = ch_http_head_parse(h, c->buf + c->rq, c->len - c->rq, &srv->lim);
       if (r != 0) break;
       if (c->len > c->rq && !deadline)   /* the first byte: the clock starts */
         deadline = ch_now_ns() + (uint64_t)srv->header_ms * 1000000u;
@@ -1786,6 +1781,7 @@ static void conn_main(void *arg)
         ** nothing decrypted either; this states it. */
         assert(!c->ssl || SSL_pending(c->ssl) == 0);
         if (c->w->stopping) goto close;   /* draining: idle is over */
+        free(rq);
         go_idle(c, idle_ms);
         return;
       }
@@ -1803,7 +1799,7 @@ static void conn_main(void *arg)
       goto close;
     }
     c->pos = c->rq + (uint32_t)r;
-    int keep = serve(c, &h);
+    int keep = serve(c, rq);
     c->nreq++;
     if (!keep || c->fd < 0) goto close;
     /* The next request starts where this message ended. */
@@ -1812,6 +1808,7 @@ static void conn_main(void *arg)
     idle_ms = srv->keepalive_ms;
   }
 close:
+  free(rq);
   c->active = 0;
   conn_free(c);
 }
