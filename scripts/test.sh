@@ -71,20 +71,25 @@ san_reports() {
 
 # Records runner $1's failed tests (count $2) for the closing list: the
 # lines of $out matching extended regex $3 (cmocka's "[  FAILED  ] name"),
-# or busted's "Failure -> file @ line" with the test's name on the next
-# line; or just the runner when none match (a crash or a timeout).
+# or busted's "Failure -> file @ line" blocks (the test's name and its
+# message); or just the runner when none match (a crash or a timeout).
 note_failures() {
   [ "$2" -gt 0 ] || return 0
   local lines
   if [ -n "$3" ]; then
     lines=$(grep -E "$3" "$out" | sed 's/^\[  FAILED  \] //' | sort -u)
   else
-    lines=$(grep -A1 -E '^(Failure|Error) -> ' "$out" | grep -vE '^(--$|(Failure|Error) -> )')
+    # The test's name, then its message (up to 5 lines, e.g. busted's
+    # "Expected ... Passed in: ... Expected: ...") joined with " | ".
+    lines=$(awk '/^(Failure|Error) -> / { n = 6; msg = ""; next }
+                 n > 0 && /^$/ { if (msg != "") print msg; n = 0; next }
+                 n > 0 { msg = msg == "" ? $0 : msg " | " $0; if (--n == 0) print msg }
+                 END { if (n > 0 && msg != "") print msg }' "$out")
   fi
   if [ -z "$lines" ]; then
     failures+=("$1: $2 failed (no summary)")
   else
-    while IFS= read -r l; do failures+=("$1: ${l:0:160}"); done <<<"$lines"
+    while IFS= read -r l; do failures+=("$1: ${l:0:400}"); done <<<"$lines"
   fi
 }
 
