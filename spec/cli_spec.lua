@@ -189,33 +189,47 @@ describe("SIGTERM", function()
   local slow_server = h.server_script([[
 listener = assert(cohost.listen("127.0.0.1:0", function(sock)
   local line = sock:receive()
+  if not line then return end   -- a probe of wait_refused
+  sock:send("busy\n")
   cohost.sleep(SLEEP)
   sock:send("reply to " .. line .. "\n")
 end))
 ]])
 
   -- Starts slow_server with options opts and sends it a request; returns
-  -- the process and the connection after settle seconds.
-  local function start_busy(opts, settle)
+  -- the process and the connection once the handler says it is busy with
+  -- the request (a fixed sleep raced with a loaded child: a signal that
+  -- came before the accept dropped the connection with the listener).
+  local function start_busy(opts)
     local p = start(opts .. " " .. q(tmpfile(slow_server)))
     local s = connect(p.port)
     assert(s:send("req\n"))
-    cohost.sleep(settle)
+    assert.equal("busy", s:receive())
     return p, s
   end
 
+  -- Waits (5 s at most) until a new connection to port is refused: the
+  -- listener has closed, so the process has handled a stop signal.
+  local function wait_refused(port)
+    local t0, err = cohost.monotonic()
+    repeat
+      local s2 = cohost.tcp()
+      s2:settimeout(1000)
+      local ok
+      ok, err = s2:connect("127.0.0.1", port)
+      s2:close()
+      if not ok then break end
+      cohost.sleep(0.02)
+    until cohost.monotonic() - t0 > 5
+    return err
+  end
+
   it("lets an in-flight request finish, stops accepting, and exits 0", function()
-    local p, s = start_busy("-e 'SLEEP = 1'", 0.2)   -- the handler is now sleeping
+    local p, s = start_busy("-e 'SLEEP = 1'")   -- the handler is now sleeping
     local t0 = cohost.monotonic()
     p.signal("TERM")
-    cohost.sleep(0.1)
     -- The listener is closed: a new connection is refused.
-    local s2 = cohost.tcp()
-    s2:settimeout(1000)
-    local ok, err = s2:connect("127.0.0.1", p.port)
-    s2:close()
-    assert.is_nil(ok)
-    assert.equal("connection refused", err)
+    assert.equal("connection refused", wait_refused(p.port))
     -- The request in flight still gets its reply.
     assert.equal("reply to req", s:receive())
     s:close()
@@ -226,7 +240,7 @@ end))
   end)
 
   it("cancels handlers still running at --shutdown-timeout and exits 0", function()
-    local p, s = start_busy("--shutdown-timeout 1 -e 'SLEEP = 60'", 0.2)
+    local p, s = start_busy("--shutdown-timeout 1 -e 'SLEEP = 60'")
     local t0 = cohost.monotonic()
     p.signal("TERM")
     local data, err = s:receive()
@@ -278,7 +292,7 @@ end
   end)
 
   it("SIGINT drains the same way", function()
-    local p, s = start_busy("-e 'SLEEP = 0.5'", 0.1)
+    local p, s = start_busy("-e 'SLEEP = 0.5'")
     p.signal("INT")
     assert.equal("reply to req", s:receive())
     s:close()
@@ -286,9 +300,10 @@ end
   end)
 
   it("a second signal ends the process at once", function()
-    local p, s = start_busy("--shutdown-timeout 30 -e 'SLEEP = 60'", 0.2)
+    local p, s = start_busy("--shutdown-timeout 30 -e 'SLEEP = 60'")
     p.signal("TERM")
-    cohost.sleep(0.2)
+    -- Two signals sent before the first is handled may merge into one.
+    assert.equal("connection refused", wait_refused(p.port))
     local t0 = cohost.monotonic()
     p.signal("TERM")
     local code = p.wait(5)
@@ -352,12 +367,11 @@ end))
   it("2 runs the main chunk once per worker, and port 0 gives both the same port", function()
     local p = start("--workers 2 " .. q(tmpfile(script)))
     local lines
-    for _ = 1, 200 do
+    h.eventually(function()
       lines = {}
       for line in h.slurp(p.out):gmatch("[^\n]+") do lines[#lines + 1] = line end
-      if #lines >= 2 then break end
-      cohost.sleep(0.01)
-    end
+      return #lines >= 2
+    end)
     assert.equal(2, #lines)
     assert.equal(lines[1], lines[2])
     p.signal("TERM")

@@ -265,6 +265,24 @@ function M.connect(port, timeout_ms)
   return s
 end
 
+-- Waiting
+
+-- Calls fn every 0.02 s until its first result is truthy, for limit
+-- seconds at most (default 10); returns fn's results: the truthy ones, or
+-- those of the last call at the deadline, for the caller to assert on.
+-- For a state another process, thread or worker reaches in its own time:
+-- a fixed sleep before one check races with a loaded machine.
+function M.eventually(fn, limit)
+  local deadline = cohost.monotonic() + (limit or 10)
+  while true do
+    local res = { fn() }
+    if res[1] or cohost.monotonic() > deadline then
+      return unpack(res, 1, table.maxn(res))
+    end
+    cohost.sleep(0.02)
+  end
+end
+
 -- Threads
 
 -- A coroutine counting once every period seconds (default 0.005) while it
