@@ -12,6 +12,7 @@
 #include "host.h"
 #include "lib.h"
 #include "stats.h"
+#include "stats_procs.h"
 
 /* now() -> seconds since the epoch with microseconds, like ngx.now (which
 ** caches to ms; we read the clock, which costs ~20 ns through the vDSO). */
@@ -158,23 +159,11 @@ static void push_worker(lua_State *L, int id, const struct ch_stats_worker *st, 
   lua_setfield(L, -2, "running");
 }
 
-/* Resident set of the whole process from /proc/self/statm (one read of a
-** short file), or 0 if it cannot be read. */
-static uint64_t rss_bytes(void)
-{
-  FILE *f = fopen("/proc/self/statm", "re");
-  if (!f) return 0;
-  unsigned long size = 0, resident = 0;
-  int n = fscanf(f, "%lu %lu", &size, &resident);
-  fclose(f);
-  return n == 2 ? (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
-}
-
 /* Fields summed into the totals: every number of a worker's table but its
-** id and its age. */
+** ids and its age. */
 static int summed(const char *k)
 {
-  return strcmp(k, "worker") && strcmp(k, "age");
+  return strcmp(k, "worker") && strcmp(k, "age") && strcmp(k, "process") && strcmp(k, "pid");
 }
 
 /* stats() -> this worker's figures, read now: its scheduler's counters
@@ -183,9 +172,11 @@ static int summed(const char *k)
 ** connections (open) and accepted (total), requests (served by
 ** cohost.http), lua_bytes (its Lua heap).
 ** stats("all" [, timeout]) yields: { workers = { [1] = worker 0's, ... },
-** totals = sums, plus workers and rss_bytes (the process's) }, each
-** worker's fresh unless it did not answer within timeout seconds (default
-** 0.2; see its age). */
+** totals = sums, plus workers, processes and rss_bytes, processes = { per
+** worker process: process, pid, rss_bytes, age } }, every worker of every
+** worker process (--processes), each worker's fresh unless it did not
+** answer within timeout seconds (default 0.2; see its age). A worker's
+** table also says its process and pid. */
 static int l_stats(lua_State *L)
 {
   if (lua_isnoneornil(L, 1)) {
@@ -197,17 +188,33 @@ static int l_stats(lua_State *L)
   if (strcmp(luaL_checkstring(L, 1), "all") != 0) return luaL_argerror(L, 1, "\"all\" or nothing expected");
   lua_Number timeout = luaL_optnumber(L, 2, 0.2);
   if (timeout < 0 || timeout != timeout) return luaL_argerror(L, 2, "non-negative number expected");
+  if (timeout > 3600) timeout = 3600;
   int n = ch_worker_count();
   struct ch_stats_worker *all = lua_newuserdata(L, (size_t)n * sizeof *all);  /* freed by the GC */
   memset(all, 0, (size_t)n * sizeof *all);
+  int np = ch_stats_procs_active() ? ch_opts.processes : 1;
+  struct ch_stats_proc *procs = lua_newuserdata(L, (size_t)np * sizeof *procs);
+  memset(procs, 0, (size_t)np * sizeof *procs);
+  /* Other processes first, so they gather while this one does. */
+  uint64_t asked = ch_stats_procs_ask();
   n = ch_stats_gather(all, n, (int)(timeout * 1000));
+  ch_stats_procs_collect(all, n, asked, asked + (uint64_t)(timeout * 1e9), procs);
   ch_task_check_cancel(L);
   if (n < 0) return luaL_error(L, "no memory");
+  if (np == 1) {
+    procs[0].pid = getpid();
+    procs[0].rss_bytes = ch_stats_rss_bytes();
+    procs[0].taken_ns = asked;
+  }
   uint64_t now = ch_now_ns();
-  lua_createtable(L, 0, 2);
+  int threads = ch_opts.threads > 0 ? ch_opts.threads : 1;
+  lua_createtable(L, 0, 3);
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
+    int p = np > 1 ? i / threads : 0;
     push_worker(L, i, &all[i], now);
+    set(L, "process", (uint64_t)p);
+    set(L, "pid", (uint64_t)procs[p].pid);
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "workers");
@@ -232,9 +239,25 @@ static int l_stats(lua_State *L)
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
+  uint64_t rss = 0;
+  for (int p = 0; p < np; p++) rss += procs[p].rss_bytes;
   set(L, "workers", (uint64_t)n);
-  set(L, "rss_bytes", rss_bytes());
+  set(L, "processes", (uint64_t)np);
+  set(L, "rss_bytes", rss);
   lua_setfield(L, -2, "totals");
+  /* processes: per worker process, who answered, its memory and age. */
+  lua_createtable(L, np, 0);
+  for (int p = 0; p < np; p++) {
+    lua_createtable(L, 0, 4);
+    set(L, "process", (uint64_t)p);
+    set(L, "pid", (uint64_t)procs[p].pid);
+    set(L, "rss_bytes", procs[p].rss_bytes);
+    lua_pushnumber(L, procs[p].taken_ns && now > procs[p].taken_ns && !procs[p].fresh
+                        ? (lua_Number)(now - procs[p].taken_ns) / 1e9 : 0);
+    lua_setfield(L, -2, "age");
+    lua_rawseti(L, -2, p + 1);
+  }
+  lua_setfield(L, -2, "processes");
   return 1;
 }
 

@@ -29,6 +29,7 @@
 #include "watchdog.h"
 #include "master.h"
 #include "stats.h"
+#include "stats_procs.h"
 
 #define COHOST_VERSION "0.1.0"
 
@@ -517,10 +518,12 @@ static void *worker_main(void *p)
   w->L = new_state();
   if (!w->L) die("cannot create a Lua state%s", "");
   ch_stats_worker_start(w);
+  ch_stats_procs_worker_start(w);
   ch_watchdog_worker_start(w);
   if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
   int r = ch_run();
   ch_watchdog_worker_stop(w);
+  ch_stats_procs_worker_stop(w);
   ch_stats_worker_stop(w);
   if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
   pthread_mutex_lock(&workers_lock);
@@ -636,6 +639,12 @@ int main(int argc, char **argv)
       snprintf(msg, sizeof msg, "--shdict %s: %s", shdicts[i].name, err);
       die("%s", msg);
     }
+  }
+  /* Statistics across worker processes: also made before the fork. */
+  if (ch_opts.processes > 1) {
+    int r = ch_stats_procs_create(ch_opts.processes, ch_opts.threads);
+    if (r < 0)
+      fprintf(stderr, "cohost: statistics stay per process: %s\n", strerror(-r));
   }
   if (ch_opts.processes) ch_opts.process = ch_master_run();   /* returns in a worker */
 

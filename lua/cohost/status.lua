@@ -2,7 +2,8 @@
 -- figures and the process totals as JSON, GET /metrics the same in the
 -- Prometheus text exposition format 0.0.4. The host starts it on worker 0
 -- once the script's main chunk has run; it serves from worker 0 and asks
--- the other workers for fresh figures on each request (see docs/stats.md).
+-- the other workers, and under --processes the other worker processes,
+-- for fresh figures on each request (see docs/stats.md).
 local M = {}
 
 local sys = require "cohost.core.sys"
@@ -79,10 +80,13 @@ function M.metrics(all)
       end
     end
   end
-  put("# HELP cohost_workers Worker threads of the process.")
+  put("# HELP cohost_workers Worker threads, in every worker process.")
   put("# TYPE cohost_workers gauge")
   put("cohost_workers " .. num(all.totals.workers))
-  put("# HELP process_resident_memory_bytes Resident memory of the whole process (/proc/self/statm).")
+  put("# HELP cohost_processes Worker processes (1 without --processes).")
+  put("# TYPE cohost_processes gauge")
+  put("cohost_processes " .. num(all.totals.processes))
+  put("# HELP process_resident_memory_bytes Resident memory of the worker processes, summed (/proc/self/statm).")
   put("# TYPE process_resident_memory_bytes gauge")
   put("process_resident_memory_bytes " .. num(all.totals.rss_bytes))
   return concat(out, "\n") .. "\n"
