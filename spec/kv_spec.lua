@@ -80,12 +80,15 @@ local function client(port)
   }
 end
 
--- Sends raw bytes and reads until the server closes or wait seconds pass.
-local function raw(port, bytes, wait)
+-- Sends raw bytes and reads until the server closes or wait seconds pass
+-- without data; with want (bytes), until that many came, and then 0.1 s
+-- more for anything extra (a server that keeps the connection open can
+-- be slow to answer on a loaded machine, so no fixed wait decides).
+local function raw(port, bytes, wait, want)
   local s = h.connect(port, math.floor((wait or 0.5) * 1000))
   defer(function() s:close() end)
   s:send(bytes)
-  local got = {}
+  local got, n = {}, 0
   while true do
     local data, err = s:receiveany(65536)
     if not data then
@@ -93,6 +96,8 @@ local function raw(port, bytes, wait)
       break
     end
     got[#got + 1] = data
+    n = n + #data
+    if want and n >= want then s:settimeout(100) end
   end
   return table.concat(got)
 end
@@ -105,6 +110,18 @@ local function cli(port, ...)
   local out = p:read("*a")
   p:close()
   return (out:gsub("\n+$", ""))
+end
+
+-- INFO clients once it shows n blocked clients (10 s at most; the last
+-- answer then): a client's BLPOP, or its close, reaches the server in the
+-- server's own time.
+local function blocked(c, n)
+  local info
+  h.eventually(function()
+    info = c:call("INFO", "clients")
+    return info:find("blocked_clients:" .. n .. "%f[%D]")
+  end)
+  return info
 end
 
 local function sorted(t)
@@ -243,10 +260,11 @@ describe("kv with redis-cli", function()
                  cli(p.port, "expire", "k", "5", "nx", "xx"))
     assert.equal("1", cli(p.port, "persist", "k"))
     assert.equal("0", cli(p.port, "persist", "k"))
-    assert.equal("1", cli(p.port, "pexpire", "k", "150"))
+    -- 1.5 s: each redis-cli is a new process, slow to start when loaded.
+    assert.equal("1", cli(p.port, "pexpire", "k", "1500"))
     local pttl = tonumber(cli(p.port, "pttl", "k"))
-    assert.is_true(pttl > 0 and pttl <= 150)
-    cohost.sleep(0.3)
+    assert.is_true(pttl > 0 and pttl <= 1500, tostring(pttl))
+    cohost.sleep(1.6)
     assert.equal("", cli(p.port, "get", "k"))
     cli(p.port, "set", "gone", "v")
     assert.equal("1", cli(p.port, "expire", "gone", "0"))   -- a past deadline deletes
@@ -260,11 +278,10 @@ describe("kv with redis-cli", function()
     assert.equal(51, c:call("DBSIZE"))
     -- DBSIZE counts keys without looking at them: only the sweep removes.
     local size
-    for _ = 1, 40 do
-      cohost.sleep(0.05)
+    h.eventually(function()
       size = cli(p.port, "dbsize")
-      if size == "1" then break end
-    end
+      return size == "1"
+    end)
     assert.equal("1", size)
   end)
 
@@ -391,9 +408,10 @@ describe("kv's RESP handling", function()
   end)
 
   it("runs inline commands, with quotes and escapes", function()
-    assert.equal('+OK\r\n$3\r\naA\n\r\n+PONG\r\n',
-                 raw(p.port, '  set k "a\\x41\\n" \r\nget k\r\n\r\nPING\n', 0.3))
-    assert.equal("$4\r\nit's\r\n", raw(p.port, "echo 'it\\'s'\r\n", 0.3))
+    local want = '+OK\r\n$3\r\naA\n\r\n+PONG\r\n'
+    assert.equal(want, raw(p.port, '  set k "a\\x41\\n" \r\nget k\r\n\r\nPING\n', 5, #want))
+    want = "$4\r\nit's\r\n"
+    assert.equal(want, raw(p.port, "echo 'it\\'s'\r\n", 5, #want))
   end)
 
   it("reads a request split across packets and a 2 MB value", function()
@@ -439,9 +457,8 @@ describe("kv's BLPOP and BRPOP", function()
       local t0 = cohost.monotonic()
       return c:call("BLPOP", "q1", "q2", 5), cohost.monotonic() - t0
     end)
-    cohost.sleep(0.2)
     local c = client(p.port)
-    assert.matches("blocked_clients:1", c:call("INFO", "clients"), 1, true)
+    assert.matches("blocked_clients:1", blocked(c, 1), 1, true)
     assert.equal(2, c:call("RPUSH", "q2", "a", "b"))
     local ok, res, took = cohost.wait(waiter)
     assert.is_true(ok)
@@ -460,11 +477,12 @@ describe("kv's BLPOP and BRPOP", function()
         return r
       end)
     end
-    local w1 = waiter("BLPOP", "first")
-    cohost.sleep(0.1)
-    local w2 = waiter("BRPOP", "second")
-    cohost.sleep(0.1)
+    -- Each waiter is blocked at the server before the next comes.
     local c = client(p.port)
+    local w1 = waiter("BLPOP", "first")
+    assert.matches("blocked_clients:1", blocked(c, 1), 1, true)
+    local w2 = waiter("BRPOP", "second")
+    assert.matches("blocked_clients:2", blocked(c, 2), 1, true)
     assert.equal(3, c:call("RPUSH", "q", "x", "y", "z"))
     assert.same({ true, { "q", "x" } }, { cohost.wait(w1) })
     assert.same({ true, { "q", "z" } }, { cohost.wait(w2) })
@@ -497,11 +515,11 @@ describe("kv's BLPOP and BRPOP", function()
   it("leave the element in the list when the blocked client went away", function()
     local s = h.connect(p.port)
     s:send(encode({ "BLPOP", "q", 10 }))
-    cohost.sleep(0.1)
-    s:close()
-    cohost.sleep(0.1)
     local c = client(p.port)
-    assert.matches("blocked_clients:0", c:call("INFO", "clients"), 1, true)
+    assert.matches("blocked_clients:1", blocked(c, 1), 1, true)
+    s:close()
+    -- The server sees the close in its own time.
+    assert.matches("blocked_clients:0", blocked(c, 0), 1, true)
     assert.equal(1, c:call("LPUSH", "q", "kept"))
     assert.same({ "kept" }, c:call("LRANGE", "q", 0, -1))
   end)
@@ -596,8 +614,8 @@ describe("kv's append-only log", function()
   it("logs a served BLPOP as a pop, so the element stays taken after a restart", function()
     local p = start()
     local w = cohost.spawn(function() return client(p.port):call("BLPOP", "q", 5) end)
-    cohost.sleep(0.1)
     local c = client(p.port)
+    assert.matches("blocked_clients:1", blocked(c, 1), 1, true)
     c:call("RPUSH", "q", "a", "b")
     assert.same({ true, { "q", "a" } }, { cohost.wait(w) })
     p.signal("KILL")
@@ -660,12 +678,11 @@ describe("kv's append-only log", function()
 
   -- Polls INFO persistence until aof_rewrites reaches n.
   local function wait_rewrites(c, n)
-    for _ = 1, 250 do
+    local r = h.eventually(function()
       local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
-      if r >= n then return r end
-      cohost.sleep(0.02)
-    end
-    error("no rewrite")
+      return r >= n and r
+    end, 20)
+    return r or error("no rewrite")
   end
 
   for _, fsync in ipairs { "everysec", "always" } do
@@ -691,7 +708,7 @@ describe("kv's append-only log", function()
           acked = acked + 1
         end
       end)
-      cohost.sleep(0.05)
+      assert.is_truthy(h.eventually(function() return acked > 0 end), "the writer got nothing acknowledged")
       assert.equal("Background append only file rewriting started", c:call("BGREWRITEAOF"))
       wait_rewrites(c, 1)
       cohost.sleep(0.05)
