@@ -223,9 +223,11 @@ describe("hardening: slow read", function()
     assert.is_true(eventually(5, function() return reader.output():find("sent") end), reader.output())
     local t0 = cohost.monotonic()
     -- The slow client is connected and its answer is stuck.
-    assert.is_true(eventually(2, function() return fd_count(p.pid) > base_fds end))
+    assert.is_true(eventually(10, function() return fd_count(p.pid) > base_fds end))
     local max_rss, served, closed_at = base_rss, 0, nil
-    while cohost.monotonic() - t0 < 6 do
+    -- 6 s, or longer (20 s at most) until 20 others were served: on a
+    -- loaded machine each round (a request, ls, /proc) can take a while.
+    while cohost.monotonic() - t0 < 6 or (served < 20 and cohost.monotonic() - t0 < 20) do
       max_rss = math.max(max_rss, rss_kb(p.pid))
       local status = get(p.port, "/", 1000)
       assert.equal(200, status)
@@ -307,6 +309,9 @@ describe("hardening: out of file descriptors", function()
     cohost.sleep(0.2)
     local c0, t0 = cpu_ticks(p.pid), cohost.monotonic()
     cohost.sleep(1.5)
+    -- At least 50 attempts in the window, however long a loaded machine
+    -- makes them take (each one needs the server to run).
+    h.eventually(function() return attempts >= 50 end, 15)
     local cpu = (cpu_ticks(p.pid) - c0) / CLK_TCK / (cohost.monotonic() - t0)
     stop = true
     cohost.wait(pest)
@@ -346,7 +351,7 @@ describe("hardening: resets mid-upload", function()
     assert.is_true(tonumber(peak_coros) >= base_coros + 50, out)
     assert.is_true(tonumber(peak_conns) >= base_conns + 50, out)
     local coros, conns, fds
-    local back, took = eventually(5, function()
+    local back, took = eventually(15, function()
       coros, conns = stats(p.port)
       fds = fd_count(p.pid)
       return coros == base_coros and conns == base_conns and fds == base_fds
@@ -354,8 +359,9 @@ describe("hardening: resets mid-upload", function()
     assert.is_true(back, ("not back to the baseline: coros %d/%d conns %d/%d fds %d/%d")
       :format(coros, base_coros, conns, base_conns, fds, base_fds))
     note("resets: %s; back to baseline after %.2f s", out:gsub("\n", ""), took)
-    -- Usually at once; the bound is loose for a loaded machine.
-    assert.is_true(took < 3, "back after " .. took .. " s")
+    -- Usually at once; the bound (eventually's 15 s, well below the 60 s
+    -- body timeout that would otherwise free them) is loose for a loaded
+    -- machine, where the server's closes can lag behind the clients'.
     assert.is_nil(p.exited())
     assert.equal(200, (get(p.port, "/")))
   end)
