@@ -86,29 +86,6 @@ assert(cohost.listen("*:" .. echo_port, function(sock)
   end
 end))
 
--- SOAK_STATS_DIR (set by scripts/soak.sh with --processes): every second,
--- each worker writes its own cohost.stats() to DIR/PID.WORKER as
--- "coros connections requests lua_bytes". With worker processes,
--- --status-addr's /status answers from whichever process the kernel hands
--- the scrape to, so the sampler sums these files instead.
-local stats_dir = os.getenv("SOAK_STATS_DIR")
-if stats_dir and stats_dir ~= "" then
-  local pid = io.open("/proc/self/stat"):read("*n")
-  local path = ("%s/%d.%d"):format(stats_dir, pid, cohost.worker_id())
-  -- A timer, not a sleeping loop: timers are cancelled when shutdown
-  -- starts, so a draining process does not wait for this.
-  cohost.timer.every(1, function(premature)
-    if premature then return end
-    local t = cohost.stats()
-    local f = io.open(path .. ".tmp", "w")
-    if f then
-      f:write(("%d %d %d %d\n"):format(t.coros, t.connections, t.requests, t.lua_bytes))
-      f:close()
-      os.rename(path .. ".tmp", path)   -- the sampler never reads half a line
-    end
-  end)
-end
-
 if cohost.worker_id() == 0 then
   cohost.log(cohost.NOTICE, "soak target: http on ", http_port, ", echo on ", echo_port,
              next(leak) and ", leaking: " .. os.getenv("SOAK_LEAK") or "")

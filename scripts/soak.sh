@@ -85,13 +85,9 @@ for l in slowloris slowread; do
   has $l && ! command -v slowhttptest > /dev/null && skip $l "slowhttptest is missing"
 done
 PROC_OPTS=()
-STATS_DIR=      # with --processes: where each process writes its figures
 if has reload; then
   if "$COHOST" --help 2>&1 | grep -q -- '--processes'; then
     PROC_OPTS=(--processes "$NPROC")
-    STATS_DIR=$DIR/stats
-    rm -rf "$STATS_DIR"
-    mkdir -p "$STATS_DIR"
   else
     skip reload "$COHOST has no --processes yet"
   fi
@@ -143,7 +139,7 @@ read -r HP EP SP <<< "$(free_ports)"
 # The drain time outlasts an echo round (7 s): a reload lets a
 # well-behaved session finish on the old worker, as nginx's
 # worker_shutdown_timeout would; a shorter one cuts sessions by design.
-SOAK_LEAK=${SOAK_LEAK:-} SOAK_STATS_DIR=$STATS_DIR "$COHOST" "${PROC_OPTS[@]}" --status-addr "127.0.0.1:$SP" \
+SOAK_LEAK=${SOAK_LEAK:-} "$COHOST" "${PROC_OPTS[@]}" --status-addr "127.0.0.1:$SP" \
   --shutdown-timeout "${SOAK_SHUTDOWN_TIMEOUT:-10}" examples/soak.lua "$HP" "$EP" > "$LOGS/server.log" 2>&1 &
 SRV=$!
 up=0
@@ -226,7 +222,7 @@ fi
 
 # In the background so that a signal to this script is handled at once
 # (bash runs traps only between foreground commands).
-"$COHOST" scripts/soak/sample.lua "$CSV" "$SECS" "$SRV" "$SP" $STATS_DIR 2> "$LOGS/sample.log" &
+"$COHOST" scripts/soak/sample.lua "$CSV" "$SECS" "$SRV" "$SP" 2> "$LOGS/sample.log" &
 SAMPLER=$!
 PIDS+=("$SAMPLER")
 wait "$SAMPLER"

@@ -10,16 +10,13 @@
 --               from GET /status on STATUS_PORT (docs/stats.md): totals'
 --               coros, connections, requests and lua_bytes / 1024
 --
--- With STATS_DIR (a server of worker processes, each behind the same
--- SO_REUSEPORT status port, so a scrape reaches only one of them), the
--- last four are instead summed over the files STATS_DIR/PID.WORKER that
--- examples/soak.lua's workers write every second (SOAK_STATS_DIR).
+-- With worker processes, /status covers every process's workers.
 --
 -- A field that could not be read is left empty (a missed sample, which the
 -- trend check skips). The sampler's own scrape is one of the coroutines it
 -- counts, the same one every second.
 --
---   build/cohost scripts/soak/sample.lua OUT.csv SECONDS PID STATUS_PORT [STATS_DIR]
+--   build/cohost scripts/soak/sample.lua OUT.csv SECONDS PID STATUS_PORT
 local cohost = require "cohost"
 local http = require "cohost.http"
 local cjson = require "cjson.safe"
@@ -27,7 +24,6 @@ local lfs = require "lfs"
 
 local out_path, seconds = arg[1], tonumber(arg[2])
 local root, status_port = tonumber(arg[3]), tonumber(arg[4])
-local stats_dir = arg[5]
 if not (out_path and seconds and root and status_port) then
   io.stderr:write("usage: cohost scripts/soak/sample.lua OUT.csv SECONDS PID STATUS_PORT\n")
   cohost.exit(2)
@@ -97,34 +93,6 @@ local function status()
   return type(doc) == "table" and type(doc.totals) == "table" and doc.totals or {}
 end
 
--- The stats files (PID.WORKER) of the worker processes in pids (all but
--- the master, root, which runs no Lua), summed into status()'s shape; {}
--- (a missed sample) while one of them has not written a file yet, as just
--- after a reload. Lists the directory once: O(files).
-local function stats_files(pids)
-  local want, seen = {}, {}
-  for _, pid in ipairs(pids) do
-    if pid ~= root then want[pid] = true end
-  end
-  local sum = { coros = 0, connections = 0, requests = 0, lua_bytes = 0 }
-  for name in lfs.dir(stats_dir) do
-    local pid = tonumber(name:match("^(%d+)%.%d+$"))
-    if want[pid] then
-      local line = slurp(stats_dir .. "/" .. name)
-      local c, n, r, l = (line or ""):match("^(%d+) (%d+) (%d+) (%d+)")
-      if c then
-        seen[pid] = true
-        sum.coros, sum.connections = sum.coros + c, sum.connections + n
-        sum.requests, sum.lua_bytes = sum.requests + r, sum.lua_bytes + l
-      end
-    end
-  end
-  for pid in pairs(want) do
-    if not seen[pid] then return {} end
-  end
-  return sum
-end
-
 local f = assert(io.open(out_path, "w"))
 f:write("t,rss_kb,fds,procs,coros,connections,requests,lua_kb\n")
 f:flush()
@@ -145,13 +113,7 @@ while true do
     break
   end
   local rss, fds = process_sums(pids)
-  local st
-  if stats_dir then
-    status()   -- the endpoint is still exercised, but one process's figures
-    st = stats_files(pids)
-  else
-    st = status()
-  end
+  local st = status()
   -- The time of the reads, not of the loop's start: a scrape that waited
   -- would otherwise skew requests per second around it.
   t = cohost.monotonic() - t0
