@@ -144,7 +144,9 @@ end
 
 -- Starts `wrk -t1 -c50` on port for secs seconds in the background; wait()
 -- returns its counts (the line WRK_SCRIPT prints, as a table, with the raw
--- output as .out). Killed after the test if it still runs.
+-- output as .out); stop() ends it early, counts printed all the same (a
+-- SIGINT, which timeout(1) passes on). Killed after the test if it still
+-- runs.
 local function wrk(port, secs, path)
   local lua, out, pidf, rc = h.tmpfile(WRK_SCRIPT), h.tmpfile(), h.tmpfile(), h.tmpfile()
   os.remove(rc)
@@ -158,6 +160,10 @@ local function wrk(port, secs, path)
     os.remove(rc .. ".tmp")
   end)
   local w = {}
+  function w.stop()
+    local pid = tonumber(h.slurp(pidf))
+    if pid then os.execute("kill -INT " .. pid .. " 2>/dev/null") end
+  end
   function w.wait()
     assert(wait_for(function() return h.try_slurp(rc) end, secs + 15), "wrk did not end")
     local text = h.slurp(out)
@@ -182,7 +188,10 @@ describe("under wrk -c50 load", function()
     local path = h.tmpfile(script("gen1"))
     local p = start("--processes 2 --shutdown-timeout 5", path)
     wait_up(p, 2)
-    local w = wrk(p.port, 6)
+    -- wrk runs until stopped, 1 s after the last reload: a loaded machine
+    -- can take a while to start the new workers, and a fixed duration
+    -- could end before the last generation answered.
+    local w = wrk(p.port, 40)
     cohost.sleep(1)
     for g = 2, 4 do
       h.write_file(path, script("gen" .. g))
@@ -191,9 +200,10 @@ describe("under wrk -c50 load", function()
       -- for this one to have started its workers before the next.
       assert.is_true(wait_for(function()
         return count(h.slurp(p.err), "reload: 2 new worker processes started") == g - 1
-      end, 5), h.slurp(p.err))
+      end, 10), h.slurp(p.err))
       cohost.sleep(1)
     end
+    w.stop()
     local r = w.wait()
     note("SIGHUP x3 under load: %d requests, non2xx %d, socket errors %d (connect %d read %d write %d timeout %d), per generation %d/%d/%d/%d",
          r.requests, r.non2xx, r.errors, r.connect, r.read, r.write, r.timeout, r.gen1, r.gen2, r.gen3, r.gen4)
