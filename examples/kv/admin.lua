@@ -4,6 +4,7 @@
 local cohost = require "cohost"
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 local ints = require "kv.ints"
 
@@ -16,18 +17,13 @@ local M = {}
 M.version = "7.0.0"   -- the Redis version whose behaviour this follows
 
 reg("ping", -1, function(c, argv, argc, out, n)
-  if argc > 2 then
-    out[n + 1] = "-ERR wrong number of arguments for 'ping' command\r\n"
-    return n + 1
-  end
+  if argc > 2 then return put(out, n, "-ERR wrong number of arguments for 'ping' command\r\n") end
   if (c.nsubs or 0) > 0 then
     -- RESP2 subscribers get pings as a message-shaped array.
-    out[n + 1] = "*2\r\n$4\r\npong\r\n" .. resp.bulk_str(argc == 2 and argv[2] or "")
-    return n + 1
+    return put(out, n, "*2\r\n$4\r\npong\r\n" .. resp.bulk_str(argc == 2 and argv[2] or ""))
   end
   if argc == 2 then return bulk(out, n, argv[2]) end
-  out[n + 1] = resp.PONG
-  return n + 1
+  return put(out, n, resp.PONG)
 end, { pubsub = true })
 
 reg("echo", 2, function(_, argv, _, out, n)
@@ -36,8 +32,7 @@ end)
 
 reg("quit", -1, function(c, _, _, out, n)
   c.quit = true
-  out[n + 1] = resp.OK
-  return n + 1
+  return put(out, n, resp.OK)
 end, { pubsub = true })
 
 reg("select", 2, function(_, argv, _, out, n)
@@ -204,8 +199,7 @@ reg("config", -2, function(_, argv, argc, out, n)
   local sub = lower(argv[2])
   if sub == "get" then
     if argc < 3 then
-      out[n + 1] = "-ERR wrong number of arguments for 'config|get' command\r\n"
-      return n + 1
+      return put(out, n, "-ERR wrong number of arguments for 'config|get' command\r\n")
     end
     local names, seen = {}, {}
     for i = 3, argc do
@@ -228,11 +222,9 @@ reg("config", -2, function(_, argv, argc, out, n)
   elseif sub == "resetstat" then
     R.stats.commands, R.stats.connections = 0, 0
     store.hits, store.misses, store.expired = 0, 0, 0
-    out[n + 1] = resp.OK
-    return n + 1
+    return put(out, n, resp.OK)
   elseif sub == "set" then
-    out[n + 1] = resp.err("ERR CONFIG SET is not supported by this server")
-    return n + 1
+    return put(out, n, resp.err("ERR CONFIG SET is not supported by this server"))
   elseif sub == "help" then
     local lines = { "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",
@@ -242,8 +234,8 @@ reg("config", -2, function(_, argv, argc, out, n)
     for _, l in ipairs(lines) do n = n + 1; out[n] = resp.simple(l) end
     return n
   end
-  out[n + 1] = resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128) .. "'. Try CONFIG HELP.")
-  return n + 1
+  return put(out, n, resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128) ..
+                               "'. Try CONFIG HELP."))
 end)
 
 -- COMMAND: redis-cli asks COMMAND DOCS for its hints; an empty answer
@@ -254,11 +246,9 @@ reg("command", -1, function(_, argv, argc, out, n)
     for _, cmd in pairs(R.commands) do
       if not seen[cmd] then seen[cmd] = true; count = count + 1 end
     end
-    out[n + 1] = int(count)
-    return n + 1
+    return put(out, n, int(count))
   end
-  out[n + 1] = resp.EMPTY_ARRAY
-  return n + 1
+  return put(out, n, resp.EMPTY_ARRAY)
 end)
 
 return M

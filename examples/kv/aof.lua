@@ -31,6 +31,7 @@ local cohost = require "cohost"
 local file = require "cohost.file"
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 local lists = require "kv.lists"
 
@@ -352,8 +353,7 @@ end
 
 R.register("bgrewriteaof", 1, function(_, _, _, out, n)
   local ok, err = M.rewrite()
-  out[n + 1] = ok and "+Background append only file rewriting started\r\n" or resp.err(err)
-  return n + 1
+  return put(out, n, ok and "+Background append only file rewriting started\r\n" or resp.err(err))
 end)
 
 -- -- Start and stop --------------------------------------------------------

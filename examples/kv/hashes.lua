@@ -3,6 +3,7 @@
 -- emptied hash is deleted, as in Redis.
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 
 local reg = R.register
@@ -25,15 +26,11 @@ end
 local function hset(name, ok_reply)
   return function(_, argv, argc, out, n)
     if argc % 2 == 1 then
-      out[n + 1] = "-ERR wrong number of arguments for '" .. name .. "' command\r\n"
-      return n + 1
+      return put(out, n, "-ERR wrong number of arguments for '" .. name .. "' command\r\n")
     end
     local k = argv[2]
     local h = hash_at(k)
-    if h == nil then
-      out[n + 1] = WRONGTYPE
-      return n + 1
-    end
+    if h == nil then return put(out, n, WRONGTYPE) end
     if not h then
       h = { kind = "hash", n = 0, f = {} }
       set(k, h)
@@ -46,8 +43,7 @@ local function hset(name, ok_reply)
     end
     h.n = h.n + added
     R.prop = true
-    out[n + 1] = ok_reply and resp.OK or int(added)
-    return n + 1
+    return put(out, n, ok_reply and resp.OK or int(added))
   end
 end
 reg("hset", -4, hset("hset", false), { write = true })
@@ -55,24 +51,15 @@ reg("hmset", -4, hset("hmset", true), { write = true })
 
 reg("hget", 3, function(_, argv, _, out, n)
   local h = hash_at(argv[2])
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if h == nil then return put(out, n, WRONGTYPE) end
   local v = h and h.f[argv[3]]
-  if v == nil then
-    out[n + 1] = NULL
-    return n + 1
-  end
+  if v == nil then return put(out, n, NULL) end
   return bulk(out, n, v)
 end)
 
 reg("hmget", -3, function(_, argv, argc, out, n)
   local h = hash_at(argv[2])
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if h == nil then return put(out, n, WRONGTYPE) end
   n = n + 1
   out[n] = resp.array_head(argc - 2)
   for i = 3, argc do
@@ -90,10 +77,7 @@ end)
 reg("hdel", -3, function(_, argv, argc, out, n)
   local k = argv[2]
   local h = hash_at(k)
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if h == nil then return put(out, n, WRONGTYPE) end
   local removed = 0
   if h then
     local f = h.f
@@ -107,40 +91,25 @@ reg("hdel", -3, function(_, argv, argc, out, n)
     if h.n == 0 then store.del(k) end
   end
   if removed > 0 then R.prop = true end
-  out[n + 1] = int(removed)
-  return n + 1
+  return put(out, n, int(removed))
 end, { write = true })
 
 reg("hexists", 3, function(_, argv, _, out, n)
   local h = hash_at(argv[2])
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  out[n + 1] = (h and h.f[argv[3]] ~= nil) and resp.ONE or resp.ZERO
-  return n + 1
+  if h == nil then return put(out, n, WRONGTYPE) end
+  return put(out, n, (h and h.f[argv[3]] ~= nil) and resp.ONE or resp.ZERO)
 end)
 
 reg("hlen", 2, function(_, argv, _, out, n)
   local h = hash_at(argv[2])
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  out[n + 1] = int(h and h.n or 0)
-  return n + 1
+  if h == nil then return put(out, n, WRONGTYPE) end
+  return put(out, n, int(h and h.n or 0))
 end)
 
 reg("hgetall", 2, function(_, argv, _, out, n)
   local h = hash_at(argv[2])
-  if h == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  if not h then
-    out[n + 1] = resp.EMPTY_ARRAY
-    return n + 1
-  end
+  if h == nil then return put(out, n, WRONGTYPE) end
+  if not h then return put(out, n, resp.EMPTY_ARRAY) end
   n = n + 1
   out[n] = resp.array_head(h.n * 2)
   for field, v in pairs(h.f) do

@@ -17,6 +17,7 @@
 local cohost = require "cohost"
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 local strings = require "kv.strings"
 
@@ -95,10 +96,7 @@ local function push(left)
   return function(_, argv, argc, out, n)
     local k = argv[2]
     local l = list_at(k)
-    if l == nil then
-      out[n + 1] = WRONGTYPE
-      return n + 1
-    end
+    if l == nil then return put(out, n, WRONGTYPE) end
     if not l then
       l = new_list()
       set(k, l)
@@ -132,27 +130,20 @@ reg("rpush", -3, push(false), { write = true })
 local function popcmd(left)
   return function(_, argv, argc, out, n)
     if argc > 3 then
-      out[n + 1] = "-ERR wrong number of arguments for '" .. (left and "lpop" or "rpop") .. "' command\r\n"
-      return n + 1
+      return put(out, n, "-ERR wrong number of arguments for '" .. (left and "lpop" or "rpop") ..
+                         "' command\r\n")
     end
     local count
     if argc == 3 then
       count = num_arg(argv[3])
       if not count or count < 0 then
-        out[n + 1] = "-ERR value is out of range, must be positive\r\n"
-        return n + 1
+        return put(out, n, "-ERR value is out of range, must be positive\r\n")
       end
     end
     local k = argv[2]
     local l = list_at(k)
-    if l == nil then
-      out[n + 1] = WRONGTYPE
-      return n + 1
-    end
-    if not l then
-      out[n + 1] = count and resp.NULL_ARRAY or NULL
-      return n + 1
-    end
+    if l == nil then return put(out, n, WRONGTYPE) end
+    if not l then return put(out, n, count and resp.NULL_ARRAY or NULL) end
     if not count then
       R.prop = true
       return bulk(out, n, pop(k, l, left))
@@ -171,38 +162,22 @@ reg("rpop", -2, popcmd(false), { write = true })
 
 reg("llen", 2, function(_, argv, _, out, n)
   local l = list_at(argv[2])
-  if l == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  out[n + 1] = int(l and l.n or 0)
-  return n + 1
+  if l == nil then return put(out, n, WRONGTYPE) end
+  return put(out, n, int(l and l.n or 0))
 end)
 
 -- Redis's index clamping for LRANGE: negative counts from the end.
 reg("lrange", 4, function(_, argv, _, out, n)
   local s, e = num_arg(argv[3]), num_arg(argv[4])
-  if not s or not e then
-    out[n + 1] = NOT_INT
-    return n + 1
-  end
+  if not s or not e then return put(out, n, NOT_INT) end
   local l = list_at(argv[2])
-  if l == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  if not l then
-    out[n + 1] = resp.EMPTY_ARRAY
-    return n + 1
-  end
+  if l == nil then return put(out, n, WRONGTYPE) end
+  if not l then return put(out, n, resp.EMPTY_ARRAY) end
   local len = l.n
   if s < 0 then s = len + s end
   if e < 0 then e = len + e end
   if s < 0 then s = 0 end
-  if s > e or s >= len then
-    out[n + 1] = resp.EMPTY_ARRAY
-    return n + 1
-  end
+  if s > e or s >= len then return put(out, n, resp.EMPTY_ARRAY) end
   if e >= len then e = len - 1 end
   n = n + 1
   out[n] = resp.array_head(e - s + 1)
@@ -212,25 +187,13 @@ end)
 
 reg("lindex", 3, function(_, argv, _, out, n)
   local i = num_arg(argv[3])
-  if not i then
-    out[n + 1] = NOT_INT
-    return n + 1
-  end
+  if not i then return put(out, n, NOT_INT) end
   local l = list_at(argv[2])
-  if l == nil then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  if not l then
-    out[n + 1] = NULL
-    return n + 1
-  end
+  if l == nil then return put(out, n, WRONGTYPE) end
+  if not l then return put(out, n, NULL) end
   local len = l.n
   if i < 0 then i = len + i end
-  if i < 0 or i >= len then
-    out[n + 1] = NULL
-    return n + 1
-  end
+  if i < 0 or i >= len then return put(out, n, NULL) end
   return bulk(out, n, at(l, i))
 end)
 
@@ -294,21 +257,14 @@ local function bpop(left)
   return function(c, argv, argc, out, n)
     local timeout = tonumber(argv[argc])
     if not timeout or timeout ~= timeout or not argv[argc]:find("^[%d%.%-+eE]+$") then
-      out[n + 1] = "-ERR timeout is not a float or out of range\r\n"
-      return n + 1
+      return put(out, n, "-ERR timeout is not a float or out of range\r\n")
     end
-    if timeout < 0 then
-      out[n + 1] = "-ERR timeout is negative\r\n"
-      return n + 1
-    end
+    if timeout < 0 then return put(out, n, "-ERR timeout is negative\r\n") end
     -- An element already there is served at once.
     for i = 2, argc - 1 do
       local k = argv[i]
       local l = list_at(k)
-      if l == nil then
-        out[n + 1] = WRONGTYPE
-        return n + 1
-      end
+      if l == nil then return put(out, n, WRONGTYPE) end
       if l then
         local v = pop(k, l, left)
         R.prop = resp.encode({ left and "LPOP" or "RPOP", k }, 2)
@@ -346,10 +302,7 @@ local function bpop(left)
     cohost.kill(watcher)
     cohost.wait(watcher)
     unqueue(w)
-    if not w.key then
-      out[n + 1] = resp.NULL_ARRAY
-      return n + 1
-    end
+    if not w.key then return put(out, n, resp.NULL_ARRAY) end
     out[n + 1] = "*2\r\n"
     n = bulk(out, n + 1, w.key)
     return bulk(out, n, w.value)

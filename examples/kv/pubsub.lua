@@ -4,6 +4,7 @@
 -- subscriber never holds a publisher up.
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 
 local reg = R.register
@@ -146,8 +147,7 @@ reg("publish", 3, function(_, argv, _, out, n)
       end
     end
   end
-  out[n + 1] = int(receivers)
-  return n + 1
+  return put(out, n, int(receivers))
 end)
 
 -- Drops every subscription of a client that is leaving.

@@ -208,6 +208,13 @@ function M.int_into(out, n_out, n)
   return n_out + 3
 end
 
+-- Appends reply (a whole RESP string) to out after position n; returns
+-- the new length. What most command handlers return with.
+function M.put(out, n, reply)
+  out[n + 1] = reply
+  return n + 1
+end
+
 -- Appends a bulk string reply for s (a string, or a counter kept as a
 -- number) to out after position n; returns the new length. Three pieces:
 -- the string is not copied.

@@ -6,6 +6,7 @@
 local cohost = require "cohost"
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local aof = require "kv.aof"
 local pubsub = require "kv.pubsub"
 local lists = require "kv.lists"
@@ -123,24 +124,16 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   local cmd = commands[name]
   if not cmd then
     cmd = commands[lower(name)]
-    if not cmd then
-      out[n + 1] = unknown(argv, argc)
-      return n + 1
-    end
+    if not cmd then return put(out, n, unknown(argv, argc)) end
   end
   local arity = cmd.arity
   if (arity > 0 and argc ~= arity) or argc < -arity then
-    out[n + 1] = "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n"
-    return n + 1
+    return put(out, n, "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n")
   end
   if c.nsubs > 0 and not cmd.pubsub then
-    out[n + 1] = resp.err(format(PUBSUB_ONLY, lower(name)))
-    return n + 1
+    return put(out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
   end
-  if cmd.write and R.write_error then
-    out[n + 1] = R.write_error
-    return n + 1
-  end
+  if cmd.write and R.write_error then return put(out, n, R.write_error) end
   stats.commands = stats.commands + 1
   n = cmd.fn(c, argv, argc, out, n)
   local prop = R.prop

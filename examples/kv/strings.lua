@@ -3,6 +3,7 @@
 -- texts are Redis 7.0's (t_string.c, expire.c, db.c).
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local put = resp.put
 local store = require "kv.store"
 local ints = require "kv.ints"
 
@@ -33,14 +34,8 @@ M.num_arg = num_arg
 
 reg("get", 2, function(_, argv, _, out, n)
   local v = read(argv[2])
-  if v == nil then
-    out[n + 1] = NULL
-    return n + 1
-  end
-  if type(v) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if v == nil then return put(out, n, NULL) end
+  if type(v) == "table" then return put(out, n, WRONGTYPE) end
   return bulk(out, n, v)
 end)
 
@@ -61,22 +56,15 @@ reg("set", -3, function(_, argv, argc, out, n)
       unit, when = o, nxt
       j = j + 1
     else
-      out[n + 1] = SYNTAX
-      return n + 1
+      return put(out, n, SYNTAX)
     end
     j = j + 1
   end
   local deadline
   if unit then
     local v = num_arg(when)
-    if not v then
-      out[n + 1] = NOT_INT
-      return n + 1
-    end
-    if v <= 0 then
-      out[n + 1] = invalid_expire("set")
-      return n + 1
-    end
+    if not v then return put(out, n, NOT_INT) end
+    if v <= 0 then return put(out, n, invalid_expire("set")) end
     if unit == "ex" then deadline = store.now_ms() + v * 1000
     elseif unit == "px" then deadline = store.now_ms() + v
     elseif unit == "exat" then deadline = v * 1000
@@ -84,14 +72,10 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   local k = argv[2]
   local old = get(k)
-  if want_get and old ~= nil and type(old) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if want_get and old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
   if (nx and old ~= nil) or (xx and old == nil) then
     if want_get and old ~= nil then return bulk(out, n, old) end
-    out[n + 1] = NULL
-    return n + 1
+    return put(out, n, NULL)
   end
   set(k, argv[3], keep)
   if deadline then
@@ -101,46 +85,31 @@ reg("set", -3, function(_, argv, argc, out, n)
     R.prop = true
   end
   if want_get then
-    if old == nil then
-      out[n + 1] = NULL
-      return n + 1
-    end
+    if old == nil then return put(out, n, NULL) end
     return bulk(out, n, old)
   end
-  out[n + 1] = OK
-  return n + 1
+  return put(out, n, OK)
 end, { write = true })
 
 reg("setnx", 3, function(_, argv, _, out, n)
-  if get(argv[2]) ~= nil then
-    out[n + 1] = resp.ZERO
-    return n + 1
-  end
+  if get(argv[2]) ~= nil then return put(out, n, resp.ZERO) end
   set(argv[2], argv[3])
   R.prop = true
-  out[n + 1] = resp.ONE
-  return n + 1
+  return put(out, n, resp.ONE)
 end, { write = true })
 
 -- SETEX key seconds value, PSETEX key ms value.
 local function setex(name, scale)
   return function(_, argv, _, out, n)
     local v = num_arg(argv[3])
-    if not v then
-      out[n + 1] = NOT_INT
-      return n + 1
-    end
-    if v <= 0 then
-      out[n + 1] = invalid_expire(name)
-      return n + 1
-    end
+    if not v then return put(out, n, NOT_INT) end
+    if v <= 0 then return put(out, n, invalid_expire(name)) end
     local k = argv[2]
     local deadline = store.now_ms() + v * scale
     set(k, argv[4])
     store.expire_at(k, deadline)
     R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(floor(deadline)) }, 5)
-    out[n + 1] = OK
-    return n + 1
+    return put(out, n, OK)
   end
 end
 reg("setex", 4, setex("setex", 1000), { write = true })
@@ -149,30 +118,18 @@ reg("psetex", 4, setex("psetex", 1), { write = true })
 reg("getset", 3, function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
-  if old ~= nil and type(old) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
   set(k, argv[3])
   R.prop = true
-  if old == nil then
-    out[n + 1] = NULL
-    return n + 1
-  end
+  if old == nil then return put(out, n, NULL) end
   return bulk(out, n, old)
 end, { write = true })
 
 reg("getdel", 2, function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
-  if old == nil then
-    out[n + 1] = NULL
-    return n + 1
-  end
-  if type(old) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
+  if old == nil then return put(out, n, NULL) end
+  if type(old) == "table" then return put(out, n, WRONGTYPE) end
   store.del(k)
   R.prop = true
   return bulk(out, n, old)
@@ -195,13 +152,11 @@ end)
 
 reg("mset", -3, function(_, argv, argc, out, n)
   if argc % 2 == 0 then
-    out[n + 1] = "-ERR wrong number of arguments for 'mset' command\r\n"
-    return n + 1
+    return put(out, n, "-ERR wrong number of arguments for 'mset' command\r\n")
   end
   for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
   R.prop = true
-  out[n + 1] = OK
-  return n + 1
+  return put(out, n, OK)
 end, { write = true })
 
 -- INCR, INCRBY, DECR, DECRBY. by: a fixed step, or nil to read argv[3]
@@ -211,16 +166,10 @@ local function incr(by, negate)
     local step = by
     if not step then
       step = parse_int(argv[3])
-      if step == nil then
-        out[n + 1] = NOT_INT
-        return n + 1
-      end
+      if step == nil then return put(out, n, NOT_INT) end
       if negate then
         step = ints.neg(step)
-        if step == nil then
-          out[n + 1] = "-ERR decrement would overflow\r\n"
-          return n + 1
-        end
+        if step == nil then return put(out, n, "-ERR decrement would overflow\r\n") end
       end
     end
     local k = argv[2]
@@ -230,21 +179,14 @@ local function incr(by, negate)
       if type(v) == "number" then
         cur = v
       elseif type(v) == "table" then
-        out[n + 1] = WRONGTYPE
-        return n + 1
+        return put(out, n, WRONGTYPE)
       else
         cur = parse_int(v)
-        if cur == nil then
-          out[n + 1] = NOT_INT
-          return n + 1
-        end
+        if cur == nil then return put(out, n, NOT_INT) end
       end
     end
     local r = ints.add(cur, step)
-    if r == nil then
-      out[n + 1] = "-ERR increment or decrement would overflow\r\n"
-      return n + 1
-    end
+    if r == nil then return put(out, n, "-ERR increment or decrement would overflow\r\n") end
     -- A counter is kept as a number (Redis's int encoding): no string is
     -- made per increment. Past 1e14 it is kept as text, which the reply
     -- and GET would otherwise print with an exponent.
@@ -270,30 +212,23 @@ reg("append", 3, function(_, argv, _, out, n)
     set(k, argv[3])
     v = argv[3]
   elseif type(v) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
+    return put(out, n, WRONGTYPE)
   else
     v = tostring(v)   -- a counter kept as a number
     if #v + #argv[3] > resp.MAX_BULK then
-      out[n + 1] = "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n"
-      return n + 1
+      return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
     end
     v = v .. argv[3]
     store.replace(k, v)
   end
   R.prop = true
-  out[n + 1] = int(#v)
-  return n + 1
+  return put(out, n, int(#v))
 end, { write = true })
 
 reg("strlen", 2, function(_, argv, _, out, n)
   local v = get(argv[2])
-  if v ~= nil and type(v) == "table" then
-    out[n + 1] = WRONGTYPE
-    return n + 1
-  end
-  out[n + 1] = int(v and #tostring(v) or 0)
-  return n + 1
+  if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
+  return put(out, n, int(v and #tostring(v) or 0))
 end)
 
 -- -- Keys ------------------------------------------------------------------
@@ -304,8 +239,7 @@ local function del(_, argv, argc, out, n)
     if store.del(argv[i]) then count = count + 1 end
   end
   if count > 0 then R.prop = true end
-  out[n + 1] = int(count)
-  return n + 1
+  return put(out, n, int(count))
 end
 reg("del", -2, del, { write = true })
 reg("unlink", -2, del, { write = true })
@@ -315,39 +249,31 @@ reg("exists", -2, function(_, argv, argc, out, n)
   for i = 2, argc do
     if get(argv[i]) ~= nil then count = count + 1 end
   end
-  out[n + 1] = int(count)
-  return n + 1
+  return put(out, n, int(count))
 end)
 
 reg("type", 2, function(_, argv, _, out, n)
   local v = get(argv[2])
-  out[n + 1] = v == nil and "+none\r\n" or resp.simple(store.type_of(v))
-  return n + 1
+  return put(out, n, v == nil and "+none\r\n" or resp.simple(store.type_of(v)))
 end)
 
 reg("randomkey", 1, function(_, _, _, out, n)
   local k = store.random_key()
-  if not k then
-    out[n + 1] = NULL
-    return n + 1
-  end
+  if not k then return put(out, n, NULL) end
   return bulk(out, n, k)
 end)
 
 reg("dbsize", 1, function(_, _, _, out, n)
-  out[n + 1] = int(store.size())
-  return n + 1
+  return put(out, n, int(store.size()))
 end)
 
 local function flushall(_, argv, argc, out, n)
   if argc > 2 or (argc == 2 and lower(argv[2]) ~= "async" and lower(argv[2]) ~= "sync") then
-    out[n + 1] = SYNTAX
-    return n + 1
+    return put(out, n, SYNTAX)
   end
   store.flush()
   R.prop = true
-  out[n + 1] = OK
-  return n + 1
+  return put(out, n, OK)
 end
 reg("flushall", -1, flushall, { write = true })
 reg("flushdb", -1, flushall, { write = true })
@@ -366,39 +292,26 @@ local function expire(name, scale, absolute)
       elseif o == "gt" then gt = true
       elseif o == "lt" then lt = true
       else
-        out[n + 1] = resp.err("ERR Unsupported option " .. argv[j])
-        return n + 1
+        return put(out, n, resp.err("ERR Unsupported option " .. argv[j]))
       end
     end
     if nx and (xx or gt or lt) then
-      out[n + 1] = "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n"
-      return n + 1
+      return put(out, n, "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n")
     end
     if gt and lt then
-      out[n + 1] = "-ERR GT and LT options at the same time are not compatible\r\n"
-      return n + 1
+      return put(out, n, "-ERR GT and LT options at the same time are not compatible\r\n")
     end
     local v = num_arg(argv[3])
-    if not v then
-      out[n + 1] = NOT_INT
-      return n + 1
-    end
-    if v * scale > 9.2e18 or v * scale < -9.2e18 then
-      out[n + 1] = invalid_expire(name)
-      return n + 1
-    end
+    if not v then return put(out, n, NOT_INT) end
+    if v * scale > 9.2e18 or v * scale < -9.2e18 then return put(out, n, invalid_expire(name)) end
     local when = v * scale
     if not absolute then when = when + store.now_ms() end
     local k = argv[2]
-    if get(k) == nil then
-      out[n + 1] = resp.ZERO
-      return n + 1
-    end
+    if get(k) == nil then return put(out, n, resp.ZERO) end
     local cur = store.deadline(k)
     if (nx and cur) or (xx and not cur) or (gt and (not cur or when <= cur))
         or (lt and cur and when >= cur) then
-      out[n + 1] = resp.ZERO
-      return n + 1
+      return put(out, n, resp.ZERO)
     end
     if when <= store.now_ms() then
       store.del(k)
@@ -407,8 +320,7 @@ local function expire(name, scale, absolute)
       store.expire_at(k, when)
       R.prop = resp.encode({ "PEXPIREAT", k, ints.str(floor(when)) }, 3)
     end
-    out[n + 1] = resp.ONE
-    return n + 1
+    return put(out, n, resp.ONE)
   end
 end
 reg("expire", -3, expire("expire", 1000, false), { write = true })
@@ -421,19 +333,12 @@ reg("pexpireat", -3, expire("pexpireat", 1, true), { write = true })
 local function ttl(ms)
   return function(_, argv, _, out, n)
     local k = argv[2]
-    if get(k) == nil then
-      out[n + 1] = int(-2)
-      return n + 1
-    end
+    if get(k) == nil then return put(out, n, int(-2)) end
     local d = store.deadline(k)
-    if not d then
-      out[n + 1] = int(-1)
-      return n + 1
-    end
+    if not d then return put(out, n, int(-1)) end
     local left = floor(d - store.now_ms())
     if left < 0 then left = 0 end
-    out[n + 1] = int(ms and left or floor((left + 500) / 1000))
-    return n + 1
+    return put(out, n, int(ms and left or floor((left + 500) / 1000)))
   end
 end
 reg("ttl", 2, ttl(false))
@@ -469,35 +374,22 @@ end)
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 reg("scan", -2, function(_, argv, argc, out, n)
   local cur = argv[2]
-  if not cur:find("^%d+$") or #cur > 15 then
-    out[n + 1] = "-ERR invalid cursor\r\n"
-    return n + 1
-  end
+  if not cur:find("^%d+$") or #cur > 15 then return put(out, n, "-ERR invalid cursor\r\n") end
   local count, match, kind = 10, nil, nil
   local j = 3
   while j <= argc do
     local o = lower(argv[j])
-    if j == argc then
-      out[n + 1] = SYNTAX
-      return n + 1
-    end
+    if j == argc then return put(out, n, SYNTAX) end
     if o == "count" then
       count = num_arg(argv[j + 1])
-      if not count then
-        out[n + 1] = NOT_INT
-        return n + 1
-      end
-      if count < 1 then
-        out[n + 1] = SYNTAX
-        return n + 1
-      end
+      if not count then return put(out, n, NOT_INT) end
+      if count < 1 then return put(out, n, SYNTAX) end
     elseif o == "match" then
       match = argv[j + 1]
     elseif o == "type" then
       kind = lower(argv[j + 1])
     else
-      out[n + 1] = SYNTAX
-      return n + 1
+      return put(out, n, SYNTAX)
     end
     j = j + 2
   end
