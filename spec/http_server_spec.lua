@@ -1094,8 +1094,12 @@ print(len(ports), r.getheader("Connection"))
       peers[i] = assert(read_response(s)).body
     end
     defer(function() for _, s in ipairs(socks) do s:close() end end)
-    cohost.sleep(0.1)   -- let every connection's coroutine end
-    local after = cohost.stats()
+    -- Let every connection's coroutine end (in its own time).
+    local after
+    h.eventually(function()
+      after = cohost.stats()
+      return after.coros - before.coros < 20
+    end, 5)
     assert.is_true(after.coros - before.coros < 20,
       ("live coroutines grew from %d to %d with 200 idle connections"):format(before.coros, after.coros))
     assert.is_true(after.connections - before.connections >= 200,
@@ -1301,13 +1305,20 @@ describe("http server handler errors", function()
   end)
 
   it("on SIGTERM closes idle keep-alive connections and finishes a request in flight with Connection: close", function()
-    local script = h.tmpfile(h.server_script([[
+    -- /slow creates the file mark, then sleeps: the test then knows the
+    -- request is in flight (a fixed sleep raced with a loaded child).
+    local mark = h.tmpfile()
+    os.remove(mark)
+    local script = h.tmpfile(h.server_script(([[
 local http = require "cohost.http"
 listener = assert(http.listen("127.0.0.1:0", function(req, res)
-  if req.path == "/slow" then cohost.sleep(1) end
+  if req.path == "/slow" then
+    io.open(%q, "w"):close()
+    cohost.sleep(1)
+  end
   res:send("done " .. req.path)
 end))
-]]))
+]]):format(mark)))
     local p = h.start(h.shell_quote(script), 30)
     defer(p.stop)
     local idle = connect(p.port)
@@ -1315,7 +1326,7 @@ end))
     assert.equal("done /idle", read_response(idle).body)
     local busy = connect(p.port)
     assert(busy:send(get("/slow")))
-    cohost.sleep(0.3)   -- the handler is asleep now
+    assert.is_truthy(h.eventually(function() return h.try_slurp(mark) end), "/slow never started")
     p.signal("TERM")
     assert.is_true((closes(idle, 3000)))
     local r = assert(read_response(busy))

@@ -106,9 +106,11 @@ describe("fairness", function()
     stop()
     -- Without the time limit a timer would wait out a 128 ms batch:
     -- about 64 ms late in the median.
-    local p50, worst = percentile(late, 0.5), percentile(late, 1)
+    -- A loose bound on the 90th percentile rather than the worst of 20: a
+    -- shared machine can preempt this process for one of them.
+    local p50, p90 = percentile(late, 0.5), percentile(late, 0.9)
     assert.is_true(p50 < 0.02, ("timers fired %.1f ms late in the median"):format(p50 * 1000))
-    assert.is_true(worst < 0.25, ("a timer fired %.1f ms late"):format(worst * 1000))
+    assert.is_true(p90 < 0.25, ("timers fired %.1f ms late at the 90th percentile"):format(p90 * 1000))
   end)
 end)
 

@@ -22,10 +22,12 @@ describe("cohost.timer.at", function()
     timer.at(0.1, function(...) got = { ... }; at = cohost.monotonic() end, "a", nil, 3)
     assert.is_true(cohost.monotonic() - t0 < 0.09)   -- returned before the delay
     assert.is_nil(got)
-    cohost.sleep(0.3)
+    cohost.sleep(1)
     assert.same({ false, "a", nil, 3 }, got)
     assert.equal(4, table.maxn(got))
-    assert.is_true(at - t0 >= 0.095 and at - t0 < 0.25, ("fired after %.3f s"):format(at - t0))
+    -- Near its delay, not when the caller woke (1 s); loose for a loaded
+    -- machine.
+    assert.is_true(at - t0 >= 0.095 and at - t0 < 0.6, ("fired after %.3f s"):format(at - t0))
   end)
 
   it("with delay 0 runs as soon as the caller yields", function()
