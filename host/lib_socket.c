@@ -196,8 +196,10 @@ static void nodelay(int fd)
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* Pushes "ip:port" ("[ip]:port" for IPv6, "unix:path" for unix). */
-static void push_peer(lua_State *L, const union addr *a)
+/* Pushes "ip:port" ("[ip]:port" for IPv6, "unix:path" for unix). Out of
+** line: inlined, its buffer would sit in conn_main's frame under every
+** parked handler (COPY mode saves it, docs/stacks.md). */
+static __attribute__((noinline)) void push_peer(lua_State *L, const union addr *a)
 {
   char ip[INET6_ADDRSTRLEN];
   switch (a->sa.sa_family) {
@@ -1896,12 +1898,13 @@ static int may_warn(void)
   return 1;
 }
 
-/* Yields. A connection's coroutine: makes the handler's task, runs
-** handler(sock, peer) on it, then closes the socket if the handler left it
-** open. */
-static void conn_main(void *arg)
+/* conn_main's first part: the handler's task, with handler, socket and
+** peer pushed on its thread and, on a TLS listener, the handshake done
+** (a failed one closes quietly; the reason is logged at info). Returns -1
+** when no task could be made (the connection is closed and counted off
+** then), 0 when the handshake failed, 1 when the handler is to run. */
+static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **tp, int *refp)
 {
-  struct conn *c = arg;
   struct listener *l = c->l;
   struct ch_worker *w = l->w;
   struct ch_task *t = ch_task_new(w, "handler");
@@ -1910,7 +1913,7 @@ static void conn_main(void *arg)
     free(c);
     w->connections--;
     release(l, NULL);
-    return;
+    return -1;
   }
   lua_State *T = t->T;
   drain_dead(T);
@@ -1920,12 +1923,10 @@ static void conn_main(void *arg)
   u->downstream = 1;
   if (c->peer.sa.sa_family != AF_UNIX) nodelay(c->fd);
   lua_pushvalue(T, -1);
-  int ref = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps u past the handler */
+  *refp = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps u past the handler */
+  *tp = t;
   push_peer(T, &c->peer);
   free(c);
-  /* TLS: the handshake runs here, before the handler sees the socket; a
-  ** failed one closes quietly (the reason is logged at info). */
-  int ok = 1;
   if (l->ssl_ctx) {
     int r = -ENOMEM;
     if ((u->ssl = ch_tls_new(l->ssl_ctx, u->fd, 1)))
@@ -1933,18 +1934,42 @@ static void conn_main(void *arg)
     if (r < 0) {
       ch_log(CH_LOG_INFO, "tls: handshake with a client failed: %s",
              r == -EPROTO ? "see above" : strerror(-r));
-      ok = 0;
+      return 0;
     }
   }
-  if (ok) ch_task_run(t, 2);
+  return 1;
+}
+
+/* conn_main's last part: closes the socket if the handler left it open
+** (tasks it spawned that still use it see "closed"). */
+static __attribute__((noinline)) void conn_close(struct listener *l, struct ch_task *t, int ref)
+{
+  lua_State *T = t->T;
   lua_rawgeti(T, LUA_REGISTRYINDEX, ref);
-  u = lua_touserdata(T, -1);
-  if (u->fd >= 0) finalize(u);   /* tasks it spawned that still use it see "closed" */
+  struct tcp *u = lua_touserdata(T, -1);
+  if (u->fd >= 0) finalize(u);
   lua_pop(T, 1);
   luaL_unref(T, LUA_REGISTRYINDEX, ref);
-  w->connections--;
+  l->w->connections--;
   release(l, T);
   ch_task_release(t);
+}
+
+/* Yields. A connection's coroutine: makes the handler's task, runs
+** handler(sock, peer) on it, then closes the socket if the handler left it
+** open. The parts before and after the run are out of line: this frame
+** lies under the handler for the connection's life, and in COPY mode a
+** parked handler's frames are its saved image (docs/stacks.md). */
+static void conn_main(void *arg)
+{
+  struct conn *c = arg;
+  struct listener *l = c->l;
+  struct ch_task *t;
+  int ref;
+  int ok = conn_open(c, &t, &ref);
+  if (ok < 0) return;
+  if (ok) ch_task_run(t, 2);
+  conn_close(l, t, ref);
 }
 
 static const char busy_reply[] =

@@ -148,7 +148,13 @@ static int on_error(lua_State *L)
   return 1;
 }
 
-void ch_task_run(struct ch_task *t, int nargs)
+/* ch_task_run's parts before and after the pcall are out of line (as
+** are conn_main's): the pcall lies under the task's Lua code for its whole
+** life, and in COPY mode a parked task's frames are its saved image, so
+** only t and base stay in ch_task_run's frame (docs/stacks.md, idle
+** memory). Returns the stack index below the function, or -1 if the task
+** was killed before it ever ran. */
+static __attribute__((noinline)) int run_begin(struct ch_task *t, int nargs)
 {
   struct ch_coro *c = ch_current();
   lua_State *T = t->T;
@@ -158,28 +164,48 @@ void ch_task_run(struct ch_task *t, int nargs)
   if (t->status == CH_TASK_KILLED) {   /* killed before it ever ran */
     lua_settop(T, base);
     t->nresults = 0;
-  } else {
-    t->status = CH_TASK_RUNNING;
-    lua_pushcfunction(T, on_error);
-    lua_insert(T, base + 1);
-    t->in_pcall = 1;
-    int r = lua_pcall(T, nargs, LUA_MULTRET, base + 1);
-    t->in_pcall = 0;
-    lua_remove(T, base + 1);
-    /* LuaJIT calls no message handler for memory errors: say it here. */
-    if (r == LUA_ERRMEM)
-      ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->name);
-    t->nresults = lua_gettop(T) - base;
-    /* Killed is killed, even if the function caught every "cancelled"
-    ** and returned normally. */
-    t->status = ch_cancelled(c) ? CH_TASK_KILLED : r == 0 ? CH_TASK_DONE : CH_TASK_FAILED;
+    return -1;
   }
+  t->status = CH_TASK_RUNNING;
+  lua_pushcfunction(T, on_error);
+  lua_insert(T, base + 1);
+  return base;
+}
+
+static __attribute__((noinline)) void run_end(struct ch_task *t, int base, int r)
+{
+  lua_State *T = t->T;
+  lua_remove(T, base + 1);
+  /* LuaJIT calls no message handler for memory errors: say it here. */
+  if (r == LUA_ERRMEM)
+    ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->name);
+  t->nresults = lua_gettop(T) - base;
+  /* Killed is killed, even if the function caught every "cancelled"
+  ** and returned normally. */
+  t->status = ch_cancelled(ch_current()) ? CH_TASK_KILLED : r == 0 ? CH_TASK_DONE : CH_TASK_FAILED;
+}
+
+static __attribute__((noinline)) void run_done(struct ch_task *t)
+{
+  struct ch_coro *c = ch_current();
   for (int i = 0; i < t->nwaiters; i++) ch_unpark(t->waiters[i], 0);
   t->nwaiters = 0;
   ch_coro_set_udata(c, NULL);
   t->coro = NULL;
   unlink_task(t->w, t);
   ch_task_stop_if_idle(t->w);
+}
+
+void ch_task_run(struct ch_task *t, int nargs)
+{
+  int base = run_begin(t, nargs);
+  if (base >= 0) {
+    t->in_pcall = 1;
+    int r = lua_pcall(t->T, nargs, LUA_MULTRET, base + 1);
+    t->in_pcall = 0;
+    run_end(t, base, r);
+  }
+  run_done(t);
 }
 
 static void task_main(void *p)
@@ -220,21 +246,42 @@ void ch_task_check_cancel(lua_State *L)
   }
 }
 
-int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms)
+/* Not a place to park (a finalizer, an FFI callback), or epoll refused
+** the fd (EPERM, or ENOSPC at max_user_watches): block like libc rather
+** than spin on a retry. */
+static __attribute__((noinline)) int block_on_fd(int fd, int events, int timeout_ms)
 {
-  struct ch_coro *c = ch_current();
-  ch_task_check_cancel(L);
-  if (c && ch_task_may_park(c)) {
-    int r = ch_wait_fd_again(fd, events, timeout_ms);
-    if (r == -ECANCELED) ch_task_check_cancel(L);
-    if (r == -EBADF) return POLLNVAL;
-    if (r >= 0) return r;
-    /* epoll refused the fd (EPERM, or ENOSPC at max_user_watches):
-    ** block like libc rather than spin on a retry. */
-  }
-  /* Not a place to park (a finalizer, an FFI callback): block like libc. */
   struct pollfd p = { fd, (short)events, 0 };
   int r;
   while ((r = poll(&p, 1, timeout_ms)) < 0 && errno == EINTR) {}
   return r > 0 ? p.revents : r == 0 ? 0 : POLLERR;
+}
+
+static __attribute__((noinline)) int wait_failed(lua_State *L, int fd, int events,
+                                                 int timeout_ms, int r)
+{
+  if (r == -ECANCELED) ch_task_check_cancel(L);
+  if (r == -EBADF) return POLLNVAL;
+  return block_on_fd(fd, events, timeout_ms);
+}
+
+/* An idle connection parks in here, and in COPY mode every byte of the
+** frame is kept while it waits (docs/stacks.md, idle memory): so what is
+** not the plain wait is out of line and only the arguments stay. */
+/* Raises "cancelled"; non-zero if the running task may park here. */
+static __attribute__((noinline)) int may_park_here(lua_State *L)
+{
+  struct ch_coro *c = ch_current();
+  ch_task_check_cancel(L);
+  return c && ch_task_may_park(c);
+}
+
+int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms)
+{
+  if (may_park_here(L)) {
+    int r = ch_wait_fd_again(fd, events, timeout_ms);
+    if (r >= 0) return r;
+    return wait_failed(L, fd, events, timeout_ms, r);
+  }
+  return block_on_fd(fd, events, timeout_ms);
 }

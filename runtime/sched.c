@@ -142,8 +142,10 @@ static void calibrate(struct ch_sched *s, uint64_t now)
   set_fair_ticks(s);
 }
 
-/* Deadline ms from now, 0 for a negative ms (none). */
-static uint64_t deadline_after(int64_t ms)
+/* Deadline ms from now, 0 for a negative ms (none). Out of line: the
+** clock's timespec would take room in every waiting frame (wait_fd's,
+** parked in COPY mode). */
+static __attribute__((noinline)) uint64_t deadline_after(int64_t ms)
 {
   if (ms < 0) return 0;
   return ch_now_ns() + (uint64_t)ms * 1000000u;
@@ -377,8 +379,9 @@ static inline void via_loop(struct ch_sched *s, struct ch_coro *self, struct ch_
 
 /* Switches from self (already moved out of RUNNING) to the next ready
 ** coroutine, or to the loop when the batch is used up or nothing is
-** ready. Returns when self is resumed. */
-static void switch_out(struct ch_sched *s, struct ch_coro *self)
+** ready. Returns when self is resumed. Inlined: in COPY mode a frame of
+** its own would be one more in every parked coroutine's saved image. */
+static inline __attribute__((always_inline)) void switch_out(struct ch_sched *s, struct ch_coro *self)
 {
   struct ch_coro *next;
   SAN_FAKE(fake);
@@ -632,9 +635,10 @@ void ch_set_resume_hook(void (*hook)(struct ch_coro *c)) { resume_hook = hook; }
 
 /* -- fd waits ------------------------------------------------------------- */
 
-static int fd_register(struct ch_sched *s, int fd, struct ch_fd *f)
+/* Out of line: its epoll_event would take room in every waiting frame
+** (wait_fd's, parked in COPY mode) for a call made once per fd. */
+static __attribute__((noinline)) int fd_add(struct ch_sched *s, int fd, struct ch_fd *f)
 {
-  if (f->registered && f->sched_id == s->id) return 0;
   struct epoll_event ev = {
     .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
     .data.u64 = (uint64_t)(uint32_t)fd | (uint64_t)f->gen << 32,
@@ -647,6 +651,12 @@ static int fd_register(struct ch_sched *s, int fd, struct ch_fd *f)
   f->registered = 1;
   f->sched_id = s->id;
   return 0;
+}
+
+static inline int fd_register(struct ch_sched *s, int fd, struct ch_fd *f)
+{
+  if (f->registered && f->sched_id == s->id) return 0;
+  return fd_add(s, fd, f);
 }
 
 static void link_waiter(struct ch_waiter **head, struct ch_waiter *w)
@@ -718,22 +728,69 @@ static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waite
   return r;
 }
 
-static int wait_fd(int fd, int events, int64_t timeout_ms)
+/* After wait_fd's park: unlinks the waiters and says what happened. Its
+** own function, tail-called, so that only fd and events stay live in
+** wait_fd's frame across the park (see there). */
+static __attribute__((noinline)) int wait_fd_done(int fd, int events, int r)
 {
-  struct ch_waiter w[2];
-  int n = 0;
-  memset(w, 0, sizeof w);
-  if (events & POLLIN) { w[n].fd = fd; w[n].events = POLLIN; n++; }
-  if (events & POLLOUT) { w[n].fd = fd; w[n].events = POLLOUT; n++; }
-  if (n == 0) return -EINVAL;
-  int r = ch_sched_wait(w, n, timeout_ms);
+  struct ch_waiter *w = ch_sched_tls->current->wnodes;
+  struct ch_fd *f = ch_fd_peek(fd);
+  int rev = 0;
+  if (events & POLLIN) {
+    if (f) unlink_waiter(&f->readers, &w[0]);
+    rev |= w[0].revents;
+  }
+  if (events & POLLOUT) {
+    if (f) unlink_waiter(&f->writers, &w[1]);
+    rev |= w[1].revents;
+  }
   if (r == -ETIMEDOUT) return 0;
   if (r < 0) return r;
-  int rev = 0;
-  for (int i = 0; i < n; i++) rev |= w[i].revents;
   if (rev & POLLNVAL) return -EBADF;
   /* Report what was asked for plus errors, as poll(2) does. */
   return rev & (events | POLLERR | POLLHUP);
+}
+
+static void wait_link(struct ch_fd *f, struct ch_waiter *w, struct ch_coro *self,
+                      int fd, short ev)
+{
+  w->fd = fd;
+  w->events = ev;
+  w->revents = 0;
+  w->coro = self;
+  w->notify = NULL;
+  link_waiter(ev == POLLOUT ? &f->writers : &f->readers, w);
+}
+
+/* Before wait_fd's park: registers fd and links the running coroutine's
+** waiters for events. Returns 0 or -errno (nothing linked then). */
+static __attribute__((noinline)) int wait_fd_link(int fd, int events)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_coro *self = s->current;
+  if (!(events & (POLLIN | POLLOUT))) return -EINVAL;
+  if (self->cancelled) { self->cancel_hits++; return -ECANCELED; }
+  struct ch_fd *f = ch_fd_get(fd);
+  int r = f ? fd_register(s, fd, f) : -ENOMEM;
+  if (r < 0) return r;
+  if (events & POLLIN) wait_link(f, &self->wnodes[0], self, fd, POLLIN);
+  if (events & POLLOUT) wait_link(f, &self->wnodes[1], self, fd, POLLOUT);
+  return 0;
+}
+
+/* One fd, one or both directions: every wait of the hooks and of
+** ch_wait_fd. The waiters are the coroutine's own (wnodes[0] reads,
+** wnodes[1] writes: it waits on one thing at a time). In COPY mode a
+** parked coroutine's frames are its saved image, and an idle connection
+** parks right here: so the work before and after the park is done by
+** helpers out of line, and only fd and events stay in this frame
+** (docs/stacks.md, idle memory). */
+static int wait_fd(int fd, int events, int64_t timeout_ms)
+{
+  int r = wait_fd_link(fd, events);
+  if (r < 0) return r;
+  r = ch_sched_park(deadline_after(timeout_ms), 0, CH_CORO_WAITING);
+  return wait_fd_done(fd, events, r);
 }
 
 int ch_wait_fd(int fd, int events, int64_t timeout_ms)
