@@ -67,7 +67,7 @@ LIB := $(B)/libcohost.a
 HOST_SRC := host/main.c host/log.c host/task.c host/ljvm.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_crypto.c \
             host/http_parse.c host/lib_http.c host/lib_file.c host/lib_re.c \
-            host/lib_shdict.c host/tls.c host/stats.c host/stats_procs.c host/master.c \
+            host/lib_shdict.c host/tls.c host/stats.c host/stats_procs.c host/master.c host/master_listen.c \
             host/lua_alloc.c host/watchdog.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)

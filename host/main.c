@@ -44,7 +44,9 @@ struct ch_options ch_opts = {
   .log_level = CH_LOG_NOTICE,
 };
 
-static const char *script;        /* NULL with -e only */
+static const char *script;        /* NULL with -e only; "-": stdin */
+static char *stdin_src;           /* script "-": stdin, read once at start */
+static size_t stdin_len;
 static char **script_argv;        /* script arguments */
 static int script_argc;
 static const char *chunks[16];    /* -e CHUNK, in order */
@@ -456,14 +458,16 @@ static void main_task(void *p)
   struct ch_task *t = ch_task_new(w, "main");
   if (!t) { exit_code = 1; return; }
   lua_State *T = t->T;
-  /* One function runs every -e chunk, then the script with its args. */
+  /* One function runs every -e chunk, then the script with its args
+  ** (from stdin: the source read at start, which every worker runs). */
   static const char runner[] =
-    "local chunks, script = ...\n"
+    "local chunks, script, src = ...\n"
     "for i = 1, #chunks do assert(loadstring(chunks[i], '=(command line)'))() end\n"
     "if script then\n"
-    "  local f, err = loadfile(script ~= '-' and script or nil)\n"
+    "  local f, err\n"
+    "  if src then f, err = loadstring(src, '=stdin') else f, err = loadfile(script) end\n"
     "  if not f then error(err, 0) end\n"
-    "  return f(select(3, ...))\n"
+    "  return f(select(4, ...))\n"
     "end\n";
   if (luaL_loadbuffer(T, runner, sizeof runner - 1, "=cohost")) {
     ch_log(CH_LOG_ERR, "%s", lua_tostring(T, -1));
@@ -478,8 +482,10 @@ static void main_task(void *p)
   }
   if (script) lua_pushstring(T, script);
   else lua_pushnil(T);
+  if (stdin_src) lua_pushlstring(T, stdin_src, stdin_len);
+  else lua_pushnil(T);
   for (int i = 0; i < script_argc; i++) lua_pushstring(T, script_argv[i]);
-  ch_task_run(t, 2 + script_argc);
+  ch_task_run(t, 3 + script_argc);
   if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
     ch_master_ready();   /* the master may now drain the old workers */
   /* A main chunk that a requested stop ends (cancelled at the shutdown
@@ -610,6 +616,26 @@ static void *signal_main(void *p)
 
 /* -- main ----------------------------------------------------------------- */
 
+static void read_stdin_script(void)
+{
+  size_t cap = 0;
+  for (;;) {
+    if (stdin_len == cap) {
+      cap = cap ? cap * 2 : 65536;
+      char *p = realloc(stdin_src, cap);
+      if (!p) die("no memory for the script on stdin%s", "");
+      stdin_src = p;
+    }
+    ssize_t n = read(0, stdin_src + stdin_len, cap - stdin_len);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      die("cannot read the script on stdin%s", "");
+    }
+    stdin_len += (size_t)n;
+  }
+}
+
 static int check_only(void)
 {
   lua_State *L = luaL_newstate();
@@ -640,6 +666,10 @@ int main(int argc, char **argv)
       die("%s", msg);
     }
   }
+  /* A script on stdin is read once, here: every worker thread and worker
+  ** process runs it (each reading stdin would leave the others an empty
+  ** script), and a reload runs it again. */
+  if (script && strcmp(script, "-") == 0) read_stdin_script();
   /* Statistics across worker processes: also made before the fork. */
   if (ch_opts.processes > 1) {
     int r = ch_stats_procs_create(ch_opts.processes, ch_opts.threads);

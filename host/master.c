@@ -17,9 +17,11 @@
 **   a second one, SIGQUIT   SIGQUIT to every worker (they exit at once);
 **   SIGTERM to one worker   it drains, and a replacement starts at once.
 **
-** Each worker keeps a pipe to the master and writes one byte on it when
-** its script has started (MSG_STARTED) and one when a signal told it to
-** drain (MSG_DRAINING); EOF means it ended.
+** Each worker keeps a channel to the master (a SOCK_SEQPACKET socketpair)
+** and writes a one-byte message on it when its script has started
+** (MSG_STARTED) and one when a signal told it to drain (MSG_DRAINING); EOF
+** means it ended. Its listen() calls ask there for the unix sockets and
+** port-0 ports that the master keeps for all processes (master_listen.c).
 ** A worker that outlives its drain by KILL_GRACE_MS gets SIGKILL. The
 ** master is one thread with one poll loop; it forks before any other
 ** thread exists and never runs Lua, so nothing it holds is half-changed
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +47,7 @@
 
 #include "host.h"
 #include "master.h"
+#include "master_listen.h"
 
 #define BACKOFF_MIN_MS 100      /* first restart delay */
 #define BACKOFF_MAX_MS 10000    /* the doubling stops here */
@@ -53,7 +57,7 @@
 #define KILL_GRACE_MS 5000      /* past --shutdown-timeout, then SIGKILL */
 #define QUIT_GRACE_MS 1000      /* past SIGQUIT, then SIGKILL */
 
-enum { MSG_STARTED = 1, MSG_DRAINING = 2 };   /* bytes on a worker's pipe */
+enum { MSG_STARTED = 1, MSG_DRAINING = 2 };   /* one-byte messages on a channel */
 
 enum role { CURRENT, NEXT, OLD };   /* serving; a reload's, not yet
                                     ** started; draining */
@@ -61,7 +65,8 @@ enum role { CURRENT, NEXT, OLD };   /* serving; a reload's, not yet
 struct child {
   pid_t pid;
   int index;                    /* 0 .. processes-1 */
-  int ready_fd;                 /* read end of its pipe; -1 at EOF */
+  int ready_fd;                 /* the master's end of its channel; -1 at EOF */
+  unsigned gen;                 /* its generation: reloads count them */
   uint8_t role;                 /* enum role */
   uint8_t started;              /* its main chunk returned everywhere */
   uint8_t first;                /* of the first generation: dying before
@@ -78,7 +83,9 @@ static int stopping;            /* 0; 1 draining; 2 stopping at once */
 static int status;              /* the master's exit code once stopping */
 static int sig_pipe[2] = { -1, -1 };
 static pid_t master_pid;
-static int ready_wfd = -1;      /* in a worker: its pipe's write end */
+static unsigned generation;     /* the newest generation forked */
+static unsigned current_gen;    /* the generation serving */
+static int ready_wfd = -1;      /* in a worker: its end of the channel */
 static int my_index;            /* in a worker: its index */
 
 static uint64_t now_ms(void)
@@ -130,6 +137,8 @@ static void become_worker(int wfd, const sigset_t *old_mask)
   for (int i = 0; i < nkids; i++)
     if (kids[i].ready_fd >= 0) close(kids[i].ready_fd);
   ready_wfd = wfd;
+  ch_mlisten_forget();
+  ch_mlisten_set_channel(wfd);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
@@ -147,8 +156,8 @@ static void become_worker(int wfd, const sigset_t *old_mask)
 static int spawn(int index, enum role role, int first)
 {
   int p[2];
-  if (pipe2(p, O_CLOEXEC) < 0) {
-    ch_log(CH_LOG_ERR, "master: cannot make a pipe for worker process %d: %s", index, strerror(errno));
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, p) < 0) {
+    ch_log(CH_LOG_ERR, "master: cannot make a channel for worker process %d: %s", index, strerror(errno));
     if (role == CURRENT) restart_ms[index] = now_ms() + (uint64_t)BACKOFF_MAX_MS;
     return 0;
   }
@@ -190,6 +199,7 @@ static int spawn(int index, enum role role, int first)
   c->index = index;
   c->ready_fd = p[0];
   c->role = (uint8_t)role;
+  c->gen = role == NEXT ? generation : current_gen;
   c->first = (uint8_t)first;
   c->born_ms = now_ms();
   ch_log(CH_LOG_INFO, "master: worker process %d is pid %d", index, (int)pid);
@@ -257,6 +267,8 @@ static void promote_if_started(void)
     restart_ms[i] = 0;   /* the new generation replaces the dead too */
     backoff_ms[i] = BACKOFF_MIN_MS;
   }
+  current_gen = generation;
+  ch_mlisten_retire(current_gen);
   ch_log(CH_LOG_NOTICE, "master: reload: %d new worker process%s started, %d old draining",
          next, next == 1 ? "" : "es", old);
 }
@@ -366,6 +378,7 @@ static int on_master_signal(int sig)
       }
     ch_log(CH_LOG_NOTICE, "master: SIGHUP: starting %d new worker process%s",
            ch_opts.processes, ch_opts.processes == 1 ? "" : "es");
+    generation++;
     for (int i = 0; i < ch_opts.processes; i++)
       if (spawn(i, NEXT, 0)) return 1;
     return 0;
@@ -455,10 +468,11 @@ int ch_master_run(void)
     promote_if_started();
     if (nkids == 0 && (stopping || !pending_restarts())) {
       ch_log(CH_LOG_INFO, "master: every worker process has ended");
+      ch_mlisten_close_all();
       fflush(NULL);
       _exit(status);
     }
-    /* The signal pipe, then each child's pipe. */
+    /* The signal pipe, then each child's channel. */
     if (fds_cap < nkids + 1) {   /* one per child, plus the signal pipe */
       fds_cap = nkids + 1;
       fds = realloc(fds, (size_t)fds_cap * sizeof *fds);
@@ -481,11 +495,15 @@ int ch_master_run(void)
     for (int j = 1; j < nfds; j++) {
       if (!fds[j].revents) continue;
       struct child *c = &kids[map[j]];
-      unsigned char msg[8];
-      ssize_t got = read(c->ready_fd, msg, sizeof msg);
+      unsigned char msg[CH_MASTER_MSG_MAX];
+      ssize_t got = read(c->ready_fd, msg, sizeof msg);   /* one message */
       if (got <= 0) {   /* EOF: it ended (reap() says how) */
         close(c->ready_fd);
         c->ready_fd = -1;
+        continue;
+      }
+      if (msg[0] == CH_MASTER_MSG_LISTEN) {
+        ch_mlisten_answer(c->ready_fd, msg, (size_t)got, c->gen);
         continue;
       }
       for (ssize_t m = 0; m < got; m++) {

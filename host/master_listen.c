@@ -1,0 +1,312 @@
+/*
+** Listening sockets a --processes master keeps for its worker processes.
+** See master_listen.h.
+**
+** The channel is each worker's SOCK_SEQPACKET socketpair with the master:
+** a request is one message, its reply one message (with the fd as
+** SCM_RIGHTS for a unix socket). The master is one thread that answers at
+** once, so a worker's ask is a plain blocking round trip; a mutex keeps
+** the threads of a worker process from crossing their replies.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+
+#include "host.h"
+#include "master_listen.h"
+
+enum { KIND_UNIX = 'u', KIND_PORT = 'p' };
+
+struct request {
+  uint8_t type;                 /* CH_MASTER_MSG_LISTEN */
+  uint8_t kind;                 /* KIND_* */
+  int32_t nth;
+  int32_t backlog;
+  uint32_t alen;
+  struct sockaddr_storage addr;
+  char key[512];                /* the listen() address string */
+};
+_Static_assert(sizeof(struct request) <= CH_MASTER_MSG_MAX, "listen request too large");
+
+struct reply {
+  int32_t err;                  /* 0 or an errno */
+  int32_t port;                 /* KIND_PORT: the port */
+};
+
+int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog)
+{
+  struct stat st;
+  if (lstat(a->sun_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    /* A socket file nobody accepts on is left over from a process that
+    ** ended without unlinking it: take its place. A live one is not ours. */
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (probe >= 0) {
+      if (connect(probe, (const struct sockaddr *)a, alen) < 0 && errno == ECONNREFUSED)
+        unlink(a->sun_path);
+      close(probe);
+    }
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  if (bind(fd, (const struct sockaddr *)a, alen) < 0 || listen(fd, backlog) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
+/* -- Worker side ---------------------------------------------------------- */
+
+static int channel = -1;
+static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ch_mlisten_set_channel(int fd)
+{
+  channel = fd;
+}
+
+/* Sends rq and waits for the reply; *fd gets a passed descriptor or -1.
+** Raw system calls: the hooks would park the coroutine while the mutex is
+** held. Returns the reply's port (>= 0) or -errno; -ENOSYS when there is
+** no master to ask (none, or gone). */
+static int ask(const struct request *rq, int *fd)
+{
+  *fd = -1;
+  if (channel < 0) return -ENOSYS;
+  struct reply rp;
+  struct iovec iov = { &rp, sizeof rp };
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl.buf;
+  mh.msg_controllen = sizeof ctl.buf;
+  pthread_mutex_lock(&ask_lock);
+  long r = syscall(SYS_sendto, channel, rq, sizeof *rq, MSG_NOSIGNAL, NULL, 0);
+  if (r == (long)sizeof *rq)
+    while ((r = syscall(SYS_recvmsg, channel, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
+  pthread_mutex_unlock(&ask_lock);
+  if (r != (long)sizeof rp) return -ENOSYS;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+    memcpy(fd, CMSG_DATA(c), sizeof *fd);
+  if (rp.err) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+    return -rp.err;
+  }
+  return rp.port;
+}
+
+static int make_request(struct request *rq, int kind, const char *key, int nth,
+                        const void *a, socklen_t alen, int backlog)
+{
+  size_t klen = strlen(key);
+  if (klen >= sizeof rq->key || alen > sizeof rq->addr) return -ENAMETOOLONG;
+  memset(rq, 0, sizeof *rq);
+  rq->type = CH_MASTER_MSG_LISTEN;
+  rq->kind = (uint8_t)kind;
+  rq->nth = nth;
+  rq->backlog = backlog;
+  rq->alen = alen;
+  memcpy(&rq->addr, a, alen);
+  memcpy(rq->key, key, klen);
+  return 0;
+}
+
+int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
+                          socklen_t alen, int backlog)
+{
+  struct request rq;
+  int fd, r = make_request(&rq, KIND_UNIX, key, nth, a, alen, backlog);
+  if (r < 0) return r;
+  r = ask(&rq, &fd);
+  if (r < 0) return r;
+  return fd >= 0 ? fd : -EPROTO;
+}
+
+int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
+{
+  struct request rq;
+  int fd, r = make_request(&rq, KIND_PORT, key, nth, a, alen, 0);
+  if (r < 0) return r;
+  r = ask(&rq, &fd);
+  if (fd >= 0) close(fd);
+  return r == 0 ? -EPROTO : r;
+}
+
+/* -- Master side ---------------------------------------------------------- */
+
+struct entry {
+  struct entry *next;
+  int kind;
+  int nth;
+  int fd;                       /* the unix listener, or the port's holder */
+  int port;                     /* KIND_PORT */
+  unsigned gen;                 /* the newest generation that asked */
+  struct sockaddr_un path;      /* KIND_UNIX: to unlink */
+  char key[];
+};
+
+static struct entry *entries;
+
+static struct entry *find(int kind, const char *key, int nth)
+{
+  for (struct entry *e = entries; e; e = e->next)
+    if (e->kind == kind && e->nth == nth && strcmp(e->key, key) == 0) return e;
+  return NULL;
+}
+
+/* Binds port 0 of a (SO_REUSEPORT, not listening: it takes no
+** connections) and returns the fd, with the port in *port; or -errno. */
+static int reserve(const struct sockaddr_storage *ss, socklen_t alen, int *port)
+{
+  int one = 1;
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (ss->ss_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  struct sockaddr_storage got;
+  socklen_t len = sizeof got;
+  if (bind(fd, (const struct sockaddr *)ss, alen) < 0 ||
+      getsockname(fd, (struct sockaddr *)&got, &len) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  *port = ntohs(got.ss_family == AF_INET ? ((struct sockaddr_in *)&got)->sin_port
+                                         : ((struct sockaddr_in6 *)&got)->sin6_port);
+  return fd;
+}
+
+/* Finds or makes the entry rq asks for. Returns it, or NULL with *err. */
+static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
+{
+  struct entry *e = find(rq->kind, rq->key, rq->nth);
+  if (e) {
+    if (gen > e->gen) e->gen = gen;
+    return e;
+  }
+  size_t klen = strlen(rq->key);
+  if (!(e = calloc(1, sizeof *e + klen + 1))) {
+    *err = ENOMEM;
+    return NULL;
+  }
+  int fd;
+  if (rq->kind == KIND_UNIX) {
+    memcpy(&e->path, &rq->addr, sizeof e->path);
+    fd = ch_listen_unix(&e->path, (socklen_t)rq->alen, rq->backlog);
+  } else {
+    fd = reserve(&rq->addr, (socklen_t)rq->alen, &e->port);
+  }
+  if (fd < 0) {
+    *err = -fd;
+    free(e);
+    return NULL;
+  }
+  e->kind = rq->kind;
+  e->nth = rq->nth;
+  e->fd = fd;
+  e->gen = gen;
+  memcpy(e->key, rq->key, klen + 1);
+  e->next = entries;
+  entries = e;
+  return e;
+}
+
+void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
+{
+  struct request rq;
+  struct reply rp = { 0, 0 };
+  struct entry *e = NULL;
+  int err = 0;
+  memset(&rq, 0, sizeof rq);
+  memcpy(&rq, msg, got < sizeof rq ? got : sizeof rq);
+  rq.key[sizeof rq.key - 1] = 0;
+  if (got != sizeof rq || (rq.kind != KIND_UNIX && rq.kind != KIND_PORT) ||
+      rq.alen > sizeof rq.addr)
+    err = EPROTO;
+  else
+    e = lookup(&rq, gen, &err);
+  rp.err = err;
+  if (e) rp.port = e->port;
+  struct iovec iov = { &rp, sizeof rp };
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  if (e && e->kind == KIND_UNIX) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = sizeof ctl.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &e->fd, sizeof e->fd);
+  }
+  /* A worker that went away meanwhile: EPIPE, nothing to do. */
+  if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EPIPE)
+    ch_log(CH_LOG_WARN, "master: cannot answer a worker's listen request: %s", strerror(errno));
+  if (err)
+    ch_log(CH_LOG_ERR, "master: cannot listen on %s for the worker processes: %s", rq.key,
+           strerror(err));
+}
+
+static void drop(struct entry *e)
+{
+  close(e->fd);
+  if (e->kind == KIND_UNIX) unlink(e->path.sun_path);
+  free(e);
+}
+
+void ch_mlisten_retire(unsigned gen)
+{
+  for (struct entry **p = &entries; *p;) {
+    struct entry *e = *p;
+    if (e->gen < gen) {
+      *p = e->next;
+      ch_log(CH_LOG_INFO, "master: the new workers do not listen on %s: closed", e->key);
+      drop(e);
+    } else {
+      p = &e->next;
+    }
+  }
+}
+
+void ch_mlisten_forget(void)
+{
+  while (entries) {
+    struct entry *e = entries;
+    entries = e->next;
+    close(e->fd);
+    free(e);
+  }
+}
+
+void ch_mlisten_close_all(void)
+{
+  while (entries) {
+    struct entry *e = entries;
+    entries = e->next;
+    drop(e);
+  }
+}
