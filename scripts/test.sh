@@ -53,11 +53,15 @@ trap 'rm -f "$out"; [ -z "$san_tmp" ] || rm -rf "$san_tmp"' EXIT
 # empty. Not anchored: stdout and stderr lines may share a line.
 count() { grep -oE "$1" "$out" | head -1 | grep -oE '[0-9]+$'; }
 
+# Why the current runner failed beyond its own failure lines (a timeout,
+# a crash, a sanitizer report), for the closing list; reset per runner.
+why=
+
 # SAN only: prints the sanitizer reports written while runner $1 ran,
 # keeps them in build/san-reports and adds 1 to f if there were any.
 san_reports() {
   [ -n "$san_tmp" ] || return 0
-  local r n=0 name
+  local r n=0 name kept=
   name=$(basename "$1")
   for r in "$san_tmp"/*; do
     [ -e "$r" ] || continue
@@ -65,16 +69,19 @@ san_reports() {
     echo "test.sh: sanitizer report from $1 (build/san-reports/$name.${r##*/}):" >&2
     head -40 "$r" >&2
     mv "$r" "build/san-reports/$name.${r##*/}"
+    kept="$kept build/san-reports/$name.${r##*/}"
   done
-  [ "$n" -eq 0 ] || f=$(( f + 1 ))
+  [ "$n" -eq 0 ] || { f=$(( f + 1 )); why="${why:+$why; }sanitizer report:$kept"; }
 }
 
 # Records runner $1's failed tests (count $2) for the closing list: the
 # lines of $out matching extended regex $3 (cmocka's "[  FAILED  ] name"),
 # or busted's "Failure -> file @ line" blocks (the test's name and its
-# message); or just the runner when none match (a crash or a timeout).
+# message); then why the runner failed beyond those, if it did (a
+# timeout, a crash, a sanitizer report: $why); or just the runner when
+# there is neither.
 note_failures() {
-  [ "$2" -gt 0 ] || return 0
+  [ "$2" -gt 0 ] || { why=; return 0; }
   local lines
   if [ -n "$3" ]; then
     lines=$(grep -E "$3" "$out" | sed 's/^\[  FAILED  \] //' | sort -u)
@@ -86,20 +93,29 @@ note_failures() {
                  n > 0 { msg = msg == "" ? $0 : msg " | " $0; if (--n == 0) print msg }
                  END { if (n > 0 && msg != "") print msg }' "$out")
   fi
-  if [ -z "$lines" ]; then
-    failures+=("$1: $2 failed (no summary)")
-  else
+  if [ -n "$lines" ]; then
     while IFS= read -r l; do failures+=("$1: ${l:0:400}"); done <<<"$lines"
   fi
+  if [ -n "$why" ]; then
+    failures+=("$1: ${why:0:400}")
+  elif [ -z "$lines" ]; then
+    failures+=("$1: $2 failed (no summary)")
+  fi
+  why=
 }
 
 # Says why a runner gave no summary: its timeout, or a crash.
 abnormal() {
   if [ "$2" -eq 124 ]; then
-    echo "test.sh: $1 timed out after ${TIMEOUT}s" >&2
+    why="timed out after ${TIMEOUT}s"
+  elif [ "$2" -eq 137 ]; then
+    why="killed (SIGKILL: still running ${TIMEOUT}s + 10s after its timeout, or the OOM killer)"
+  elif [ "$2" -gt 128 ]; then
+    why="ended abnormally (status $2: SIG$(kill -l $(( $2 - 128 )) 2>/dev/null || echo '?'))"
   else
-    echo "test.sh: $1 ended abnormally (status $2)" >&2
+    why="ended abnormally (status $2)"
   fi
+  echo "test.sh: $1 $why" >&2
 }
 
 shopt -s nullglob
@@ -131,7 +147,8 @@ for bin in "${bins[@]}"; do
     p=${p:-0}
     f=${f:-0}
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-      echo "test.sh: $bin exited $rc after a clean summary" >&2
+      why="exited $rc after a clean summary"
+      echo "test.sh: $bin $why" >&2
       f=1
     fi
   else
@@ -166,7 +183,8 @@ if [ -x build/spec/ljvm_probe ]; then
   p=$(grep -c '=> PASS' "$out")
   f=$(grep -c '=> FAIL' "$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-    echo "test.sh: ljvm_probe ended abnormally (status $rc)" >&2
+    why="ended abnormally (status $rc)"
+    echo "test.sh: ljvm_probe $why" >&2
     f=1
   fi
   san_reports build/spec/ljvm_probe
@@ -194,7 +212,8 @@ for spec in "${specs[@]}"; do
     p=${nums[0]}
     f=$(( nums[1] + nums[2] ))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-      echo "test.sh: $spec exited $rc after a clean summary" >&2
+      why="exited $rc after a clean summary"
+      echo "test.sh: $spec $why" >&2
       f=1
     fi
   else
