@@ -19,12 +19,14 @@
 #
 #   bash scripts/bench/http_profile.sh [SCRIPT [N1 N2 [TOP [SECS]]]]
 #   (defaults: examples/hello.lua 20000 40000 15 5; HTTP_PROFILE_CONNS=50
-#   sets the wrk connections)
+#   sets the wrk connections; HTTP_PROFILE_QUICK=1 runs cohost's callgrind
+#   figure alone, for the edit-measure loop)
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 SCRIPT=${1:-examples/hello.lua}
 CONNS=${HTTP_PROFILE_CONNS:-50}   # wrk connections
+QUICK=${HTTP_PROFILE_QUICK:-}
 N1=${2:-20000}; N2=${3:-40000}; TOP=${4:-15}; SECS=${5:-5}
 OUT=build/bench/profile
 mkdir -p "$OUT"
@@ -128,7 +130,7 @@ if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null;
       awk '/file:function/ { on = 1; getline; next } on && NF { print } on && !NF && n++ { exit }' |
       head -n "$TOP"
     echo "(callgrind_annotate $OUT/callgrind.$N2 for all; --inclusive=yes for callers)"
-    if command -v nginx > /dev/null; then
+    if [ -z "$QUICK" ] && command -v nginx > /dev/null; then
       for conf in nginx_http_lua.conf nginx_http_plain.conf; do
         if i1=$(nginx_ir "$conf" "$N1") && i2=$(nginx_ir "$conf" "$N2"); then
           awk -v a="$i1" -v b="$i2" -v n=$(( N2 - N1 )) -v c="$conf" 'BEGIN {
@@ -140,6 +142,8 @@ if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null;
 else
   echo "skipped callgrind: valgrind is missing"
 fi
+
+[ -n "$QUICK" ] && exit 0
 
 if command -v strace > /dev/null; then
   echo; echo "== strace -c: system calls per request ($N1 requests, start-up included)"
