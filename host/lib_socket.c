@@ -510,6 +510,54 @@ static void consume(struct tcp *u, size_t n)
   }
 }
 
+/* fill's reading part: one read into u's buffer, making room for want.
+** Returns bytes read (> 0), 0 at EOF, -EAGAIN when there is nothing to
+** read yet (*ev: the readiness to wait for), or -errno. Out of line, so
+** that its locals are not in fill's frame while fill is parked (COPY mode
+** saves that frame for every idle connection, docs/stacks.md). */
+static __attribute__((noinline)) ssize_t fill_once(struct tcp *u, size_t want, int waited, int *ev)
+{
+  for (;;) {
+    if (u->ssl) {
+      /* Always SSL_read: it may hold decrypted bytes (SSL_pending) that
+      ** no input edge will announce, so the drained bookkeeping of
+      ** ch_fd_try_read does not apply. WANT_* means the socket said
+      ** EAGAIN, so the edge-triggered wait below is sound. */
+      if (reserve(u, want) < 0) return -ENOMEM;
+      ssize_t n = ch_tls_read(u->ssl, u->buf + u->end, u->cap - u->end, ev);
+      if (n > 0) {
+        u->end += (size_t)n;
+        return n;
+      }
+      if (n == 0) {
+        u->eof = 1;
+        return 0;
+      }
+      return n;   /* -EAGAIN included */
+    }
+    /* After a short read, wait for the next input edge rather than make a
+    ** recv that can only say EAGAIN (see ch_fd_try_read). After a wait,
+    ** always try: a wait that had to block in poll(2) (a finalizer) saw
+    ** readiness that epoll never reported. */
+    if (!ch_fd_try_read(u->fd) && !waited) return -EAGAIN;
+    if (reserve(u, want) < 0) return -ENOMEM;
+    size_t room = u->cap - u->end;
+    ssize_t n = recv(u->fd, u->buf + u->end, room, 0);
+    int e = errno;
+    ch_fd_read_result(u->fd, n < 0 ? (e == EAGAIN || e == EWOULDBLOCK) : (size_t)n < room);
+    if (n > 0) {
+      u->end += (size_t)n;
+      return n;
+    }
+    if (n == 0) {
+      u->eof = 1;
+      return 0;
+    }
+    if (e == EINTR) continue;
+    return e == EWOULDBLOCK ? -EAGAIN : -e;
+  }
+}
+
 /* Yields. Reads what the kernel has into u's buffer, waiting up to the
 ** read timeout for at least one byte. want is the free space to make room
 ** for. Returns bytes read (> 0), 0 at EOF, or -errno: -ETIMEDOUT, -EBADF
@@ -518,44 +566,8 @@ static ssize_t fill(lua_State *L, struct tcp *u, size_t want)
 {
   int waited = 0, ev = POLLIN;
   for (;;) {
-    if (u->ssl) {
-      /* Always SSL_read: it may hold decrypted bytes (SSL_pending) that
-      ** no input edge will announce, so the drained bookkeeping of
-      ** ch_fd_try_read does not apply. WANT_* means the socket said
-      ** EAGAIN, so the edge-triggered wait below is sound. */
-      if (reserve(u, want) < 0) return -ENOMEM;
-      ssize_t n = ch_tls_read(u->ssl, u->buf + u->end, u->cap - u->end, &ev);
-      if (n > 0) {
-        u->end += (size_t)n;
-        return n;
-      }
-      if (n == 0) {
-        u->eof = 1;
-        return 0;
-      }
-      if (n != -EAGAIN) return n;
-    } else
-    /* After a short read, wait for the next input edge rather than make a
-    ** recv that can only say EAGAIN (see ch_fd_try_read). After a wait,
-    ** always try: a wait that had to block in poll(2) (a finalizer) saw
-    ** readiness that epoll never reported. */
-    if (ch_fd_try_read(u->fd) || waited) {
-      if (reserve(u, want) < 0) return -ENOMEM;
-      size_t room = u->cap - u->end;
-      ssize_t n = recv(u->fd, u->buf + u->end, room, 0);
-      int e = errno;
-      ch_fd_read_result(u->fd, n < 0 ? (e == EAGAIN || e == EWOULDBLOCK) : (size_t)n < room);
-      if (n > 0) {
-        u->end += (size_t)n;
-        return n;
-      }
-      if (n == 0) {
-        u->eof = 1;
-        return 0;
-      }
-      if (e == EINTR) continue;
-      if (e != EAGAIN && e != EWOULDBLOCK) return -e;
-    }
+    ssize_t n = fill_once(u, want, waited, &ev);
+    if (n != -EAGAIN) return n;
     if (u->start == u->end) drop_buf(u);   /* park without a buffer */
     int r = wait_io(L, &u->fd, ev, u->read_ms);
     if (r < 0) return -EBADF;

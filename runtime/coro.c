@@ -75,18 +75,20 @@ static void save(struct ch_sched *s, struct ch_coro *c)
   char *top = (char *)c->stack.base + c->stack.size;
   size_t len = (size_t)(top - (char *)c->ctx.sp);
   assert(c->saved_len == 0 && len <= c->stack.size);
+  if (len > UINT32_MAX)
+    ch_panic("copy stack: coroutine %d uses %zu bytes of stack, over 4 GiB", c->id, len);
   if (len > c->saved_cap || len < c->saved_cap / 2) {
     free(c->saved);
     s->saved_alloc -= c->saved_cap;
     c->saved_cap = 0;
     if (!(c->saved = malloc(len)))
       ch_panic("copy stack: no memory to save %zu bytes of coroutine %d", len, c->id);
-    c->saved_cap = len;
+    c->saved_cap = (uint32_t)len;
     s->saved_alloc += len;
     if (s->saved_alloc > s->saved_peak) s->saved_peak = s->saved_alloc;
   }
   memcpy(c->saved, c->ctx.sp, len);
-  c->saved_len = len;
+  c->saved_len = (uint32_t)len;
   s->saved_bytes += len;
   s->copied_bytes += len;
 }

@@ -31,8 +31,6 @@ struct ch_coro {
                             ** NULL: stack owns its own mapping */
   void *saved;              /* COPY: heap image of [ctx.sp, top) while
                             ** swapped out; owned */
-  size_t saved_len;         /* COPY: bytes in saved; 0 while on the stack */
-  size_t saved_cap;         /* COPY: bytes allocated at saved */
   struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
                             ** for it (the caller's copies are on its
                             ** stack, which the loop cannot reach) */
@@ -48,6 +46,10 @@ struct ch_coro {
   uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
+  /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
+  ** bytes, one malloc chunk of 256 per coroutine, not 272. */
+  uint32_t saved_len;       /* COPY: bytes in saved; 0 while on the stack */
+  uint32_t saved_cap;       /* COPY: bytes allocated at saved */
 };
 
 /* Allocates a NEW coroutine with a stack from s's pool. Returns NULL and

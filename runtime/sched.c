@@ -379,9 +379,10 @@ static inline void via_loop(struct ch_sched *s, struct ch_coro *self, struct ch_
 
 /* Switches from self (already moved out of RUNNING) to the next ready
 ** coroutine, or to the loop when the batch is used up or nothing is
-** ready. Returns when self is resumed. Inlined: in COPY mode a frame of
-** its own would be one more in every parked coroutine's saved image. */
-static inline __attribute__((always_inline)) void switch_out(struct ch_sched *s, struct ch_coro *self)
+** ready. Returns when self is resumed. Inlined into ch_sched_park: in
+** COPY mode a frame of its own would be one more in every parked
+** coroutine's saved image; ch_yield and coro_main call switch_out. */
+static inline __attribute__((always_inline)) void switch_out_inline(struct ch_sched *s, struct ch_coro *self)
 {
   struct ch_coro *next;
   SAN_FAKE(fake);
@@ -404,6 +405,11 @@ static inline __attribute__((always_inline)) void switch_out(struct ch_sched *s,
   san_enter(fake);
   assert(s->current == self && self->state == CH_CORO_RUNNING);
   if (resume_hook) resume_hook(self);
+}
+
+static __attribute__((noinline)) void switch_out(struct ch_sched *s, struct ch_coro *self)
+{
+  switch_out_inline(s, self);
 }
 
 /* First and last frame of every coroutine (ch_ctx_entry calls it). */
@@ -548,7 +554,7 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   self->state = (uint8_t)state;
   if (state == CH_CORO_SLEEPING) s->nsleeping++;
   else s->nwaiting++;
-  switch_out(s, self);
+  switch_out_inline(s, self);
   self->deadline = 0;
   if (self->wake_value == -ECANCELED) self->cancel_hits++;
   return self->wake_value;
