@@ -24,9 +24,10 @@ local function start(args)
   end
 end
 
--- Connects, retrying while the child starts (bounded: 5 s).
+-- Connects, retrying while the child starts (bounded: 15 s, for a
+-- sanitizer build starting on a loaded machine).
 local function connect(port)
-  local deadline = cohost.monotonic() + 5
+  local deadline = cohost.monotonic() + 15
   while true do
     local sock = cohost.tcp()
     sock:settimeout(2000)

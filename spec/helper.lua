@@ -149,7 +149,9 @@ function M.start(args, limit)
     if p.pid and not p.exited() then p.signal("KILL") end
     for _, f in ipairs { out, err, rc } do os.remove(f) end
   end
-  for _ = 1, 1000 do
+  -- 20 s: a sanitizer build starting on a loaded machine is slow.
+  local deadline = cohost.monotonic() + 20
+  while cohost.monotonic() < deadline do
     local port, pid = M.slurp(out):match("^(%d+) (%d+)\n")
     if port then
       p.port, p.pid = tonumber(port), tonumber(pid)
@@ -194,10 +196,11 @@ function M.stop_pid(pid, signal)
   os.execute("kill -9 " .. pid .. " 2>/dev/null")
 end
 
--- Waits until 127.0.0.1:port accepts a connection (5 s at most); else
--- raises with the server's log.
+-- Waits until 127.0.0.1:port accepts a connection (15 s at most: servers
+-- start slowly on a loaded machine); else raises with the server's log.
 function M.wait_port(port, log)
-  for _ = 1, 250 do
+  local deadline = cohost.monotonic() + 15
+  while cohost.monotonic() < deadline do
     local s = cohost.tcp()
     s:settimeout(200)
     if s:connect("127.0.0.1", port) then
