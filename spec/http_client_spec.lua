@@ -787,12 +787,9 @@ local function python(source)
   os.execute(("timeout 30 python3 %s >%s 2>&1 </dev/null & echo $! >%s"):format(script, out, pidf))
   local pid = tonumber(h.slurp(pidf))
   defer(function() os.execute("kill " .. pid .. " 2>/dev/null") end)
-  for _ = 1, 500 do
-    local port = h.slurp(out):match("^(%d+)\n")
-    if port then return tonumber(port) end
-    cohost.sleep(0.01)
-  end
-  error("python did not start: " .. h.slurp(out))
+  -- 15 s: python starts slowly on a loaded machine.
+  local port = h.eventually(function() return h.slurp(out):match("^(%d+)\n") end, 15)
+  return tonumber(port) or error("python did not start: " .. h.slurp(out))
 end
 
 -- Starts a Python HTTP/1.1 server (http.server) on a free port: GET
