@@ -131,6 +131,15 @@ static inline double th_slow_ms(double ms) {
 #define TH_WATCHDOG_VALGRIND_S 240  /* x8 under valgrind: within test.sh's
                                     ** 300 s per binary, and tests that would
                                     ** be slower scale their counts down */
+/* x4 in an ASan build: the 100k-coroutine test of test_coro took over
+** 30 s there on a loaded 2-core machine (14 s on a quieter moment); still
+** well within test.sh's 600 s per binary under SAN. */
+#define TH_WATCHDOG_ASAN_S 120
+#if defined(CH_ASAN) || defined(__SANITIZE_ADDRESS__)
+#define TH_WATCHDOG_NATIVE_S TH_WATCHDOG_ASAN_S
+#else
+#define TH_WATCHDOG_NATIVE_S TH_WATCHDOG_S
+#endif
 
 static inline void th_watchdog_fired(int sig) {
   (void)sig;
@@ -149,7 +158,7 @@ static inline int th_setup(void **state) {
   sa.sa_handler = th_watchdog_fired;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
-  alarm(th_under_valgrind() ? TH_WATCHDOG_VALGRIND_S : TH_WATCHDOG_S);
+  alarm(th_under_valgrind() ? TH_WATCHDOG_VALGRIND_S : TH_WATCHDOG_NATIVE_S);
   return 0;
 }
 

@@ -19,8 +19,10 @@
 
 #define DELAY_MS 100     /* helper thread delay before it acts */
 /* 5 ms ticks seen during a 100 ms wait: ~20 on an idle machine, a few on
-** a loaded 2-core one; a blocked thread gives 0 (the ticker cannot run). */
-#define MIN_TICKS 2
+** a loaded 2-core one, and 1 was seen there under a sanitizer build; a
+** blocked thread gives exactly 0 (the call under test runs first and the
+** ticker cannot run until it returns, by which time it is told to stop). */
+#define MIN_TICKS 1
 
 /* -- Receiving calls park --------------------------------------------------- */
 
@@ -795,7 +797,7 @@ static void test_poll_returns_at_once_when_an_fd_is_already_ready(void **state) 
   assert_int_equal(m.revents[0], POLLIN);
   assert_int_equal(m.revents[1], 0);
   assert_int_equal(m.revents[2], POLLIN);
-  assert_true(m.ms < 100.0);
+  assert_true(m.ms < 1000.0);   /* at once, not the 5 s timeout; loose when loaded */
 }
 
 static void test_select_on_three_fds_returns_zero_after_the_timeout(void **state) {
@@ -1309,19 +1311,24 @@ static void sleeper(void *arg) {
 }
 
 /* Two coroutines sleep at once: if the call parks only the coroutine they
-** overlap and the total is one sleep, not two. */
+** overlap and the total is one sleep, not two. Up to 3 tries: a loaded
+** machine can preempt the process past the half-sleep margin once, while
+** sleeps that do not overlap take twice as long every time. */
 static void check_two_sleepers(int kind, double each_ms) {
-  struct slp a = { kind, -1, 0 }, b = { kind, -1, 0 };
-  assert_true(ch_spawn(sleeper, &a) > 0);
-  assert_true(ch_spawn(sleeper, &b) > 0);
-  double t0 = th_now_ms();
-  th_run();
-  double total = th_now_ms() - t0;
-  assert_int_equal(a.rc, 0);
-  assert_int_equal(b.rc, 0);
-  assert_true(a.ms >= each_ms - 1 && b.ms >= each_ms - 1);
-  if (total >= each_ms * 1.5)
-    fail_msg("two sleeps of %.0f ms took %.0f ms: they did not overlap", each_ms, total);
+  double total = 0;
+  for (int try = 0; try < 3; try++) {
+    struct slp a = { kind, -1, 0 }, b = { kind, -1, 0 };
+    assert_true(ch_spawn(sleeper, &a) > 0);
+    assert_true(ch_spawn(sleeper, &b) > 0);
+    double t0 = th_now_ms();
+    th_run();
+    total = th_now_ms() - t0;
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(b.rc, 0);
+    assert_true(a.ms >= each_ms - 1 && b.ms >= each_ms - 1);
+    if (total < each_ms * 1.5) return;
+  }
+  fail_msg("two sleeps of %.0f ms took %.0f ms (3 tries): they did not overlap", each_ms, total);
 }
 
 static void test_usleep_parks_only_its_coroutine(void **s) { (void)s; check_two_sleepers(S_USLEEP, 200); }
