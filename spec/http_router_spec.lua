@@ -380,7 +380,7 @@ listener = assert(http.listen("127.0.0.1:0", r))
     assert(s:receive(100000))
     s:close()
     -- The server logs the end at info level; give it a moment.
-    local deadline = cohost.monotonic() + 5
+    local deadline = cohost.monotonic() + 15
     while not h.slurp(p.err):find("closed", 1, true) and cohost.monotonic() < deadline do
       cohost.sleep(0.05)
     end
@@ -429,9 +429,10 @@ end)
 describe("examples/webapp.lua", function()
   local port, pid, logfile
 
-  -- Connects to the child, retrying while it starts (bounded: 5 s).
+  -- Connects to the child, retrying while it starts (bounded: 15 s, for
+  -- a sanitizer build on a loaded machine).
   local function wait_up()
-    local deadline = cohost.monotonic() + 5
+    local deadline = cohost.monotonic() + 15
     while true do
       local s = cohost.tcp()
       s:settimeout(1000)
