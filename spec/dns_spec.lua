@@ -377,7 +377,9 @@ describe("dns.resolve", function()
       assert.is_true(ok)
       local err, took = line:match("^(%S+) (%S+)$")
       assert.equal("timeout", err)
-      assert.is_true(tonumber(took) < 2 + 1, line)   -- 1 s x 2 attempts, and slack
+      -- 1 s x 2 attempts, and slack for a loaded machine (4.6 s was seen
+      -- under a sanitizer build there); the default 5 s x 2 would exceed it.
+      assert.is_true(tonumber(took) < 2 + 5, line)
     end
     assert.is_true(#rtts > 50)
     local p99 = percentile(rtts, 0.99)

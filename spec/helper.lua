@@ -219,9 +219,18 @@ end
 -- worker process binds it again): h.free_port's comes from the ephemeral
 -- range, where a listener of a spec running beside, bound to port 0 with
 -- SO_REUSEPORT as cohost's are, could end up sharing it.
+--
+-- The candidates mix in this process's pid and the clock: math.random
+-- starts from the same seed in every process, so two specs started side
+-- by side (two engineers' suites on one machine) drew the same ports,
+-- and with SO_REUSEPORT both servers bound one, each answering the
+-- other's requests.
+local port_draws = 0
 function M.fixed_port()
+  local pid = io.open("/proc/self/stat"):read("*n")
   for _ = 1, 100 do
-    local port = math.random(20000, 32000)
+    port_draws = port_draws + 1
+    local port = 20000 + (pid * 7919 + port_draws * 104729 + math.floor(cohost.monotonic() * 1e6)) % 12000
     local s = cohost.tcp()
     s:settimeout(1000)
     local ok = s:connect("127.0.0.1", port)

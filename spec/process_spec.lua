@@ -198,15 +198,16 @@ describe("--processes", function()
     local _, _, body = get(p.port, "/")
     local pid = tonumber(body:match("pid=(%d+)"))
     os.execute("kill -KILL " .. pid)
-    local again = until_body(p.port, "/", function(b) return not b:find("pid=" .. pid .. "$") end)
-    assert.truthy(again, "no replacement answered")
+    local again = until_body(p.port, "/", function(b) return not b:find("pid=" .. pid .. "$") end, 20)
+    assert.truthy(again, "no replacement answered: " .. h.slurp(p.err))
     assert.matches("^v1 id=0 count=1", again)
     assert.truthy(h.slurp(p.err):find(("worker process 0 (pid %d) was killed by signal SIGKILL; restarting it in 0.1 s"):format(pid), 1, true),
                   h.slurp(p.err))
     -- It died young again: the back-off doubles.
     local pid2 = tonumber(again:match("pid=(%d+)"))
     os.execute("kill -KILL " .. pid2)
-    assert.truthy(until_body(p.port, "/", function(b) return not b:find("pid=" .. pid2 .. "$") end))
+    assert.truthy(until_body(p.port, "/", function(b) return not b:find("pid=" .. pid2 .. "$") end, 20),
+                  "no second replacement answered: " .. h.slurp(p.err))
     assert.truthy(h.slurp(p.err):find(("worker process 0 (pid %d) was killed by signal SIGKILL; restarting it in 0.2 s"):format(pid2), 1, true),
                   h.slurp(p.err))
   end)
