@@ -140,7 +140,10 @@ describe("cohost.listen", function()
   end)
 
   it("listens and connects on unix sockets", function()
-    local path = string.format("/tmp/cohost-spec-%d-%d.sock", os.time(), math.random(1e9))
+    -- The pid, not math.random (the same seed in every process): two runs
+    -- side by side must not share the path.
+    local pid = io.open("/proc/self/stat"):read("*n")
+    local path = string.format("/tmp/cohost-spec-%d-%d.sock", pid, math.floor(cohost.monotonic() * 1e6))
     local l = assert(cohost.listen("unix:" .. path, echo_lines))
     defer(function() l:close() end)
     assert.equal("unix:" .. path, l:addr())
