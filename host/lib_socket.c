@@ -37,6 +37,7 @@
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
+#include "master_listen.h"
 #include "stats.h"
 #include "tls.h"
 
@@ -1767,6 +1768,8 @@ struct shared {
   int port;                 /* the port the first worker got */
   int fd;                   /* unix: the socket every worker dups; or -1 */
   int users;                /* unix: listeners open on fd */
+  int from_master;          /* unix: fd is the master's socket (--processes),
+                            ** whose path the master unlinks, not us */
   char addr[];              /* the address as given */
 };
 
@@ -1894,7 +1897,7 @@ static void listener_close(struct listener *l)
     if (--l->shared->users == 0) {
       close(l->shared->fd);
       l->shared->fd = -1;
-      unlink(l->addr.un.sun_path);
+      if (!l->shared->from_master) unlink(l->addr.un.sun_path);
     }
     pthread_mutex_unlock(&shared_lock);
     l->shared = NULL;
@@ -2198,9 +2201,17 @@ static int open_tcp(const char *spec, int nth, union addr *a, socklen_t alen, in
       pthread_mutex_unlock(&shared_lock);
       return -ENOMEM;
     }
-    if (!made) {   /* a worker before us got the port */
-      if (a->sa.sa_family == AF_INET) a->in.sin_port = htons((uint16_t)s->port);
-      else a->in6.sin6_port = htons((uint16_t)s->port);
+    /* A worker before us got the port; or, with --processes, the master
+    ** reserved it for every process (master_listen.h). */
+    int port = made ? ch_master_reserve_port(spec, nth, &a->sa, alen) : s->port;
+    if (port < 0 && port != -ENOSYS) {
+      s->nth = -1;   /* the next worker asks afresh */
+      pthread_mutex_unlock(&shared_lock);
+      return port;
+    }
+    if (port > 0) {
+      if (a->sa.sa_family == AF_INET) a->in.sin_port = htons((uint16_t)port);
+      else a->in6.sin6_port = htons((uint16_t)port);
     }
   }
   int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -2232,24 +2243,14 @@ static int open_tcp(const char *spec, int nth, union addr *a, socklen_t alen, in
   return fd;
 }
 
-/* Binds the unix socket path once per process; every other worker gets a
-** dup of it. A stale socket file (nobody accepting) is removed first.
-** Returns the fd or -errno. */
+/* Binds the unix socket path once per process (with --processes, the
+** master binds it once for all: master_listen.h); every other worker gets
+** a dup of it. A stale socket file (nobody accepting) is removed first.
+** Returns the fd or -errno. Never parks: the lock is held throughout. */
 static int open_unix(const char *spec, int nth, const union addr *a, socklen_t alen, int backlog,
                      struct shared **sp)
 {
   int made, err = 0, fd = -1;
-  struct stat st;
-  const char *path = a->un.sun_path;
-  /* Outside the lock: nothing here may park while it is held. */
-  int stale = 0;
-  if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-      stale = connect(probe, &a->sa, alen) < 0 && errno == ECONNREFUSED;
-      close(probe);
-    }
-  }
   pthread_mutex_lock(&shared_lock);
   struct shared *s = shared_get(spec, nth, &made);
   if (!s) {
@@ -2257,11 +2258,11 @@ static int open_unix(const char *spec, int nth, const union addr *a, socklen_t a
   } else if (s->fd >= 0) {
     if ((fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0) err = errno;
   } else {
-    if (stale) unlink(path);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, &a->sa, alen) < 0 || listen(fd, backlog) < 0 ||
-        (s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0)
-      err = errno;
+    fd = ch_master_listen_unix(spec, nth, &a->un, alen, backlog);
+    if (fd == -ENOSYS) fd = ch_listen_unix(&a->un, alen, backlog);   /* no master */
+    else s->from_master = fd >= 0;
+    if (fd < 0) err = -fd;
+    else if ((s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) err = errno;
   }
   if (!err) {
     s->users++;
