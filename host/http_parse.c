@@ -65,6 +65,8 @@ static const uint8_t fast_target[256] = {
   ['{'] = 1, ['|'] = 1, ['}'] = 1, ['~'] = 1,
 };
 
+int ch_http_line_fast = 1;
+
 void ch_http_head_init(struct ch_http_head *h)
 {
   /* Only the scalar part: the header arrays are written before read. */
@@ -336,7 +338,7 @@ scanned:
   if (h->head_len - h->line_end > lim->max_header) return -431;
   int r = semantics(h, buf);
   if (r < 0) return r;
-  if (line_fast(h, buf)) return (int)h->head_len;
+  if (ch_http_line_fast && line_fast(h, buf)) return (int)h->head_len;
   /* http-parser over the request line alone, then an empty header block:
   ** the header lines were checked above, more strictly than it would, and
   ** it must not disagree on them (tabs in OWS, for one). */

@@ -72,6 +72,12 @@ void ch_http_head_init(struct ch_http_head *h);
 int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
                        const struct ch_http_limits *lim);
 
+/* 1 (the default): a request line http-parser surely accepts (a method it
+** knows, an origin-form target of plain bytes) skips it. 0: every line
+** goes through http-parser; the fuzz harness parses each head both ways
+** and checks they agree. */
+extern int ch_http_line_fast;
+
 /* Decodes body bytes buf[0..len), which follow the head or the bytes the
 ** last call consumed, calling sink for each piece of body. Stops at the
 ** end of the message (h->body_done). Returns the bytes consumed, -400 for

@@ -10,7 +10,9 @@
 **   split        growing prefixes ending at each marker, each one copied
 **                into a buffer of its exact size (so ASan sees any read
 **                past the bytes given);
-**   byte-wise    one more byte per call over one buffer.
+**   byte-wise    one more byte per call over one buffer;
+** and once more in one shot with the request-line fast path off
+** (ch_http_line_fast = 0: http-parser sees every line).
 ** Every invariant failure is an abort(), which libFuzzer reports as a
 ** crash with its input:
 **   - a head's length is at most the bytes given, and all spans lie inside
@@ -18,7 +20,9 @@
 **     (the strict scan's promise), names only token bytes;
 **   - the three ways agree on whether a head is accepted, and on every
 **     field when it is (a server reads what the kernel gives, in any
-**     pieces: the verdict must not depend on where the reads ended);
+**     pieces: the verdict must not depend on where the reads ended), and
+**     so does the parse without the fast path (a line it takes is one
+**     http-parser accepts, with the same target);
 **   - the body, fed in the split pieces and in one piece: each call
 **     consumes at most its bytes, all of them unless the message ended,
 **     the sink only sees bytes inside the piece it was given, the bytes
@@ -144,6 +148,15 @@ static int head_oneshot(struct ch_http_head *h, const uint8_t *s, size_t n)
   if (r > 0) check_head(h, r, b, n);
   CHECK(r >= 0 || r == -400 || r == -414 || r == -431 || r == -501 || r == -505);
   free(b);
+  return r;
+}
+
+/* One shot with every request line through http-parser. */
+static int head_slow(struct ch_http_head *h, const uint8_t *s, size_t n)
+{
+  ch_http_line_fast = 0;
+  int r = head_oneshot(h, s, n);
+  ch_http_line_fast = 1;
   return r;
 }
 
@@ -350,7 +363,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[n++] = data[i++];
   }
 
-  static struct ch_http_head a, b, c;   /* ~1.7 KB each: off the stack */
+  static struct ch_http_head a, b, c, d;  /* ~1.7 KB each: off the stack */
   static int debug = -1;                /* FUZZ_DEBUG=1: print each verdict */
   if (debug < 0) debug = getenv("FUZZ_DEBUG") != NULL;
   /* FUZZ_CHUNK_ORACLE=0 skips the strict-decoder comparison, to look past
@@ -370,10 +383,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int ra = head_oneshot(&a, rq, left);
     int rb = head_split(&b, rq, left, rel, nrel);
     int rc = head_bytewise(&c, rq, left);
-    if (debug) fprintf(stderr, "request %d at %zu: head one-shot %d, split %d, byte-wise %d\n",
-                       req, pos, ra, rb, rc);
+    int rd = head_slow(&d, rq, left);
+    if (debug) fprintf(stderr, "request %d at %zu: head one-shot %d, split %d, byte-wise %d, "
+                       "without the fast path %d\n", req, pos, ra, rb, rc, rd);
     check_same(&a, ra, &b, rb);
     check_same(&a, ra, &c, rc);
+    check_same(&a, ra, &d, rd);
     if (ra <= 0) break;
 
     /* The body, after the head, in the split pieces and in one piece. */
