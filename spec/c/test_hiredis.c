@@ -171,6 +171,7 @@ static void test_hundred_blpop_clients_finish_together_while_a_ticker_ticks(
 
 static char popped[64];
 static double pop_ms;
+static int popping;   /* set by the popper just before its BLPOP */
 
 static void popper(void *arg) {
   (void)arg;
@@ -181,6 +182,7 @@ static void popper(void *arg) {
     return;
   }
   double t0 = th_now_ms();
+  popping = 1;
   redisReply *r = redisCommand(c, "BLPOP cohost:test:handoff 5");
   pop_ms = th_now_ms() - t0;
   CHECK(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
@@ -192,6 +194,10 @@ static void popper(void *arg) {
 
 static void pusher(void *arg) {
   (void)arg;
+  /* The 100 ms count from the popper's BLPOP, not from both starting: its
+  ** connect can take a while on a loaded machine, and the BLPOP then
+  ** seemed to wait less than the 90 ms the test asks (seen). */
+  for (int i = 0; i < 5000 && !popping; i++) ch_sleep_ms(1);
   ch_sleep_ms(100);  /* the popper is blocked in BLPOP by now */
   redisContext *c = redisConnect("127.0.0.1", redis_port);
   CHECK(c != NULL && !c->err);
@@ -209,6 +215,7 @@ static void test_rpush_in_one_coroutine_wakes_blpop_in_another(void **state) {
   (void)state;
   if (redis_missing) skip();
   memset(popped, 0, sizeof popped);
+  popping = 0;
   assert_true(ch_spawn(popper, NULL) > 0);
   assert_true(ch_spawn(pusher, NULL) > 0);
   th_run();
