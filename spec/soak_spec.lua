@@ -130,9 +130,25 @@ describe("scripts/soak.sh", function()
     -- Reloads are left out: they need --processes and take longer than
     -- this run (docs/soak.md). Few slow clients: in a 10 s run their
     -- 5 s cycles would otherwise swing the fd count past its limit.
-    local code, out, dir = soak {
-      SOAK_SECONDS = "10", SOAK_LOADS = "wrk echo slowloris slowread reset", SOAK_SLOW_CONNS = "5",
-    }
+    local env = { SOAK_SECONDS = "10", SOAK_LOADS = "wrk echo slowloris slowread reset", SOAK_SLOW_CONNS = "5" }
+    local code, out, dir = soak(env)
+    -- A 10 s run's trend verdict is noisy on a loaded machine (coroutines
+    -- in flight went 41 -> 79 there, a "trend" of +37 against a limit of
+    -- 12): a failure that is only a trend is run once more. A server that
+    -- leaks fails both (the next test shows the rule catches leaks); any
+    -- other failure counts at once.
+    local function trend_only(text)
+      local fails, trends = 0, 0
+      for line in text:gmatch("soak: FAIL: ([^\n]*)") do
+        fails = fails + 1
+        if line:find("trends upward", 1, true) then trends = trends + 1 end
+      end
+      return fails > 0 and fails == trends
+    end
+    if code == 1 and trend_only(out) then
+      io.stderr:write("  [soak_spec] trend-only failure, running again:\n", out)
+      code, out, dir = soak(env)
+    end
     assert.equal(0, code, out)
     assert.matches("soak: PASSED\n$", out)
     local cols, nrows = csv_rows(dir)
