@@ -312,6 +312,17 @@ static void describe(int st, char *buf, size_t n)
   }
 }
 
+/* Reads what a reaped worker said before it ended but the loop has not
+** read yet: a script that returns at once sends MSG_STARTED and exits,
+** and the reap may come first. The messages stay queued on the channel. */
+static void read_last_words(struct child *c)
+{
+  unsigned char msg[CH_MASTER_MSG_MAX];
+  ssize_t got;
+  while (c->ready_fd >= 0 && (got = recv(c->ready_fd, msg, sizeof msg, MSG_DONTWAIT)) > 0)
+    if (msg[0] == MSG_STARTED) c->started = 1;
+}
+
 /* kids[k] was reaped: it leaves the table first, so nothing below signals
 ** its pid again (which the kernel may already have given to another
 ** process). */
@@ -319,6 +330,7 @@ static void child_ended(int k, int st)
 {
   struct child dead = kids[k], *c = &dead;
   kids[k] = kids[--nkids];
+  read_last_words(c);
   char why[96];
   describe(st, why, sizeof why);
   int clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
@@ -334,7 +346,7 @@ static void child_ended(int k, int st)
     ch_log(CH_LOG_ERR, "master: reload failed: new worker process %d (pid %d) %s before it "
            "started; the old workers keep serving", c->index, (int)c->pid, why);
     abort_reload();
-  } else if (c->first && !c->started) {
+  } else if (c->first && !c->started && !clean) {
     ch_log(CH_LOG_ERR, "master: worker process %d (pid %d) %s before it started; stopping",
            c->index, (int)c->pid, why);
     start_stop(0);

@@ -49,6 +49,7 @@ struct slot {
   /* The watchdog thread's view, under lock. */
   uint64_t switches;            /* the counter when last seen moving */
   uint64_t since;               /* ch_now_ns then, or when the hook went */
+  uint64_t busy_since;          /* since when every look found it busy */
   uint64_t cpu_prev;            /* thread CPU ns at the last look */
   int hooked;                   /* the hook was sent for this stall */
   int warned;                   /* "blocked" was logged for this stall */
@@ -156,10 +157,11 @@ static void check(struct slot *s, uint64_t now, uint64_t period_ns)
   s->cpu_prev = cpu;
   if (sw != s->switches || !cur) {   /* it moved, or sits in its loop */
     s->switches = sw;
-    s->since = now;
+    s->since = s->busy_since = now;
     s->hooked = s->warned = 0;
     return;
   }
+  if (!busy) s->busy_since = now;
   uint64_t limit = (uint64_t)limit_ms * 1000000u;
   if (now - s->since < limit) return;
   int id = s->w->id, coro = ch_coro_id(cur);
@@ -171,6 +173,9 @@ static void check(struct slot *s, uint64_t now, uint64_t period_ns)
     s->warned = 1;
     return;
   }
+  /* Running for less than the limit after a block (a long poll that
+  ** just returned): not a runaway, yet. */
+  if (!s->hooked && now - s->busy_since < limit) return;
   if (!s->hooked) {
     s->hooked = 1;
     s->since = now;
@@ -253,7 +258,7 @@ void ch_watchdog_worker_start(struct ch_worker *w)
     return;
   }
   s->cpu_prev = cpu_ns(s);
-  s->since = ch_now_ns();
+  s->since = s->busy_since = ch_now_ns();
   pthread_mutex_lock(&lock);
   int err = start_thread();
   if (err) {
