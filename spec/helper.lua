@@ -277,6 +277,17 @@ function M.connect(port, timeout_ms)
   return s
 end
 
+-- GET path on 127.0.0.1:port over a new connection (Connection: close,
+-- read to EOF): status (a number), the header block and the body.
+function M.http_get(port, path)
+  local s = M.connect(port, 5000)
+  assert(s:send(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):format(path)))
+  local data = assert(s:receive("*a"))
+  s:close()
+  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
+  return tonumber(head:match("^HTTP/1%.1 (%d+)")), head, body
+end
+
 -- Waiting
 
 -- Calls fn every 0.02 s until its first result is truthy, for limit

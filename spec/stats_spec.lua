@@ -7,16 +7,7 @@ local cjson = require "cjson"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
--- GET path on 127.0.0.1:port over a new connection (Connection: close);
--- returns status, headers block and body.
-local function get(port, path)
-  local s = h.connect(port, 5000)
-  assert(s:send(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):format(path)))
-  local data = assert(s:receive("*a"))
-  s:close()
-  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  return tonumber(head:match("^HTTP/1%.1 (%d+)")), head, body
-end
+local get = h.http_get
 
 -- Parses Prometheus text: checks every line's shape and returns
 -- { [series] = value } and { [family] = type }.

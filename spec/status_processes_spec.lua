@@ -28,15 +28,10 @@ if cohost.worker_id() == 0 then
 end
 ]]
 
--- GET path on 127.0.0.1:port over a new connection (Connection: close):
--- status, body.
+-- GET on a new connection: status, body.
 local function get(port, path)
-  local s = h.connect(port, 5000)
-  assert(s:send(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):format(path)))
-  local data = assert(s:receive("*a"))
-  s:close()
-  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  return tonumber(head:match("^HTTP/1%.1 (%d+)")), body
+  local code, _, body = h.http_get(port, path)
+  return code, body
 end
 
 -- Starts the app with a status endpoint; returns the child (p.port, p.pid
