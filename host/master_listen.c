@@ -41,6 +41,31 @@ struct reply {
   int32_t port;                 /* KIND_PORT: the port */
 };
 
+/* A reply as a message, with room for one passed fd. */
+struct reply_msg {
+  struct reply rp;
+  struct iovec iov;
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr mh;
+};
+
+/* Points m's header at its reply, and at its fd room when with_fd. */
+static void reply_msg_init(struct reply_msg *m, int with_fd)
+{
+  memset(m, 0, sizeof *m);
+  m->iov.iov_base = &m->rp;
+  m->iov.iov_len = sizeof m->rp;
+  m->mh.msg_iov = &m->iov;
+  m->mh.msg_iovlen = 1;
+  if (with_fd) {
+    m->mh.msg_control = m->ctl.buf;
+    m->mh.msg_controllen = sizeof m->ctl.buf;
+  }
+}
+
 int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog)
 {
   struct stat st;
@@ -82,33 +107,23 @@ static int ask(const struct request *rq, int *fd)
 {
   *fd = -1;
   if (channel < 0) return -ENOSYS;
-  struct reply rp;
-  struct iovec iov = { &rp, sizeof rp };
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = ctl.buf;
-  mh.msg_controllen = sizeof ctl.buf;
+  struct reply_msg m;
+  reply_msg_init(&m, 1);
   pthread_mutex_lock(&ask_lock);
   long r = syscall(SYS_sendto, channel, rq, sizeof *rq, MSG_NOSIGNAL, NULL, 0);
   if (r == (long)sizeof *rq)
-    while ((r = syscall(SYS_recvmsg, channel, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
+    while ((r = syscall(SYS_recvmsg, channel, &m.mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
   pthread_mutex_unlock(&ask_lock);
-  if (r != (long)sizeof rp) return -ENOSYS;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  if (r != (long)sizeof m.rp) return -ENOSYS;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m.mh);
   if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
     memcpy(fd, CMSG_DATA(c), sizeof *fd);
-  if (rp.err) {
+  if (m.rp.err) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
-    return -rp.err;
+    return -m.rp.err;
   }
-  return rp.port;
+  return m.rp.port;
 }
 
 static int make_request(struct request *rq, int kind, const char *key, int nth,
@@ -231,7 +246,6 @@ static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
 void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
 {
   struct request rq;
-  struct reply rp = { 0, 0 };
   struct entry *e = NULL;
   int err = 0;
   memset(&rq, 0, sizeof rq);
@@ -242,29 +256,19 @@ void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
     err = EPROTO;
   else
     e = lookup(&rq, gen, &err);
-  rp.err = err;
-  if (e) rp.port = e->port;
-  struct iovec iov = { &rp, sizeof rp };
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  struct msghdr mh;
-  memset(&mh, 0, sizeof mh);
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  if (e && e->kind == KIND_UNIX) {
-    memset(&ctl, 0, sizeof ctl);
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  struct reply_msg m;
+  reply_msg_init(&m, e && e->kind == KIND_UNIX);
+  m.rp.err = err;
+  if (e) m.rp.port = e->port;
+  if (m.mh.msg_control) {
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m.mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &e->fd, sizeof e->fd);
   }
   /* A worker that went away meanwhile: EPIPE, nothing to do. */
-  if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EPIPE)
+  if (sendmsg(fd, &m.mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EPIPE)
     ch_log(CH_LOG_WARN, "master: cannot answer a worker's listen request: %s", strerror(errno));
   if (err)
     ch_log(CH_LOG_ERR, "master: cannot listen on %s for the worker processes: %s", rq.key,
