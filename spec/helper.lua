@@ -116,7 +116,9 @@ local cohost = require "cohost"
 
 local _, port = listener:addr()
 local pid = io.open("/proc/self/stat"):read("*n")
-io.write(port, " ", pid, "\n")
+-- One write of the whole line: every worker runs this, and the pieces of
+-- io.write(a, b, c) from two threads interleave on stdout.
+io.write(port .. " " .. pid .. "\n")
 io.stdout:flush()
 ]]
 end

@@ -29,5 +29,5 @@ local _, port = listener:addr()
 local stat = io.open("/proc/self/stat")
 local pid = stat:read("*n")
 stat:close()   -- the specs count this process's fds
-io.write(port, " ", pid, "\n")
+io.write(port .. " " .. pid .. "\n")   -- one write: workers run this at once
 io.stdout:flush()
