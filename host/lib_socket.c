@@ -1387,6 +1387,11 @@ static int tcp_setkeepalive(lua_State *L)
     p->size = (int)size;
     p->next = pools;
     pools = p;
+  } else if (p->count == 0) {
+    /* An empty pool is as good as a new one (OpenResty frees a pool when
+    ** its last connection goes): it takes this size. A later server on a
+    ** reused port would otherwise inherit an old pool's size. */
+    p->size = (int)size;
   }
   struct pool_item *it = calloc(1, sizeof *it);
   if (!it) {

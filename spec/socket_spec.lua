@@ -632,6 +632,32 @@ describe("cohost.tcp keepalive pool", function()
     s:close()
   end)
 
+  it("keeps pool_size from the pool's creation, and an emptied pool takes a new one", function()
+    local _, port = serve(echo_lines)
+    local key = "size-" .. port
+    local function open(n)
+      local t = {}
+      for i = 1, n do
+        t[i] = cohost.tcp()
+        assert(t[i]:connect("127.0.0.1", port, { pool = key }))
+      end
+      return t
+    end
+    -- Created with size 1: a second idle connection evicts the first.
+    for _, c in ipairs(open(2)) do assert.equal(1, c:setkeepalive(0, 1)) end
+    local again = open(2)
+    assert.same({ 1, 0 }, { again[1]:getreusedtimes(), again[2]:getreusedtimes() })
+    -- The pool is empty now: size 3 applies, all three stay.
+    for _, c in ipairs(again) do c:close() end
+    for _, c in ipairs(open(3)) do assert.equal(1, c:setkeepalive(0, 3)) end
+    local reused = 0
+    for _, c in ipairs(open(3)) do
+      if c:getreusedtimes() > 0 then reused = reused + 1 end
+      c:close()
+    end
+    assert.equal(3, reused)
+  end)
+
   it("refuses to pool a socket with unread data", function()
     local hold = holder()
     local s = serve_and_connect(function(sock)
