@@ -511,6 +511,14 @@ static void consume(struct tcp *u, size_t n)
   }
 }
 
+/* Accounts a read of n >= 0 bytes into u's buffer (0: EOF); returns n. */
+static inline ssize_t took(struct tcp *u, ssize_t n)
+{
+  if (n > 0) u->end += (size_t)n;
+  else u->eof = 1;
+  return n;
+}
+
 /* fill's reading part: one read into u's buffer, making room for want.
 ** Returns bytes read (> 0), 0 at EOF, -EAGAIN when there is nothing to
 ** read yet (*ev: the readiness to wait for), or -errno. Out of line, so
@@ -526,15 +534,7 @@ static __attribute__((noinline)) ssize_t fill_once(struct tcp *u, size_t want, i
       ** EAGAIN, so the edge-triggered wait below is sound. */
       if (reserve(u, want) < 0) return -ENOMEM;
       ssize_t n = ch_tls_read(u->ssl, u->buf + u->end, u->cap - u->end, ev);
-      if (n > 0) {
-        u->end += (size_t)n;
-        return n;
-      }
-      if (n == 0) {
-        u->eof = 1;
-        return 0;
-      }
-      return n;   /* -EAGAIN included */
+      return n >= 0 ? took(u, n) : n;   /* -EAGAIN included */
     }
     /* After a short read, wait for the next input edge rather than make a
     ** recv that can only say EAGAIN (see ch_fd_try_read). After a wait,
@@ -546,14 +546,7 @@ static __attribute__((noinline)) ssize_t fill_once(struct tcp *u, size_t want, i
     ssize_t n = recv(u->fd, u->buf + u->end, room, 0);
     int e = errno;
     ch_fd_read_result(u->fd, n < 0 ? (e == EAGAIN || e == EWOULDBLOCK) : (size_t)n < room);
-    if (n > 0) {
-      u->end += (size_t)n;
-      return n;
-    }
-    if (n == 0) {
-      u->eof = 1;
-      return 0;
-    }
+    if (n >= 0) return took(u, n);
     if (e == EINTR) continue;
     return e == EWOULDBLOCK ? -EAGAIN : -e;
   }
