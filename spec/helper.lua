@@ -84,6 +84,19 @@ end
 
 -- Child cohost processes
 
+-- Lua to end a server script with, where locals `cohost` and `port` are in
+-- scope: worker 0 prints "port pid", with the master's pid when there is
+-- one (its parent is a cohost), so that h.start's p.pid is what signals go
+-- to. A port that is not a number (a unix socket) prints as 0.
+M.REPORT_PORT = [[
+if cohost.worker_id() == 0 then
+  local pid, ppid = io.open("/proc/self/stat"):read("*a"):match("^(%d+) %b() %S+ (%d+)")
+  if io.open("/proc/" .. ppid .. "/comm"):read("*l") == "cohost" then pid = ppid end
+  io.write((tonumber(port) or 0) .. " " .. pid .. "\n")
+  io.stdout:flush()
+end
+]]
+
 -- Runs `build/cohost <args>` (args already shell-quoted) to completion,
 -- bounded by timeout(1): opts.limit seconds (default 20), then
 -- opts.kill_signal (default TERM). With opts.signal, that signal goes to

@@ -52,14 +52,7 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
   end
   res:send(who())
 end))
-if cohost.worker_id() == 0 then
-  -- The master's pid when there is one (the parent is a cohost), else ours.
-  local pid, ppid = io.open("/proc/self/stat"):read("*a"):match("^(%%d+) %%b() %%S+ (%%d+)")
-  if io.open("/proc/" .. ppid .. "/comm"):read("*l") == "cohost" then pid = ppid end
-  io.write(port, " ", pid, "\n")
-  io.stdout:flush()
-end
-]]):format(answer, mark or "/dev/null", tostring(slow or 0))
+]]):format(answer, mark or "/dev/null", tostring(slow or 0)) .. h.REPORT_PORT
 end
 
 -- Starts `cohost opts script` on a free port; stopped after the test.

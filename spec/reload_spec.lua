@@ -33,13 +33,7 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
   end
   res:send(answer .. " pid=" .. pid)
 end))
-if cohost.worker_id() == 0 then
-  local me, ppid = io.open("/proc/self/stat"):read("*a"):match("^(%%d+) %%b() %%S+ (%%d+)")
-  if io.open("/proc/" .. ppid .. "/comm"):read("*l") == "cohost" then me = ppid end
-  io.write(port, " ", me, "\n")
-  io.stdout:flush()
-end
-]]):format(answer, dir or "/dev/null", tostring(slow or 0))
+]]):format(answer, dir or "/dev/null", tostring(slow or 0)) .. h.REPORT_PORT
 end
 
 -- The wrk script: counts answers that are not 2xx and answers by the first

@@ -21,12 +21,7 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
   end
   res:send("hello")
 end))
-if cohost.worker_id() == 0 then
-  local ppid = io.open("/proc/self/stat"):read("*a"):match("^%d+ %b() %S+ (%d+)")
-  io.write(port, " ", ppid, "\n")
-  io.stdout:flush()
-end
-]]
+]] .. h.REPORT_PORT
 
 -- GET on a new connection: status, body.
 local function get(port, path)
