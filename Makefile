@@ -64,11 +64,14 @@ LIB := $(B)/libcohost.a
 # The host: LuaJIT embedding and the Lua bindings. -rdynamic exports the
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
-HOST_SRC := host/main.c host/log.c host/task.c host/ljvm.c \
+HOST_SRC := host/main.c host/worker.c host/log.c \
+            host/vm/task.c host/vm/ljvm.c host/vm/lua_alloc.c \
+            host/net/tls.c \
+            host/http/parse.c \
+            host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
+            host/proc/stats_procs.c host/proc/watchdog.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_crypto.c \
-            host/http_parse.c host/lib_http.c host/lib_file.c host/lib_re.c \
-            host/lib_shdict.c host/tls.c host/stats.c host/stats_procs.c host/master.c host/master_listen.c \
-            host/lua_alloc.c host/watchdog.c
+            host/lib_http.c host/lib_file.c host/lib_re.c host/lib_shdict.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -126,10 +129,10 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
-$(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/ljvm.c host/ljvm.h $(LIB)
+$(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) -rdynamic \
-	  spec/c/ljvm_probe/probe.c host/ljvm.c -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS)
+	  spec/c/ljvm_probe/probe.c host/vm/ljvm.c -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS)
 
 $(B)/spec/mod/%.so: spec/mod/%.c
 	@mkdir -p $(@D)

@@ -21,7 +21,9 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
 
 #define FILE_MT    "cohost.file"

@@ -33,13 +33,15 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
-#include "http_parse.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
+#include "http/parse.h"
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
-#include "stats.h"
-#include "tls.h"
+#include "proc/stats.h"
+#include "net/tls.h"
 
 #ifndef __EXCEPTIONS
 #error "lib_http.c must be built with -fexceptions"

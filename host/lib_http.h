@@ -5,7 +5,8 @@
 #ifndef CH_LIB_HTTP_H
 #define CH_LIB_HTTP_H
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
 
 /* Gives w's idle HTTP connections one second for one more request
 ** (answered with Connection: close), then closes them (they hold no

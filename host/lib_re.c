@@ -19,7 +19,9 @@
 #include <lauxlib.h>
 #include <pcre2.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
 
 #define REGEX_MT "cohost.regex"

@@ -39,7 +39,9 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
 #include "panic.h"
 

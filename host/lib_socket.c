@@ -33,13 +33,15 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
 #include "lib_http.h"
 #include "lib_socket.h"
-#include "master_listen.h"
-#include "stats.h"
-#include "tls.h"
+#include "proc/master_listen.h"
+#include "proc/stats.h"
+#include "net/tls.h"
 
 /* A cancelled wait raises a Lua error through our frames; the busy flags
 ** are cleared by cleanup handlers, which only run with unwind tables. */

@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 
 /* A listener, as C protocol code sees it (opaque). */
 struct ch_listener;

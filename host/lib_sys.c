@@ -9,10 +9,12 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
-#include "stats.h"
-#include "stats_procs.h"
+#include "proc/stats.h"
+#include "proc/stats_procs.h"
 
 /* now() -> seconds since the epoch with microseconds, like ngx.now (which
 ** caches to ms; we read the clock, which costs ~20 ns through the vDSO). */

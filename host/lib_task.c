@@ -11,7 +11,9 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 #include "lib.h"
 
 #define THREAD_MT "cohost.thread"

@@ -8,7 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
 
 static const char *const names[] = { NULL, "error", "warn", "notice", "info", "debug" };
 

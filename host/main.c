@@ -22,14 +22,15 @@
 #include <lualib.h>
 #include <luajit.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
+#include "vm/lua_alloc.h"
 #include "lib.h"
-#include "lib_socket.h"
-#include "lua_alloc.h"
-#include "watchdog.h"
-#include "master.h"
-#include "stats.h"
-#include "stats_procs.h"
+#include "proc/watchdog.h"
+#include "proc/master.h"
+#include "proc/stats.h"
+#include "proc/stats_procs.h"
 
 #define COHOST_VERSION "0.1.0"
 
@@ -407,49 +408,6 @@ static lua_State *new_state(void)
 }
 
 /* -- Workers -------------------------------------------------------------- */
-
-int ch_worker_count(void)
-{
-  return ch_opts.workers;
-}
-
-void ch_worker_exit(int code)
-{
-  fflush(NULL);
-  _exit(code);
-}
-
-static void stop_expired(struct ch_timer *tm)
-{
-  struct ch_worker *w = (struct ch_worker *)((char *)tm - offsetof(struct ch_worker, stop_timer));
-  int n = 0;
-  for (struct ch_task *t = w->tasks; t; t = t->next) {
-    if (t->coro) ch_cancel(t->coro);
-    else if (t->status == CH_TASK_NEW) t->status = CH_TASK_KILLED;
-    n++;
-  }
-  if (n) ch_log(CH_LOG_WARN, "shutdown timeout: cancelling %d task%s", n, n == 1 ? "" : "s");
-}
-
-void ch_worker_shutdown(struct ch_worker *w)
-{
-  if (w->stopping) return;
-  w->stopping = 1;
-  ch_log(CH_LOG_INFO, "shutting down");
-  ch_socket_close_all(w);
-  for (struct ch_task *t = w->tasks; t; t = t->next) {
-    if (!t->daemon) continue;
-    if (t->coro) ch_cancel(t->coro);
-    else if (t->status == CH_TASK_NEW) t->status = CH_TASK_KILLED;
-  }
-  ch_task_stop_if_idle(w);
-  if (w->tasks) ch_timer_start(&w->stop_timer, ch_opts.shutdown_timeout_ms, stop_expired);
-}
-
-void ch_task_stop_if_idle(struct ch_worker *w)
-{
-  if (w->stopping && !w->tasks) ch_timer_stop(&w->stop_timer);
-}
 
 /* Loads the -e chunks and the script onto a task and runs it. */
 static void main_task(void *p)

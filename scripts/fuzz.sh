@@ -3,7 +3,7 @@
 # 60), at most FUZZ_JOBS (default 2) at a time. Usage:
 #   scripts/fuzz.sh [seconds] [harness...] [libFuzzer options...]
 # Harnesses (all when none is named; spec/fuzz/README.md describes each):
-#   http_parse  host/http_parse.c            spec/fuzz/fuzz_http_parse.c
+#   http_parse  host/http/parse.c            spec/fuzz/fuzz_http_parse.c
 #   ws_frame    lua/cohost/websocket.lua     spec/fuzz/fuzz_ws_frame.lua
 #   resp        examples/kv/resp.lua         spec/fuzz/fuzz_resp.lua
 #   http_conn   a whole cohost.http connection, the real host in-process
@@ -59,9 +59,9 @@ LUAJIT_LIBS=$(pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 
 build_http_parse() {
   # http-parser itself is Debian's libhttp_parser, not instrumented: the
-  # sanitizers and the coverage see host/http_parse.c and the harness.
+  # sanitizers and the coverage see host/http/parse.c and the harness.
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE "${SANFLAGS[@]}" \
-    -iquote host spec/fuzz/fuzz_http_parse.c host/http_parse.c \
+    -iquote host spec/fuzz/fuzz_http_parse.c host/http/parse.c \
     -lhttp_parser -o "$out/fuzz_http_parse"
 }
 
@@ -105,7 +105,7 @@ EOF
     stale "$o" && todo+=("$src")
   done
   if [ ${#todo[@]} -gt 0 ]; then
-    mkdir -p "$out/obj/runtime" "$out/obj/host" "$out/obj/asm"
+    for src in "${todo[@]}"; do mkdir -p "$out/obj/$(dirname "$src")"; done
     printf '%s\n' "${todo[@]}" | xargs -P "$jobs" -I{} sh -c '
       src={}; o='"$out"'/obj/${src%.*}.o
       extra=; [ "$src" = host/main.c ] && extra=-Dmain=ch_fuzz_host_main

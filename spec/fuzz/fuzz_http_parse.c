@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http_parse.h"
+#include "http/parse.h"
 
 #define MARKER      "~|~"
 #define MARKER_LEN  3

@@ -46,7 +46,7 @@
 #include <luajit.h>
 
 #include "cohost.h"
-#include "ljvm.h"
+#include "vm/ljvm.h"
 
 #define MAXN 1000
 

@@ -15,7 +15,8 @@
 
 #include <lauxlib.h>
 
-#include "stats.h"
+#include "proc/stats.h"
+#include "vm/task.h"
 
 struct slot {
   /* Written by the worker only, read by anyone: relaxed atomics. On a

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "stats.h"
+#include "proc/stats.h"
 
 /* What a scrape learnt about one worker process. */
 struct ch_stats_proc {

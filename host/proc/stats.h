@@ -11,7 +11,8 @@
 
 #include <stdint.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
 
 /* One worker's figures. */
 struct ch_stats_worker {

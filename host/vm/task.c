@@ -12,12 +12,12 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
-#include "lua_alloc.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
+#include "vm/lua_alloc.h"
 
 #define IDLE_MAX 1024   /* Lua threads kept for reuse per worker */
-
-__thread struct ch_worker *ch_worker_self;
 
 /* -- The live list -------------------------------------------------------- */
 
@@ -221,7 +221,6 @@ static __attribute__((noinline)) void run_done(struct ch_task *t)
   ch_coro_set_udata(c, NULL);
   t->coro = NULL;
   unlink_task(t->w, t);
-  ch_task_stop_if_idle(t->w);
 }
 
 void ch_task_run(struct ch_task *t, int nargs)

@@ -12,7 +12,9 @@
 
 #include <openssl/ssl.h>
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
 
 /* A client session, shared by reference between the Lua value that
 ** sslhandshake returns and the SSL it came from: a TLS 1.3 ticket arrives

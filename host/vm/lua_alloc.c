@@ -30,8 +30,10 @@
 
 #include <lauxlib.h>
 
-#include "host.h"
-#include "lua_alloc.h"
+#include "log.h"
+#include "worker.h"
+#include "vm/task.h"
+#include "vm/lua_alloc.h"
 
 static size_t limit = CH_LUA_ALLOC_DEFAULT;
 

@@ -27,7 +27,7 @@
 #include <luajit.h>
 
 #include "cohost.h"
-#include "ljvm.h"
+#include "vm/ljvm.h"
 
 /* -- Offsets of this LuaJIT build ---------------------------------------- */
 

@@ -20,8 +20,9 @@
 
 #include <netinet/in.h>
 
-#include "host.h"
-#include "master_listen.h"
+#include "log.h"
+#include "worker.h"
+#include "proc/master_listen.h"
 
 enum { KIND_UNIX = 'u', KIND_PORT = 'p' };
 

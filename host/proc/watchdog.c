@@ -33,7 +33,8 @@
 #include <unistd.h>
 
 #include "sched.h"
-#include "watchdog.h"
+#include "proc/watchdog.h"
+#include "vm/task.h"
 
 static int limit_ms = CH_WATCHDOG_DEFAULT_MS;
 static char limit_text[32] = "10";   /* limit_ms as seconds, for messages */

@@ -29,7 +29,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "stats_procs.h"
+#include "proc/stats_procs.h"
+#include "vm/task.h"
 
 #define ANSWER_TIMEOUT_MS 200   /* an answer's own wait for its threads */
 

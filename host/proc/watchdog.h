@@ -8,7 +8,8 @@
 #ifndef CH_WATCHDOG_H
 #define CH_WATCHDOG_H
 
-#include "host.h"
+#include "log.h"
+#include "worker.h"
 
 /* The default limit, milliseconds without yielding (docs/limits.md). */
 #define CH_WATCHDOG_DEFAULT_MS 10000

@@ -20,7 +20,7 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
-#include "tls.h"
+#include "net/tls.h"
 
 #define COALESCE 16384   /* iovecs this small in total go out as one record */
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http_parse.h"
+#include "http/parse.h"
 
 /* RFC 9110 tchar: the bytes a header name may hold. */
 static const uint8_t tchar[256] = {

@@ -45,9 +45,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "host.h"
-#include "master.h"
-#include "master_listen.h"
+#include "log.h"
+#include "worker.h"
+#include "proc/master.h"
+#include "proc/master_listen.h"
 
 #define BACKOFF_MIN_MS 100      /* first restart delay */
 #define BACKOFF_MAX_MS 10000    /* the doubling stops here */

@@ -1,0 +1,60 @@
+/*
+** Workers: one thread each, with its own scheduler and lua_State, and the
+** command-line options they all read. A worker's life and its shutdown
+** order (listeners, then idle connections, then pools, then the tasks
+** left) live in worker.c, so no module calls up into another's shutdown.
+*/
+#ifndef CH_WORKER_H
+#define CH_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohost.h"
+
+struct lua_State;
+struct ch_task;
+
+struct ch_worker {
+  int id;                       /* 0 .. count-1, distinct across worker
+                                ** processes; read-only */
+  struct lua_State *L;          /* main state: creates and anchors threads,
+                                ** never runs Lua code itself */
+  struct ch_sched *sched;       /* this worker's scheduler */
+  struct ch_task *tasks;        /* live tasks, for shutdown and stats */
+  int *idle;                    /* registry refs of reusable Lua threads */
+  int nidle, idle_cap;
+  int stopping;                 /* shutdown started: stop accepting */
+  struct ch_timer stop_timer;   /* cancels what is left at the deadline;
+                                ** weak: never keeps the worker running */
+  uint64_t connections;         /* open connections */
+};
+
+/* Options from the command line, read-only once workers start. */
+struct ch_options {
+  int workers;                  /* workers in all processes: processes (or
+                                ** 1) x threads; ch_worker_count() */
+  int threads;                  /* worker threads in each process */
+  int processes;                /* --processes; 0: no master */
+  int process;                  /* this worker process's index (0 .. processes-1);
+                                ** its workers are ids process*threads + 0.. */
+  size_t stack_size;            /* bytes; 0 = runtime default */
+  int max_connections;          /* per worker; 0 = unlimited */
+  int shutdown_timeout_ms;      /* grace period on SIGTERM/SIGINT */
+  int log_level;                /* CH_LOG_* */
+};
+
+extern struct ch_options ch_opts;
+extern __thread struct ch_worker *ch_worker_self;
+
+/* Starts an orderly shutdown of the calling worker: listeners close, daemon
+** tasks are cancelled, the rest have the shutdown timeout to finish. */
+void ch_worker_shutdown(struct ch_worker *w);
+
+/* The worker count (for cohost.worker_count). */
+int ch_worker_count(void);
+
+/* Ends the process at once with code, flushing stdio. */
+void ch_worker_exit(int code) __attribute__((noreturn));
+
+#endif
