@@ -55,9 +55,9 @@ endif
 
 # The runtime library. Order does not matter; hook.c is pulled into every
 # program because sched.c references ch_hook_init.
-RUNTIME_SRC := runtime/panic.c runtime/stack.c runtime/fault.c \
+RUNTIME_SRC := runtime/panic.c runtime/libc.c runtime/stack.c runtime/fault.c \
                runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
-               runtime/pool.c runtime/hook.c
+               runtime/poll.c runtime/io.c runtime/pool.c runtime/hook.c
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a
 
@@ -66,12 +66,15 @@ LIB := $(B)/libcohost.a
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/worker.c host/log.c \
             host/vm/task.c host/vm/ljvm.c host/vm/lua_alloc.c \
-            host/net/tls.c \
-            host/http/parse.c \
+            host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
+            host/net/keepalive.c \
+            host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
+            host/http/url.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
             host/proc/stats_procs.c host/proc/watchdog.c \
-            host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_crypto.c \
-            host/lib_http.c host/lib_file.c host/lib_re.c host/lib_shdict.c
+            host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
+            host/lib_listen.c host/lib_crypto.c host/lib_http.c host/lib_file.c \
+            host/lib_re.c host/lib_shdict.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -117,6 +120,12 @@ $(B)/host/%.o: host/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
 	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
+
+# host/net/ is the Lua-free network layer: built without LuaJIT's include
+# path, so a Lua header there is a compile error.
+$(B)/host/net/%.o: host/net/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -fexceptions -iquote host -c $< -o $@
 
 $(HOST): $(HOST_OBJ) $(LIB)
 	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm

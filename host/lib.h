@@ -8,6 +8,8 @@
 int luaopen_cohost_core_task(lua_State *L);     /* lib_task.c */
 int luaopen_cohost_core_sys(lua_State *L);      /* lib_sys.c */
 int luaopen_cohost_core_socket(lua_State *L);   /* lib_socket.c */
+int luaopen_cohost_core_udp(lua_State *L);      /* lib_udp.c */
+int luaopen_cohost_core_listen(lua_State *L);   /* lib_listen.c */
 int luaopen_cohost_core_crypto(lua_State *L);   /* lib_crypto.c */
 int luaopen_cohost_core_http(lua_State *L);     /* lib_http.c */
 int luaopen_cohost_core_re(lua_State *L);       /* lib_re.c */

@@ -13,7 +13,9 @@
 #include "log.h"
 #include "worker.h"
 #include "vm/task.h"
-#include "lib_socket.h"
+#include "http/conn.h"
+#include "net/keepalive.h"
+#include "net/listener.h"
 
 __thread struct ch_worker *ch_worker_self;
 
@@ -52,7 +54,9 @@ void ch_worker_shutdown(struct ch_worker *w)
   if (w->stopping) return;
   w->stopping = 1;
   ch_log(CH_LOG_INFO, "shutting down");
-  ch_socket_close_all(w);
+  ch_listener_drain(w);
+  ch_http_close_idle(w);
+  ch_keepalive_close_all();
   kill_tasks(w, 1);
   /* Weak: once the last task and coroutine have ended, the scheduler
   ** returns without waiting for it; until then it cancels the rest at the

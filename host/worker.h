@@ -7,6 +7,7 @@
 #ifndef CH_WORKER_H
 #define CH_WORKER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ struct ch_worker {
   struct ch_timer stop_timer;   /* cancels what is left at the deadline;
                                 ** weak: never keeps the worker running */
   uint64_t connections;         /* open connections */
+  /* Live counters: written only by the worker's thread, read by anyone
+  ** (stats, relaxed loads). On a cache line of their own, away from what
+  ** the worker touches for everything else. */
+  _Alignas(64) _Atomic uint64_t accepted;   /* connections accepted */
+  _Atomic uint64_t requests;    /* HTTP requests served */
 };
 
 /* Options from the command line, read-only once workers start. */
@@ -53,6 +59,17 @@ void ch_worker_shutdown(struct ch_worker *w);
 
 /* The worker count (for cohost.worker_count). */
 int ch_worker_count(void);
+
+/* Counts one accepted connection, or one HTTP request, on w from its own
+** thread. One writer: a load and a store, not a locked add (~20 cycles
+** saved). */
+static inline void ch_worker_bump(_Atomic uint64_t *n)
+{
+  atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+#define ch_worker_count_accept(w) ch_worker_bump(&(w)->accepted)
+#define ch_worker_count_request(w) ch_worker_bump(&(w)->requests)
 
 /* Ends the process at once with code, flushing stdio. */
 void ch_worker_exit(int code) __attribute__((noreturn));

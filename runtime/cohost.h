@@ -17,6 +17,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,21 +87,58 @@ void ch_yield(void);
 ** thread. */
 int ch_sleep_ms(int64_t ms);
 
-/* Yields. Waits until fd is ready for events (POLLIN, POLLOUT, or both).
-** timeout_ms < 0 waits forever. Returns the ready poll events (> 0), 0 on
-** timeout, -EBADF if fd is closed meanwhile, -ECANCELED if cancelled,
-** -EPERM if fd is not ready and epoll cannot watch it, -EINVAL outside a
-** coroutine. Returns at once if fd is ready already (a regular file always
-** is, as poll(2) says). Ready events are
-** those asked for plus POLLERR and POLLHUP, as poll(2) reports them. The fd
-** is registered once and stays registered until close. */
-int ch_wait_fd(int fd, int events, int64_t timeout_ms);
+/* -- I/O ------------------------------------------------------------------ */
 
-/* Yields. ch_wait_fd for a caller that has just seen EAGAIN on fd: skips
-** the readiness check (one poll(2)) that ch_wait_fd makes first. Sound
-** because the fd is registered edge-triggered: any readiness after that
-** EAGAIN is an edge, and a first registration reports the current state. */
-int ch_wait_fd_again(int fd, int events, int64_t timeout_ms);
+/* The runtime's one I/O path, which the hooks stand on too. Each call is
+** made at once and, where the fd has nothing (EAGAIN), waits for it:
+** parked in the scheduler when the caller is a coroutine that may park
+** (ch_coro_set_may_yield, ch_set_yield_check), else blocking the thread in
+** poll(2), as libc would. A socket or pipe given here is made non-blocking
+** in the kernel if it is not (as the hooks do; what fcntl shows the user
+** does not change); an inherited pipe or tty keeps its flags and is waited
+** for before each call. timeout_ms < 0 waits forever, 0 never waits
+** (-EAGAIN where it would), > 0 bounds the call's waits. Each returns a
+** count (>= 0; 0 from a read is EOF) or -errno: -ETIMEDOUT, -ECANCELED
+** (the coroutine was cancelled), -EBADF (closed meanwhile), or the
+** system call's own error. A read that came back short emptied the
+** socket: until epoll reports input again, the next read is not made
+** (it could only say EAGAIN) and the caller waits first, which saves one
+** system call per message on a request/response stream. */
+
+/* Yields. One read of at most n bytes: returns as soon as any arrived. */
+ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms);
+
+/* Yields. One readv. */
+ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms);
+
+/* Yields. One write: waits for room, then returns what the kernel took
+** (> 0, maybe fewer than n on a stream: call again for the rest). On a
+** socket it is send(MSG_NOSIGNAL): a peer gone away is -EPIPE, never
+** SIGPIPE. */
+ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms);
+
+/* Yields. One writev (sendmsg with MSG_NOSIGNAL on a socket), as
+** ch_io_write. */
+ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms);
+
+/* Yields. accept4(fd, addr, len, flags), waiting for a connection. Returns
+** the new fd or -errno. */
+int ch_io_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t timeout_ms);
+
+/* Yields. Connects fd to addr within timeout_ms: 0, or -errno (the
+** connection's error, -ETIMEDOUT, -ECANCELED; -EAGAIN when a unix
+** socket's listener kept its backlog full until the timeout, retried
+** every 10 ms meanwhile). timeout_ms 0 returns -EINPROGRESS once started. */
+int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t timeout_ms);
+
+/* Yields. Waits until fd is ready for events (POLLIN, POLLOUT, or both):
+** returns the ready poll events (> 0: those asked for plus POLLERR and
+** POLLHUP, as poll(2) reports them), -ETIMEDOUT, -ECANCELED, -EBADF if fd
+** is closed meanwhile, -EINVAL for no events. Looks first (one poll(2))
+** unless a call through this API just said EAGAIN in every direction
+** asked and nothing came since; a regular file is always ready. Outside a
+** coroutine it blocks the thread, as poll(2). */
+int ch_io_wait(int fd, int events, int64_t timeout_ms);
 
 /* A one-shot readiness callback that needs no coroutine: what lets a
 ** server keep an idle keep-alive connection with no stack at all, and bind
@@ -111,9 +151,10 @@ struct ch_watch {
 
 /* Calls cb(w, revents) once, from the scheduler loop, the next time epoll
 ** reports fd ready for events (POLLIN or POLLOUT, one direction): revents
-** as ch_wait_fd reports them, POLLNVAL if fd is closed first. The fd is
+** as ch_io_wait reports them, POLLNVAL if fd is closed first. The fd is
 ** edge-triggered: watch it only after a call on it said EAGAIN (or on a
-** new fd, whose first registration reports its current state). cb must
+** new fd, whose first registration reports its current state), as
+** ch_io_read's -EAGAIN with timeout 0 says. cb must
 ** not yield; it may spawn, unwatch w, or watch w again. A watch does not
 ** keep ch_run running. In COPY stack mode w must not be on a coroutine's
 ** stack. Returns 0, -EBUSY if w is armed, -EPERM if epoll refuses fd,
@@ -123,18 +164,6 @@ int ch_watch_fd(struct ch_watch *w, int fd, int events,
 
 /* Disarms w if it is armed; its callback will not run. */
 void ch_unwatch_fd(struct ch_watch *w);
-
-/* Read-readiness bookkeeping for code that reads a non-blocking fd itself
-** and waits with ch_wait_fd_again (the hooks keep the same state inside).
-** Before a read, ch_fd_try_read(fd) says 0 when the last read drained fd
-** and epoll has reported no input since, so the read would only say
-** EAGAIN: wait first. After the read, ch_fd_read_result(fd, drained) with
-** drained non-zero when it got fewer bytes than asked, or EAGAIN. After
-** any wait that said ready, read without asking (a wait that blocked in
-** poll(2) leaves no trace here). Saves a doomed system call per message
-** on a request/response stream. */
-int ch_fd_try_read(int fd);
-void ch_fd_read_result(int fd, int drained);
 
 /* Id of the running coroutine, or 0 outside one. */
 int ch_self(void);
@@ -268,6 +297,12 @@ uint64_t ch_now_ns(void);
 
 /* This thread's scheduler, created on first use; NULL if it cannot be. */
 struct ch_sched *ch_sched_self(void);
+
+/* Progress of s, for a watchdog on another thread: its context switch
+** count and its running coroutine (NULL while its loop runs). Plain
+** relaxed loads without a lock: either may be stale once read. */
+uint64_t ch_sched_switches(const struct ch_sched *s);
+struct ch_coro *ch_sched_running(const struct ch_sched *s);
 
 /* Runs fn(arg) on s's thread, from its loop, soon. Safe from any thread
 ** (wakes s through an eventfd). Returns 0 or -ENOMEM. */

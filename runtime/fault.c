@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "cohost.h"
@@ -27,7 +28,9 @@ static int install_err;
 static __thread int has_altstack;
 static __thread void *altstack;   /* ours to unmap at ch_fault_fini */
 
-/* Async-signal-safe formatting: only write(2) and stack buffers. */
+/* Async-signal-safe formatting: stack buffers and one raw write system
+** call. Never the write hook, which may allocate or park (stderr may be
+** a full pipe), and neither is safe in a signal handler. */
 static char *put_str(char *p, const char *s)
 {
   while (*s) *p++ = *s++;
@@ -63,7 +66,7 @@ static void on_fault(int sig, siginfo_t *si, void *uc)
     p = put_str(p, " stack overflow (guard hit at ");
     p = put_hex(p, (uintptr_t)si->si_addr);
     p = put_str(p, ")\n");
-    ssize_t w = write(STDERR_FILENO, msg, (size_t)(p - msg));
+    long w = syscall(SYS_write, STDERR_FILENO, msg, (size_t)(p - msg));
     (void)w;
     _exit(CH_EXIT_STACK_OVERFLOW);
   }

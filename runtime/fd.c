@@ -3,12 +3,19 @@
 ** allocated on the first use of an fd in its range and kept for the life of
 ** the process; the top level is static and costs no memory until touched.
 */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 
 #include "cohost.h"
 #include "fd.h"
+#include "libc.h"
 
 #define CHUNK_BITS 10
 #define CHUNK_SIZE (1 << CHUNK_BITS)
@@ -45,17 +52,36 @@ void ch_fd_reset(struct ch_fd *f)
   f->gen = gen;
 }
 
-int ch_fd_try_read(int fd)
+/* A socket timeout as whole ms, rounded up and clamped to INT_MAX. */
+static int timeo_ms(int fd, int name)
 {
-  struct ch_fd *f = ch_fd_peek(fd);
-  if (!f) return 1;
-  int r = !f->in_drained || f->in_edge || f->in_eof;
-  f->in_edge = 0;   /* before the read: an edge during it sets it again */
-  return r;
+  struct timeval tv;
+  socklen_t len = sizeof tv;
+  if (getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0) return 0;
+  int64_t ms = (int64_t)tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000;
+  return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-void ch_fd_read_result(int fd, int drained)
+int ch_fd_classify(int fd, struct ch_fd *f)
 {
-  struct ch_fd *f = ch_fd_peek(fd);
-  if (f) f->in_drained = drained != 0;
+  struct stat st;
+  if (fstat(fd, &st) < 0) return -errno;
+  int fl = ch_libc.fcntl(fd, F_GETFL);
+  if (fl < 0) return -errno;
+  f->user_nonblock = (fl & O_NONBLOCK) != 0;
+  if (S_ISSOCK(st.st_mode)) {
+    int type = 0;
+    socklen_t len = sizeof type;
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+    f->kind = CH_FD_SOCKET;
+    f->stream = type == SOCK_STREAM;
+    f->rcvtimeo_ms = timeo_ms(fd, SO_RCVTIMEO);
+    f->sndtimeo_ms = timeo_ms(fd, SO_SNDTIMEO);
+  } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    f->kind = CH_FD_WAITFIRST;   /* maybe shared with other processes */
+    f->stream = 1;
+  } else {
+    f->kind = CH_FD_OTHER;       /* regular files never go to epoll */
+  }
+  return 0;
 }

@@ -1,9 +1,15 @@
 /*
-** Per-fd state the hooks and the scheduler share: what kind of file an fd
-** is, the O_NONBLOCK the user sees versus the one the kernel has, socket
-** timeouts, its epoll registration and the coroutines waiting on it.
-** Entries live in a two-level table of lazily allocated chunks, so memory
-** follows the fds in use, with no fixed maximum below 2^24.
+** Per-fd state shared by the hooks, io.c and poll.c: what kind of file an
+** fd is, the O_NONBLOCK the user sees versus the one the kernel has,
+** socket timeouts, its epoll registration, the coroutines waiting on it,
+** and the facts readiness is judged from. Entries live in a two-level
+** table of lazily allocated chunks, so memory follows the fds in use, with
+** no fixed maximum below 2^24.
+**
+** Who writes what: poll.c counts the events epoll reports (in_events,
+** out_events, hup) and links waiters; io.c alone judges readiness from
+** them (in_drained/in_seen, out_full/out_seen); the hooks keep the user's
+** view (user_nonblock, timeouts).
 */
 #ifndef CH_FD_H
 #define CH_FD_H
@@ -11,7 +17,6 @@
 #include <stdint.h>
 
 struct ch_coro;
-struct ch_sched;
 
 enum ch_fd_kind {
   CH_FD_UNKNOWN = 0,        /* not classified yet */
@@ -36,17 +41,25 @@ struct ch_waiter {
 
 struct ch_fd {
   uint8_t kind;             /* enum ch_fd_kind */
-  uint8_t user_nonblock;    /* O_NONBLOCK as the user set it */
+  uint8_t user_nonblock;    /* O_NONBLOCK as the user set it (SOCK_NONBLOCK
+                            ** at creation counts): the kernel has it too */
   uint8_t sys_nonblock;     /* the runtime set O_NONBLOCK in the kernel */
-  uint8_t stream;           /* SOCK_STREAM or pipe: writes may be partial */
+  uint8_t stream;           /* SOCK_STREAM or pipe: writes may be partial,
+                            ** and a short read means the buffer is empty */
   uint8_t registered;       /* in the epoll set of sched_id */
-  uint8_t in_drained;       /* the last read came back short or EAGAIN: the
-                            ** socket was empty then */
-  uint8_t in_edge;          /* epoll reported input since that read */
-  uint8_t in_eof;           /* epoll reported RDHUP, HUP or ERR: a short read
-                            ** may have left the EOF or error to read, so
-                            ** the next read is always tried (nginx's
+  uint8_t hup;              /* poll.c: epoll reported RDHUP, HUP or ERR; a
+                            ** short read may have left the EOF or error to
+                            ** read, so io.c always tries (nginx's
                             ** pending_eof) */
+  uint8_t in_drained;       /* io.c: the last read came back short or
+                            ** EAGAIN, when in_events was in_seen */
+  uint8_t out_full;         /* io.c: the last write said EAGAIN, when
+                            ** out_events was out_seen */
+  uint32_t in_events;       /* poll.c: input events reported, counted
+                            ** (wraps; only compared for equality) */
+  uint32_t out_events;      /* poll.c: output events reported, counted */
+  uint32_t in_seen;         /* io.c: in_events at the drained read */
+  uint32_t out_seen;        /* io.c: out_events at the full write */
   uint32_t gen;             /* bumped when the fd is closed or reused */
   int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
   int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */
@@ -65,5 +78,11 @@ struct ch_fd *ch_fd_peek(int fd);
 /* Forgets everything about fd (a new file got its number): bumps gen so
 ** stale epoll events are dropped. Waiters must have been woken first. */
 void ch_fd_reset(struct ch_fd *f);
+
+/* Learns what fd is (kind, stream, the user's O_NONBLOCK, socket
+** timeouts) from the kernel: fstat, fcntl and for sockets getsockopt, the
+** first time the runtime meets an fd it did not see being made. Returns 0,
+** or -errno with the entry left unknown (fd is not open). */
+int ch_fd_classify(int fd, struct ch_fd *f);
 
 #endif

@@ -2,30 +2,32 @@
 ** libc hooks. Linking the runtime defines read, write, connect, poll, ...
 ** in the program itself, so the dynamic linker binds every call (from the
 ** program, from shared libraries such as hiredis, from modules a host
-** dlopens if it links with -rdynamic) here first. Each hook resolves its
-** libc function once with dlsym(RTLD_NEXT) and:
+** dlopens if it links with -rdynamic) here first. The hooks are a shim
+** over io.c, whose engine makes the call and waits on EAGAIN; what is
+** theirs is keeping libc's promises:
 **
 **  - outside a coroutine, on a file epoll cannot watch, or on an fd the
-**    user made non-blocking, calls libc straight through;
-**  - otherwise makes the fd non-blocking in the kernel (keeping the user's
-**    view of O_NONBLOCK in our table; fcntl and ioctl report and change
-**    that view), tries the real call first and, on EAGAIN, waits in the
-**    scheduler and tries again, in a loop;
-**  - honours SO_RCVTIMEO/SO_SNDTIMEO as libc would (EAGAIN after the
-**    timeout) and never invents a timeout of its own;
-**  - writes everything on a blocking stream, as the kernel would.
+**    user made non-blocking, they call libc straight through (a plain
+**    thread on a socket the runtime made non-blocking waits in poll(2),
+**    as libc would block);
+**  - they keep the user's view of O_NONBLOCK (fcntl and ioctl report and
+**    change that view while the kernel's flag stays set);
+**  - they honour SO_RCVTIMEO/SO_SNDTIMEO as libc would (EAGAIN after the
+**    timeout) and never invent a timeout of their own;
+**  - they write everything on a blocking stream, as the kernel would, and
+**    map the engine's -errno to -1 and errno: a timeout or a cancellation
+**    is EAGAIN (EINPROGRESS for connect), the bytes already moved are
+**    returned.
 **
 ** Where the coroutine may not park (ch_coro_set_may_yield, or the
-** embedder's yield check says no), the wait is a plain poll(2) that
-** blocks the thread: exactly libc's behaviour.
+** embedder's yield check says no), io.c waits in poll(2), blocking the
+** thread: exactly libc's behaviour.
 */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,88 +41,23 @@
 
 #include "cohost.h"
 #include "fd.h"
+#include "hook.h"
+#include "io.h"
+#include "libc.h"
 #include "panic.h"
+#include "poll.h"
 #include "sched.h"
 
-/* -- The real functions --------------------------------------------------- */
-
-static ssize_t (*real_read)(int, void *, size_t);
-static ssize_t (*real_write)(int, const void *, size_t);
-static ssize_t (*real_readv)(int, const struct iovec *, int);
-static ssize_t (*real_writev)(int, const struct iovec *, int);
-static ssize_t (*real_recv)(int, void *, size_t, int);
-static ssize_t (*real_send)(int, const void *, size_t, int);
-static ssize_t (*real_recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
-static ssize_t (*real_sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
-static ssize_t (*real_recvmsg)(int, struct msghdr *, int);
-static ssize_t (*real_sendmsg)(int, const struct msghdr *, int);
-static int (*real_accept)(int, struct sockaddr *, socklen_t *);
-static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
-static int (*real_connect)(int, const struct sockaddr *, socklen_t);
-static int (*real_close)(int);
-static int (*real_shutdown)(int, int);
-static int (*real_poll)(struct pollfd *, nfds_t, int);
-static int (*real_select)(int, fd_set *, fd_set *, fd_set *, struct timeval *);
-static unsigned (*real_sleep)(unsigned);
-static int (*real_usleep)(useconds_t);
-static int (*real_nanosleep)(const struct timespec *, struct timespec *);
-static int (*real_clock_nanosleep)(clockid_t, int, const struct timespec *, struct timespec *);
-static int (*real_fcntl)(int, int, ...);
-static int (*real_fcntl64)(int, int, ...);
-static int (*real_ioctl)(int, unsigned long, ...);
-static int (*real_setsockopt)(int, int, int, const void *, socklen_t);
-static int (*real_getaddrinfo)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
-static int (*real_socket)(int, int, int);
-static int (*real_socketpair)(int, int, int, int[2]);
-static int (*real_pipe)(int[2]);
-static int (*real_pipe2)(int[2], int);
-static int (*real_dup)(int);
-static int (*real_dup2)(int, int);
-static int (*real_dup3)(int, int, int);
-
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-static void *resolve(const char *name)
-{
-  void *p = dlsym(RTLD_NEXT, name);
-  if (!p) ch_panic("hook: dlsym(RTLD_NEXT, \"%s\") found nothing", name);
-  return p;
-}
-
-#define RESOLVE(name) (*(void **)&real_##name = resolve(#name))
-
-static void resolve_all(void)
-{
-  RESOLVE(read); RESOLVE(write); RESOLVE(readv); RESOLVE(writev);
-  RESOLVE(recv); RESOLVE(send); RESOLVE(recvfrom); RESOLVE(sendto);
-  RESOLVE(recvmsg); RESOLVE(sendmsg); RESOLVE(accept); RESOLVE(accept4);
-  RESOLVE(connect); RESOLVE(close); RESOLVE(shutdown); RESOLVE(poll);
-  RESOLVE(select); RESOLVE(sleep); RESOLVE(usleep); RESOLVE(nanosleep);
-  RESOLVE(clock_nanosleep); RESOLVE(fcntl); RESOLVE(fcntl64); RESOLVE(ioctl);
-  RESOLVE(setsockopt); RESOLVE(getaddrinfo); RESOLVE(socket);
-  RESOLVE(socketpair); RESOLVE(pipe); RESOLVE(pipe2); RESOLVE(dup);
-  RESOLVE(dup2); RESOLVE(dup3);
-}
-
-void ch_hook_init(void);
-
-/* Resolves every hooked function; called at load time by the constructor
-** below and again (a no-op) by each scheduler. */
 void ch_hook_init(void)
 {
-  pthread_once(&once, resolve_all);
+  ch_libc_init();
 }
 
-__attribute__((constructor)) static void hook_ctor(void)
-{
-  ch_hook_init();
-}
-
-/* A hook can run before our constructor (another library's constructor
+/* A hook can run before the constructors (another library's constructor
 ** calling read): one predictable branch covers that. */
-#define ENSURE(name) do { if (__builtin_expect(!real_##name, 0)) ch_hook_init(); } while (0)
+#define ENSURE(name) do { if (__builtin_expect(!ch_libc.name, 0)) ch_libc_init(); } while (0)
 
-/* -- fd classification ---------------------------------------------------- */
+/* -- Deciding ------------------------------------------------------------- */
 
 /* A timeval as whole ms, rounded up and clamped to INT_MAX (24 days and
 ** more is as good as forever). */
@@ -130,156 +67,46 @@ static int tv_ms(const struct timeval *tv)
   return ms < 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
-static int timeo_ms(int fd, int name)
-{
-  struct timeval tv;
-  socklen_t len = sizeof tv;
-  if (getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0) return 0;
-  return tv_ms(&tv);
-}
-
-/* Learns what fd is, the first time a hook sees it in a coroutine. Leaves
-** the entry unknown if fd is not open (the real call then says EBADF). */
-static int classify(int fd, struct ch_fd *f)
-{
-  struct stat st;
-  if (fstat(fd, &st) < 0) return -1;
-  int fl = real_fcntl(fd, F_GETFL);
-  if (fl < 0) return -1;
-  f->user_nonblock = (fl & O_NONBLOCK) != 0;
-  if (S_ISSOCK(st.st_mode)) {
-    int type = 0;
-    socklen_t len = sizeof type;
-    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
-    f->kind = CH_FD_SOCKET;
-    f->stream = type == SOCK_STREAM;
-    f->rcvtimeo_ms = timeo_ms(fd, SO_RCVTIMEO);
-    f->sndtimeo_ms = timeo_ms(fd, SO_SNDTIMEO);
-  } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
-    f->kind = CH_FD_WAITFIRST;   /* maybe shared with other processes */
-    f->stream = 1;
-  } else {
-    f->kind = CH_FD_OTHER;       /* regular files never go to epoll */
-  }
-  return 0;
-}
-
-/* Records a new fd made by a hooked call (socket, accept, pipe, dup).
-** A number closed behind our back (glibc's internal close) may still have
-** an entry: it is reset, waking any waiter with EBADF. */
-static struct ch_fd *fd_new(int fd, int kind, int user_nonblock, int sys_nonblock, int stream)
-{
-  struct ch_fd *f = ch_fd_get(fd);
-  if (!f) return NULL;
-  if (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers)
-    ch_sched_close_fd(fd, f);
-  f->kind = (uint8_t)kind;
-  f->user_nonblock = (uint8_t)(user_nonblock != 0);
-  f->sys_nonblock = (uint8_t)(sys_nonblock != 0);
-  f->stream = (uint8_t)(stream != 0);
-  return f;
-}
-
-/* A dup shares the open file, hence its real O_NONBLOCK and timeouts. */
-static void fd_dup(int oldfd, int newfd)
-{
-  struct ch_fd *o = ch_fd_peek(oldfd);
-  if (!o || o->kind == CH_FD_UNKNOWN) {
-    struct ch_fd *f = ch_fd_peek(newfd);
-    if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
-      ch_sched_close_fd(newfd, f);
-    return;
-  }
-  struct ch_fd *f = fd_new(newfd, o->kind, o->user_nonblock, o->sys_nonblock, o->stream);
-  if (!f) return;
-  f->rcvtimeo_ms = o->rcvtimeo_ms;
-  f->sndtimeo_ms = o->sndtimeo_ms;
-}
-
 /* Decides how a hook treats fd. Returns NULL to call libc straight
-** through; otherwise the entry, with *coop = 1 when the caller is a
-** coroutine (wait in the scheduler) or 0 when it is a plain thread using a
-** socket we made non-blocking (wait in poll, as libc would block). */
-static struct ch_fd *io_begin(int fd, int *coop)
+** through; otherwise the entry, for io.c's engine: in a coroutine on a
+** socket or pipe the user left blocking, or in a plain thread on a socket
+** the runtime made non-blocking (the engine waits in poll(2) there). */
+static struct ch_fd *hook_begin(int fd)
 {
   struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *c = s ? s->current : NULL;
   struct ch_fd *f;
-  if (!c) {
+  if (!s || !s->current) {
     f = ch_fd_peek(fd);
     if (!f || !f->sys_nonblock || f->user_nonblock) return NULL;
-    *coop = 0;
     return f;
   }
   f = ch_fd_get(fd);
   if (!f) return NULL;
-  if (f->kind == CH_FD_UNKNOWN && classify(fd, f) < 0) return NULL;
+  if (f->kind == CH_FD_UNKNOWN && ch_fd_classify(fd, f) < 0) return NULL;   /* libc says EBADF */
   if (f->kind == CH_FD_OTHER || f->user_nonblock) return NULL;
-  if (!f->sys_nonblock && f->kind != CH_FD_WAITFIRST) {
-    int fl = real_fcntl(fd, F_GETFL);
-    if (fl < 0 || real_fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return NULL;
-    f->sys_nonblock = 1;
-  }
-  *coop = 1;
   return f;
 }
 
-/* -- Waiting -------------------------------------------------------------- */
-
-/* Waits until fd is ready for ev, or until *deadline (set from timeout_ms
-** on the first wait; 0 = none). Returns 0 when ready (or in error: the
-** retried call will say which), -1 with errno EAGAIN on timeout or when
-** the coroutine is cancelled (see ch_cancel), EBADF if closed meanwhile. */
-static int fd_wait(int fd, short ev, int timeout_ms, uint64_t *deadline, int coop)
+/* A timeout of the engine as libc reports a blocking call's: -1 with
+** errno, the bytes already moved winning over any error. */
+static ssize_t fail(ssize_t done, ssize_t r)
 {
-  int64_t left = -1;
-  if (timeout_ms > 0) {
-    uint64_t now = ch_now_ns();
-    if (!*deadline) *deadline = now + (uint64_t)timeout_ms * 1000000u;
-    if (now >= *deadline) { errno = EAGAIN; return -1; }
-    left = (int64_t)((*deadline - now + 999999) / 1000000);
-  }
-  struct ch_coro *c = coop ? ch_current() : NULL;
-  if (c && ch_sched_may_park(c)) {
-    int r = ch_wait_fd_again(fd, ev, left);
-    if (r > 0) return 0;
-    if (r == 0 || r == -ECANCELED) { errno = EAGAIN; return -1; }
-    if (r != -EPERM) { errno = -r; return -1; }
-    /* epoll refuses this file (e.g. /dev/null): block like libc. */
-  }
-  struct pollfd p = { fd, ev, 0 };
-  for (;;) {
-    int r = real_poll(&p, 1, (int)left);
-    if (r > 0) return 0;
-    if (r == 0) { errno = EAGAIN; return -1; }
-    if (errno != EINTR) return -1;
-    if (*deadline) {   /* restart with what is left, as SA_RESTART would */
-      uint64_t now = ch_now_ns();
-      if (now >= *deadline) { errno = EAGAIN; return -1; }
-      left = (int64_t)((*deadline - now + 999999) / 1000000);
-    }
-  }
+  if (done > 0) return done;
+  errno = r == -ETIMEDOUT || r == -ECANCELED ? EAGAIN : (int)-r;
+  return -1;
 }
 
-/* For files that may be shared with other processes: true when a
-** blocking call on fd would not block now. */
-static int ready_now(int fd, short ev)
-{
-  struct pollfd p = { fd, ev, 0 };
-  return real_poll(&p, 1, 0) != 0;
-}
+/* -- Reads and writes ------------------------------------------------------ */
 
-/* -- The I/O loop --------------------------------------------------------- */
+enum io_kind { OP_READ, OP_READV, OP_RECV, OP_RECVFROM, OP_RECVMSG,
+               OP_WRITE, OP_WRITEV, OP_SEND, OP_SENDTO, OP_SENDMSG };
 
-enum io_op { OP_READ, OP_READV, OP_RECV, OP_RECVFROM, OP_RECVMSG,
-             OP_WRITE, OP_WRITEV, OP_SEND, OP_SENDTO, OP_SENDMSG };
-
+/* One hooked call, as io.c's engine makes it. */
 struct io {
-  enum io_op op;
-  int fd;
+  struct ch_io_op op;         /* first: the engine's view */
+  enum io_kind kind;
   int flags;                  /* recv/send flags */
   char *buf;                  /* buffer ops: advanced by partial writes */
-  size_t len;
   struct sockaddr *from;      /* recvfrom */
   socklen_t *fromlen;
   const struct sockaddr *to;  /* sendto */
@@ -287,20 +114,23 @@ struct io {
   struct msghdr *msg;         /* vector ops (readv/writev use msg_iov) */
 };
 
-static ssize_t io_call(struct io *io)
+static ssize_t io_call(struct ch_io_op *op)
 {
+  struct io *io = (struct io *)op;
   struct msghdr *m = io->msg;
-  switch (io->op) {
-  case OP_READ:     return real_read(io->fd, io->buf, io->len);
-  case OP_READV:    return real_readv(io->fd, m->msg_iov, (int)m->msg_iovlen);
-  case OP_RECV:     return real_recv(io->fd, io->buf, io->len, io->flags);
-  case OP_RECVFROM: return real_recvfrom(io->fd, io->buf, io->len, io->flags, io->from, io->fromlen);
-  case OP_RECVMSG:  return real_recvmsg(io->fd, m, io->flags);
-  case OP_WRITE:    return real_write(io->fd, io->buf, io->len);
-  case OP_WRITEV:   return real_writev(io->fd, m->msg_iov, (int)m->msg_iovlen);
-  case OP_SEND:     return real_send(io->fd, io->buf, io->len, io->flags);
-  case OP_SENDTO:   return real_sendto(io->fd, io->buf, io->len, io->flags, io->to, io->tolen);
-  case OP_SENDMSG:  return real_sendmsg(io->fd, m, io->flags);
+  int fd = op->fd;
+  size_t len = op->want;
+  switch (io->kind) {
+  case OP_READ:     return ch_libc.read(fd, io->buf, len);
+  case OP_READV:    return ch_libc.readv(fd, m->msg_iov, (int)m->msg_iovlen);
+  case OP_RECV:     return ch_libc.recv(fd, io->buf, len, io->flags);
+  case OP_RECVFROM: return ch_libc.recvfrom(fd, io->buf, len, io->flags, io->from, io->fromlen);
+  case OP_RECVMSG:  return ch_libc.recvmsg(fd, m, io->flags);
+  case OP_WRITE:    return ch_libc.write(fd, io->buf, len);
+  case OP_WRITEV:   return ch_libc.writev(fd, m->msg_iov, (int)m->msg_iovlen);
+  case OP_SEND:     return ch_libc.send(fd, io->buf, len, io->flags);
+  case OP_SENDTO:   return ch_libc.sendto(fd, io->buf, len, io->flags, io->to, io->tolen);
+  case OP_SENDMSG:  return ch_libc.sendmsg(fd, m, io->flags);
   }
   errno = EINVAL;
   return -1;
@@ -311,8 +141,8 @@ static size_t io_advance(struct io *io, size_t n)
 {
   if (!io->msg) {
     io->buf += n;
-    io->len -= n;
-    return io->len;
+    io->op.want -= n;
+    return io->op.want;
   }
   struct msghdr *m = io->msg;
   size_t left = 0;
@@ -330,53 +160,27 @@ static size_t io_advance(struct io *io, size_t n)
 }
 
 /* Runs io as libc would on a blocking fd. all: keep going until every
-** byte is moved (writes on streams; MSG_WAITALL reads). */
+** byte is moved (writes on streams; MSG_WAITALL reads), within one
+** deadline for the socket timeout. */
 static ssize_t io_run(struct io *io, int writing, int all)
 {
-  int coop;
-  if (io->flags & MSG_DONTWAIT) return io_call(io);   /* asked not to wait */
-  struct ch_fd *f = io_begin(io->fd, &coop);
-  if (!f) return io_call(io);
-  short ev = writing ? POLLOUT : POLLIN;
+  if (io->flags & MSG_DONTWAIT) return io_call(&io->op);   /* asked not to wait */
+  struct ch_fd *f = hook_begin(io->op.fd);
+  if (!f) return io_call(&io->op);
+  io->op.call = io_call;
+  io->op.events = writing ? POLLOUT : POLLIN;
+  /* A short read means an empty socket only for a plain stream read. */
+  io->op.judge = !writing && !io->msg && !(io->flags & MSG_PEEK);
   int timeout_ms = writing ? f->sndtimeo_ms : f->rcvtimeo_ms;
+  all = all && f->stream && f->kind != CH_FD_WAITFIRST;
   uint64_t deadline = 0;
-  if (f->kind == CH_FD_WAITFIRST) {
-    /* Flags untouched: wait for readiness, then one blocking call. */
-    while (!ready_now(io->fd, ev))
-      if (fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0) return -1;
-    return io_call(io);
-  }
-  all = all && f->stream;
-  /* A read that came back short emptied the socket; with the fd in epoll
-  ** edge-triggered, new input after it is an edge that sets in_edge. So
-  ** until one comes, trying again only buys an EAGAIN: wait first. This
-  ** saves one system call per message on a request/response stream
-  ** (Go's netpoller keeps the same "ready" bit). */
-  int track = !writing && coop && f->stream && !io->msg && !(io->flags & MSG_PEEK);
   ssize_t done = 0;
-  int waited = 0;
   for (;;) {
-    if (track) {
-      /* After a wait, always try: a wait that blocked in poll(2) (no
-      ** parking allowed here) saw readiness that epoll never reported. */
-      if (!waited && f->in_drained && !f->in_edge && !f->in_eof &&
-          fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0)
-        return -1;
-      f->in_edge = 0;   /* before the call: an edge during it sets it again */
-    }
-    ssize_t r = io_call(io);
-    if (track)
-      f->in_drained = r < 0 ? (errno == EAGAIN || errno == EWOULDBLOCK)
-                            : r > 0 && (size_t)r < io->len;
-    if (r > 0 && all) {
-      done += r;
-      if (io_advance(io, (size_t)r) == 0) return done;
-      continue;
-    }
-    if (r >= 0) return done + r;   /* r == 0: EOF, or an empty request */
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return done ? done : -1;
-    if (fd_wait(io->fd, ev, timeout_ms, &deadline, coop) < 0) return done ? done : -1;
-    waited = 1;
+    ssize_t r = ch_io_run(&io->op, timeout_ms ? timeout_ms : -1, &deadline);
+    if (r < 0) return fail(done, r);
+    if (!all || r == 0) return done + r;   /* r == 0: EOF, or an empty request */
+    done += r;
+    if (io_advance(io, (size_t)r) == 0) return done;
   }
 }
 
@@ -400,7 +204,7 @@ static ssize_t io_run_vec(struct io *io, struct msghdr *user, int writing, int a
   }
   io->msg = &m;
   ssize_t r = io_run(io, writing, all);
-  if (io->op == OP_RECVMSG) {   /* report what the kernel filled in */
+  if (io->kind == OP_RECVMSG) {   /* report what the kernel filled in */
     user->msg_namelen = m.msg_namelen;
     user->msg_controllen = m.msg_controllen;
     user->msg_flags = m.msg_flags;
@@ -409,112 +213,136 @@ static ssize_t io_run_vec(struct io *io, struct msghdr *user, int writing, int a
   return r;
 }
 
-/* -- Read and write hooks ------------------------------------------------- */
+#define IO(k, fd_, len_) { .op = { .fd = (fd_), .want = (len_) }, .kind = (k) }
 
 ssize_t read(int fd, void *buf, size_t len)
 {
   ENSURE(read);
-  struct io io = { .op = OP_READ, .fd = fd, .buf = buf, .len = len };
+  struct io io = IO(OP_READ, fd, len);
+  io.buf = buf;
   return io_run(&io, 0, 0);
 }
 
 ssize_t write(int fd, const void *buf, size_t len)
 {
   ENSURE(write);
-  struct io io = { .op = OP_WRITE, .fd = fd, .buf = (char *)buf, .len = len };
+  struct io io = IO(OP_WRITE, fd, len);
+  io.buf = (char *)buf;
   return io_run(&io, 1, 1);
 }
 
 ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
   ENSURE(recv);
-  struct io io = { .op = OP_RECV, .fd = fd, .buf = buf, .len = len, .flags = flags };
+  struct io io = IO(OP_RECV, fd, len);
+  io.buf = buf;
+  io.flags = flags;
   return io_run(&io, 0, (flags & MSG_WAITALL) != 0);
 }
 
 ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
   ENSURE(send);
-  struct io io = { .op = OP_SEND, .fd = fd, .buf = (char *)buf, .len = len, .flags = flags };
+  struct io io = IO(OP_SEND, fd, len);
+  io.buf = (char *)buf;
+  io.flags = flags;
   return io_run(&io, 1, 1);
 }
 
 ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from, socklen_t *fromlen)
 {
   ENSURE(recvfrom);
-  struct io io = { .op = OP_RECVFROM, .fd = fd, .buf = buf, .len = len, .flags = flags,
-                   .from = from, .fromlen = fromlen };
+  struct io io = IO(OP_RECVFROM, fd, len);
+  io.buf = buf;
+  io.flags = flags;
+  io.from = from;
+  io.fromlen = fromlen;
   return io_run(&io, 0, (flags & MSG_WAITALL) != 0);
 }
 
 ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *to, socklen_t tolen)
 {
   ENSURE(sendto);
-  struct io io = { .op = OP_SENDTO, .fd = fd, .buf = (char *)buf, .len = len, .flags = flags,
-                   .to = to, .tolen = tolen };
+  struct io io = IO(OP_SENDTO, fd, len);
+  io.buf = (char *)buf;
+  io.flags = flags;
+  io.to = to;
+  io.tolen = tolen;
   return io_run(&io, 1, 1);
 }
 
 ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
   ENSURE(readv);
-  struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)(iovcnt < 0 ? 0 : iovcnt) };
-  if (iovcnt < 0) return real_readv(fd, iov, iovcnt);   /* EINVAL, from libc */
-  struct io io = { .op = OP_READV, .fd = fd };
+  if (iovcnt < 0) return ch_libc.readv(fd, iov, iovcnt);   /* EINVAL, from libc */
+  struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+  struct io io = IO(OP_READV, fd, 0);
   return io_run_vec(&io, &m, 0, 0);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
   ENSURE(writev);
-  struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)(iovcnt < 0 ? 0 : iovcnt) };
-  if (iovcnt < 0) return real_writev(fd, iov, iovcnt);
-  struct io io = { .op = OP_WRITEV, .fd = fd };
+  if (iovcnt < 0) return ch_libc.writev(fd, iov, iovcnt);
+  struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+  struct io io = IO(OP_WRITEV, fd, 0);
   return io_run_vec(&io, &m, 1, 1);
 }
 
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
   ENSURE(recvmsg);
-  struct io io = { .op = OP_RECVMSG, .fd = fd, .flags = flags };
+  struct io io = IO(OP_RECVMSG, fd, 0);
+  io.flags = flags;
   return io_run_vec(&io, msg, 0, (flags & MSG_WAITALL) != 0);
 }
 
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
   ENSURE(sendmsg);
-  struct io io = { .op = OP_SENDMSG, .fd = fd, .flags = flags };
+  struct io io = IO(OP_SENDMSG, fd, 0);
+  io.flags = flags;
   return io_run_vec(&io, (struct msghdr *)msg, 1, 1);
 }
 
 /* -- Connections ---------------------------------------------------------- */
 
+struct accept_io {
+  struct ch_io_op op;
+  struct sockaddr *addr;
+  socklen_t *len;
+  int flags;
+};
+
+static ssize_t accept_call(struct ch_io_op *op)
+{
+  struct accept_io *a = (struct accept_io *)op;
+  return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
+}
+
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
   ENSURE(accept4);
-  int coop;
-  struct ch_fd *f = io_begin(fd, &coop);
+  struct ch_fd *f = hook_begin(fd);
   if (!f) {
-    int r = real_accept4(fd, addr, len, flags);
-    if (r >= 0) fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, 0, 1);
+    int r = ch_libc.accept4(fd, addr, len, flags);
+    if (r >= 0) ch_io_fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, 0, 1);
     return r;
   }
+  /* In a coroutine the new socket is made non-blocking at birth, saving
+  ** the two fcntl calls its first read would cost. */
+  int coop = ch_current() != NULL;
+  struct accept_io a = { { accept_call, fd, POLLIN, 0, 0 }, addr, len,
+                         coop ? flags | SOCK_NONBLOCK : flags };
   uint64_t deadline = 0;
-  for (;;) {
-    /* In a coroutine the new socket is made non-blocking at birth,
-    ** saving the two fcntl calls its first read would cost. */
-    int r = real_accept4(fd, addr, len, coop ? flags | SOCK_NONBLOCK : flags);
-    if (r >= 0) {
-      struct ch_fd *nf = fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, coop, f->stream);
-      if (nf) {   /* accepted sockets inherit the listener's timeouts */
-        nf->rcvtimeo_ms = f->rcvtimeo_ms;
-        nf->sndtimeo_ms = f->sndtimeo_ms;
-      }
-      return r;
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-    if (fd_wait(fd, POLLIN, f->rcvtimeo_ms, &deadline, coop) < 0) return -1;
+  ssize_t r = ch_io_run(&a.op, f->rcvtimeo_ms ? f->rcvtimeo_ms : -1, &deadline);
+  if (r < 0) return (int)fail(0, r);
+  struct ch_fd *nf = ch_io_fd_new((int)r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, coop, f->stream);
+  if (nf) {   /* accepted sockets inherit the listener's timeouts */
+    nf->rcvtimeo_ms = f->rcvtimeo_ms;
+    nf->sndtimeo_ms = f->sndtimeo_ms;
   }
+  return (int)r;
 }
 
 int accept(int fd, struct sockaddr *addr, socklen_t *len)
@@ -526,25 +354,14 @@ int accept(int fd, struct sockaddr *addr, socklen_t *len)
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
   ENSURE(connect);
-  int coop;
-  struct ch_fd *f = io_begin(fd, &coop);
-  if (!f) return real_connect(fd, addr, len);
-  uint64_t deadline = 0;
-  int r;
-  /* A unix socket whose listener's backlog is full says EAGAIN where a
-  ** blocking connect would wait: wait, then try again. */
-  while ((r = real_connect(fd, addr, len)) < 0 && errno == EAGAIN)
-    if (fd_wait(fd, POLLOUT, f->sndtimeo_ms, &deadline, coop) < 0) return -1;
-  if (r == 0 || errno != EINPROGRESS) return r;
-  if (fd_wait(fd, POLLOUT, f->sndtimeo_ms, &deadline, coop) < 0) {
-    if (errno == EAGAIN) errno = EINPROGRESS;   /* Linux's word for a connect timeout */
-    return -1;
-  }
-  int err = 0;
-  socklen_t elen = sizeof err;
-  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) return -1;
-  if (err) { errno = err; return -1; }
-  return 0;
+  struct ch_fd *f = hook_begin(fd);
+  if (!f) return ch_libc.connect(fd, addr, len);
+  int r = ch_io_connect(fd, addr, len, f->sndtimeo_ms ? f->sndtimeo_ms : -1);
+  if (r == 0) return 0;
+  /* Linux's word for a connect that timed out is EINPROGRESS; a unix
+  ** socket whose listener's backlog stayed full says EAGAIN. */
+  errno = r == -ETIMEDOUT || r == -ECANCELED ? EINPROGRESS : -r;
+  return -1;
 }
 
 int close(int fd)
@@ -554,15 +371,15 @@ int close(int fd)
   /* Before the real close: once it returns, the number can be reused by
   ** another thread, and our entry must not describe the old file. */
   if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
-    ch_sched_close_fd(fd, f);
-  return real_close(fd);
+    ch_poll_close(fd, f);
+  return ch_libc.close(fd);
 }
 
 int shutdown(int fd, int how)
 {
   ENSURE(shutdown);
   /* Waiters need no help: the kernel reports EOF/HUP to epoll. */
-  return real_shutdown(fd, how);
+  return ch_libc.shutdown(fd, how);
 }
 
 /* -- fd creation ---------------------------------------------------------- */
@@ -570,28 +387,29 @@ int shutdown(int fd, int how)
 int socket(int domain, int type, int protocol)
 {
   ENSURE(socket);
-  int r = real_socket(domain, type, protocol);
-  if (r >= 0) fd_new(r, CH_FD_SOCKET, type & SOCK_NONBLOCK, 0, (type & 0xf) == SOCK_STREAM);
+  int r = ch_libc.socket(domain, type, protocol);
+  if (r >= 0) ch_io_fd_new(r, CH_FD_SOCKET, type & SOCK_NONBLOCK, 0, (type & 0xf) == SOCK_STREAM);
   return r;
 }
 
 int socketpair(int domain, int type, int protocol, int sv[2])
 {
   ENSURE(socketpair);
-  int r = real_socketpair(domain, type, protocol, sv);
+  int r = ch_libc.socketpair(domain, type, protocol, sv);
   if (r == 0)
     for (int i = 0; i < 2; i++)
-      fd_new(sv[i], CH_FD_SOCKET, type & SOCK_NONBLOCK, 0, (type & 0xf) == SOCK_STREAM);
+      ch_io_fd_new(sv[i], CH_FD_SOCKET, type & SOCK_NONBLOCK, 0, (type & 0xf) == SOCK_STREAM);
   return r;
 }
 
 int pipe2(int fds[2], int flags)
 {
   ENSURE(pipe2);
-  int r = real_pipe2(fds, flags);
+  int r = ch_libc.pipe2(fds, flags);
   if (r == 0)
     /* O_DIRECT: a packet pipe, where a short read does not mean empty. */
-    for (int i = 0; i < 2; i++) fd_new(fds[i], CH_FD_PIPE, flags & O_NONBLOCK, 0, !(flags & O_DIRECT));
+    for (int i = 0; i < 2; i++)
+      ch_io_fd_new(fds[i], CH_FD_PIPE, flags & O_NONBLOCK, 0, !(flags & O_DIRECT));
   return r;
 }
 
@@ -604,27 +422,27 @@ int pipe(int fds[2])
 int dup(int fd)
 {
   ENSURE(dup);
-  int r = real_dup(fd);
-  if (r >= 0) fd_dup(fd, r);
+  int r = ch_libc.dup(fd);
+  if (r >= 0) ch_io_fd_dup(fd, r);
   return r;
 }
 
-/* dup2 and dup3 close newfd silently when they succeed; fd_dup then wakes
-** its old waiters and resets its entry (fd_new does both). On failure
-** newfd is untouched, and so is its entry. */
+/* dup2 and dup3 close newfd silently when they succeed; ch_io_fd_dup then
+** wakes its old waiters and resets its entry. On failure newfd is
+** untouched, and so is its entry. */
 int dup3(int oldfd, int newfd, int flags)
 {
   ENSURE(dup3);
-  int r = real_dup3(oldfd, newfd, flags);
-  if (r >= 0) fd_dup(oldfd, r);
+  int r = ch_libc.dup3(oldfd, newfd, flags);
+  if (r >= 0) ch_io_fd_dup(oldfd, r);
   return r;
 }
 
 int dup2(int oldfd, int newfd)
 {
   ENSURE(dup2);
-  int r = real_dup2(oldfd, newfd);
-  if (r >= 0 && oldfd != newfd) fd_dup(oldfd, r);
+  int r = ch_libc.dup2(oldfd, newfd);
+  if (r >= 0 && oldfd != newfd) ch_io_fd_dup(oldfd, r);
   return r;
 }
 
@@ -644,7 +462,7 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
   case F_SETFL: {
     int fl = (int)(intptr_t)arg;
     f = ch_fd_get(fd);
-    if (f && f->kind == CH_FD_UNKNOWN) classify(fd, f);
+    if (f && f->kind == CH_FD_UNKNOWN) ch_fd_classify(fd, f);
     if (f && f->sys_nonblock) r = real(fd, cmd, fl | O_NONBLOCK);
     else r = real(fd, cmd, fl);
     if (r == 0 && f && f->kind != CH_FD_UNKNOWN) f->user_nonblock = (fl & O_NONBLOCK) != 0;
@@ -653,7 +471,7 @@ static int fcntl_hook(int (*real)(int, int, ...), int fd, int cmd, void *arg)
   case F_DUPFD:
   case F_DUPFD_CLOEXEC:
     r = real(fd, cmd, arg);
-    if (r >= 0) fd_dup(fd, r);
+    if (r >= 0) ch_io_fd_dup(fd, r);
     return r;
   default:
     return real(fd, cmd, arg);
@@ -669,7 +487,7 @@ int fcntl(int fd, int cmd, ...)
   va_start(ap, cmd);
   void *arg = va_arg(ap, void *);
   va_end(ap);
-  return fcntl_hook(real_fcntl, fd, cmd, arg);
+  return fcntl_hook(ch_libc.fcntl, fd, cmd, arg);
 }
 
 int fcntl64(int fd, int cmd, ...);
@@ -680,7 +498,7 @@ int fcntl64(int fd, int cmd, ...)
   va_start(ap, cmd);
   void *arg = va_arg(ap, void *);
   va_end(ap);
-  return fcntl_hook(real_fcntl64, fd, cmd, arg);
+  return fcntl_hook(ch_libc.fcntl64, fd, cmd, arg);
 }
 
 int ioctl(int fd, unsigned long req, ...)
@@ -690,12 +508,12 @@ int ioctl(int fd, unsigned long req, ...)
   va_start(ap, req);
   void *arg = va_arg(ap, void *);
   va_end(ap);
-  if (req != FIONBIO || !arg) return real_ioctl(fd, req, arg);
+  if (req != FIONBIO || !arg) return ch_libc.ioctl(fd, req, arg);
   struct ch_fd *f = ch_fd_get(fd);
-  if (f && f->kind == CH_FD_UNKNOWN) classify(fd, f);
+  if (f && f->kind == CH_FD_UNKNOWN) ch_fd_classify(fd, f);
   int on = *(int *)arg, one = 1;
   /* Keep the kernel non-blocking under a socket the runtime manages. */
-  int r = real_ioctl(fd, FIONBIO, f && f->sys_nonblock ? &one : arg);
+  int r = ch_libc.ioctl(fd, FIONBIO, f && f->sys_nonblock ? &one : arg);
   if (r == 0 && f && f->kind != CH_FD_UNKNOWN) f->user_nonblock = on != 0;
   return r;
 }
@@ -703,13 +521,13 @@ int ioctl(int fd, unsigned long req, ...)
 int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
   ENSURE(setsockopt);
-  int r = real_setsockopt(fd, level, name, val, len);
+  int r = ch_libc.setsockopt(fd, level, name, val, len);
   if (r != 0 || level != SOL_SOCKET || (name != SO_RCVTIMEO && name != SO_SNDTIMEO) ||
       len < sizeof(struct timeval))
     return r;
   struct ch_fd *f = ch_fd_get(fd);
   if (!f) return r;
-  if (f->kind == CH_FD_UNKNOWN) { classify(fd, f); return r; }   /* reads both */
+  if (f->kind == CH_FD_UNKNOWN) { ch_fd_classify(fd, f); return r; }   /* reads both */
   int ms = tv_ms(val);
   if (name == SO_RCVTIMEO) f->rcvtimeo_ms = ms;
   else f->sndtimeo_ms = ms;
@@ -747,15 +565,15 @@ static int poll_park(struct pollfd *fds, nfds_t n, int timeout)
       uint64_t now = ch_now_ns();
       left = now >= deadline ? 0 : (int64_t)((deadline - now + 999999) / 1000000);
     }
-    r = left == 0 ? -ETIMEDOUT : ch_sched_wait(w, k, left);
-    if (r == -ECANCELED) { r = real_poll(fds, n, 0); break; }   /* as a timeout */
+    r = left == 0 ? -ETIMEDOUT : ch_poll_wait_many(w, k, left);
+    if (r == -ECANCELED) { r = ch_libc.poll(fds, n, 0); break; }   /* as a timeout */
     if (r < 0 && r != -ETIMEDOUT) {
       /* epoll refused an fd (EPERM for regular files, ENOSPC at
       ** max_user_watches) or memory ran out: block like libc. */
-      r = real_poll(fds, n, (int)left);
+      r = ch_libc.poll(fds, n, (int)left);
       break;
     }
-    r = real_poll(fds, n, 0);
+    r = ch_libc.poll(fds, n, 0);
     if (r != 0) break;
     if (deadline && ch_now_ns() >= deadline) break;   /* r == 0: timed out */
   }
@@ -767,10 +585,10 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
   ENSURE(poll);
   struct ch_coro *c = ch_current();
-  if (!c) return real_poll(fds, n, timeout);
-  int r = real_poll(fds, n, 0);
+  if (!c) return ch_libc.poll(fds, n, timeout);
+  int r = ch_libc.poll(fds, n, 0);
   if (r != 0 || timeout == 0) return r;
-  if (!ch_sched_may_park(c)) return real_poll(fds, n, timeout);
+  if (!ch_sched_may_park(c)) return ch_libc.poll(fds, n, timeout);
   return poll_park(fds, n, timeout);
 }
 
@@ -779,7 +597,7 @@ int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *tv)
   ENSURE(select);
   struct ch_coro *c = ch_current();
   if (!c || nfds < 0 || nfds > FD_SETSIZE || !ch_sched_may_park(c))
-    return real_select(nfds, rd, wr, ex, tv);
+    return ch_libc.select(nfds, rd, wr, ex, tv);
   /* 1024 pollfds are 8 KiB: too much for a small coroutine stack. */
   struct pollfd local[64], *p = local;
   if (nfds > 64 && !(p = malloc((size_t)nfds * sizeof *p))) { errno = ENOMEM; return -1; }
@@ -846,7 +664,7 @@ static int may_sleep(void)
 unsigned sleep(unsigned s)
 {
   ENSURE(sleep);
-  if (!may_sleep()) return real_sleep(s);
+  if (!may_sleep()) return ch_libc.sleep(s);
   uint64_t start = ch_now_ns();
   if (park_ns((uint64_t)s * 1000000000u) == 0) return 0;
   uint64_t spent = (ch_now_ns() - start) / 1000000000u;
@@ -856,7 +674,7 @@ unsigned sleep(unsigned s)
 int usleep(useconds_t us)
 {
   ENSURE(usleep);
-  if (!may_sleep()) return real_usleep(us);
+  if (!may_sleep()) return ch_libc.usleep(us);
   int r = park_ns((uint64_t)us * 1000u);
   if (r < 0) { errno = -r; return -1; }
   return 0;
@@ -870,7 +688,7 @@ static int valid_ts(const struct timespec *ts)
 int nanosleep(const struct timespec *req, struct timespec *rem)
 {
   ENSURE(nanosleep);
-  if (!may_sleep() || !req || !valid_ts(req)) return real_nanosleep(req, rem);
+  if (!may_sleep() || !req || !valid_ts(req)) return ch_libc.nanosleep(req, rem);
   uint64_t ns = (uint64_t)req->tv_sec * 1000000000u + (uint64_t)req->tv_nsec;
   uint64_t start = ch_now_ns();
   int r = park_ns(ns);
@@ -889,7 +707,7 @@ int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct
   ENSURE(clock_nanosleep);
   if (!may_sleep() || !req || !valid_ts(req) ||
       (clk != CLOCK_MONOTONIC && clk != CLOCK_REALTIME && clk != CLOCK_BOOTTIME))
-    return real_clock_nanosleep(clk, flags, req, rem);
+    return ch_libc.clock_nanosleep(clk, flags, req, rem);
   int64_t ns = (int64_t)req->tv_sec * 1000000000 + req->tv_nsec;
   if (flags & TIMER_ABSTIME) {
     struct timespec now;
@@ -927,7 +745,7 @@ struct gai_call {
 static void gai_run(void *p)
 {
   struct gai_call *g = p;
-  g->ret = real_getaddrinfo(g->node, g->service, g->has_hints ? &g->hints : NULL, &g->res);
+  g->ret = ch_libc.getaddrinfo(g->node, g->service, g->has_hints ? &g->hints : NULL, &g->res);
   g->err = errno;
 }
 
@@ -942,7 +760,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
                 struct addrinfo **res)
 {
   ENSURE(getaddrinfo);
-  if (!may_sleep()) return real_getaddrinfo(node, service, hints, res);
+  if (!may_sleep()) return ch_libc.getaddrinfo(node, service, hints, res);
   struct gai_call *g = calloc(1, sizeof *g);
   if (!g || (node && !(g->node = strdup(node))) ||
       (service && !(g->service = strdup(service)))) {
@@ -960,7 +778,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
   }
   if (ch_pool_call(gai_run, g) < 0) {
     gai_free(g);
-    return real_getaddrinfo(node, service, hints, res);
+    return ch_libc.getaddrinfo(node, service, hints, res);
   }
   int ret = g->ret;
   if (ret == 0) *res = g->res;

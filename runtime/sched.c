@@ -13,11 +13,9 @@
 ** waited through CH_SCHED_SHARE - 1 runs of others runs next, so neither
 ** starves.
 **
-** fds are registered with epoll once, edge-triggered, for both directions,
-** and stay registered until close. That is sound because a hook always
-** tries the real call first and waits only after EAGAIN: the edge that
-** follows an EAGAIN is never missed, and edges nobody waits for are
-** dropped at no cost.
+** Waiting for fds is poll.c's (the backend, as ae_epoll.c is to ae.c) and
+** judging their readiness io.c's; this file only parks and unparks, and
+** runs the backend's poll between batches.
 */
 #include <assert.h>
 #include <errno.h>
@@ -26,8 +24,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -35,7 +31,9 @@
 #endif
 
 #include "fault.h"
+#include "hook.h"
 #include "panic.h"
+#include "poll.h"
 #include "sched.h"
 
 /* ASan builds (make SAN=address sets CH_ASAN): ASan must be told of every
@@ -82,11 +80,6 @@ static void san_enter(void *fake)
 #define SAN_FAKE_OF(name, alive) NULL
 #endif
 
-void ch_hook_init(void);    /* hook.c; referenced here so linking any
-                            ** scheduler use links the hooks too */
-
-#define EV_WAKEUP UINT64_MAX   /* epoll data of the eventfd */
-#define MAX_EVENTS 256         /* events taken per epoll_wait */
 
 __thread struct ch_sched *ch_sched_tls;
 
@@ -142,10 +135,9 @@ static void calibrate(struct ch_sched *s, uint64_t now)
   set_fair_ticks(s);
 }
 
-/* Deadline ms from now, 0 for a negative ms (none). Out of line: the
-** clock's timespec would take room in every waiting frame (wait_fd's,
-** parked in COPY mode). */
-static __attribute__((noinline)) uint64_t deadline_after(int64_t ms)
+/* Out of line: the clock's timespec would take room in every waiting
+** frame (ch_poll_wait's, parked in COPY mode). */
+__attribute__((noinline)) uint64_t ch_sched_deadline(int64_t ms)
 {
   if (ms < 0) return 0;
   return ch_now_ns() + (uint64_t)ms * 1000000u;
@@ -158,8 +150,7 @@ static void sched_free(void *p)
   struct ch_sched *s = p;
   /* Coroutines still parked at thread exit are abandoned with their
   ** stacks: nothing can resume them. */
-  close(s->epfd);
-  close(s->evfd);
+  ch_poll_fini(&s->poll);
   ch_timerq_fini(&s->timers);
   while (s->spare) {
     struct ch_coro *c = s->spare;
@@ -205,18 +196,7 @@ struct ch_sched *ch_sched_get(int *err)
   if (r < 0) { *err = r; return NULL; }
   s = calloc(1, sizeof *s);
   if (!s) { *err = -ENOMEM; return NULL; }
-  s->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (s->epfd < 0) { *err = -errno; free(s); return NULL; }
-  s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (s->evfd < 0) { *err = -errno; close(s->epfd); free(s); return NULL; }
-  struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EV_WAKEUP };
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->evfd, &ev) < 0) {
-    *err = -errno;
-    close(s->evfd);
-    close(s->epfd);
-    free(s);
-    return NULL;
-  }
+  if ((r = ch_poll_init(&s->poll)) < 0) { *err = r; free(s); return NULL; }
   ch_timerq_init(&s->timers);
   pthread_mutex_init(&s->post_lock, NULL);
   s->stack_size = CH_STACK_DEFAULT;
@@ -262,6 +242,7 @@ static __attribute__((noinline)) void push_other(struct ch_sched *s, struct ch_c
 
 static inline void push_ready(struct ch_sched *s, struct ch_coro *c)
 {
+  assert(c->state == CH_CORO_READY || c->state == CH_CORO_NEW);
   if (c->prio != CH_PRIO_NORMAL) {
     push_other(s, c);
     return;
@@ -433,6 +414,7 @@ static void reclaim(struct ch_sched *s)
 {
   while (s->dead) {
     struct ch_coro *c = s->dead;
+    assert(c->state == CH_CORO_EXITED && c != s->current);
     s->dead = c->next;
     ch_coro_free(c);
   }
@@ -512,6 +494,7 @@ void ch_yield(void)
   struct ch_sched *s = ch_sched_tls;
   struct ch_coro *self = s ? s->current : NULL;
   if (!self) return;
+  assert(self->state == CH_CORO_RUNNING);
   self->state = CH_CORO_READY;
   push_ready(s, self);
   switch_out(s, self);
@@ -549,12 +532,15 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
     self->timer.weak = 0;
     if (ch_timerq_add(&s->timers, &self->timer, deadline_ns) < 0) return -ENOMEM;
   }
+  assert(self->state == CH_CORO_RUNNING && self->sched == s);
+  assert(state == CH_CORO_WAITING || state == CH_CORO_SLEEPING);
   self->uncancellable = (uint8_t)uncancellable;
   self->wake_value = 0;
   self->state = (uint8_t)state;
   if (state == CH_CORO_SLEEPING) s->nsleeping++;
   else s->nwaiting++;
   switch_out_inline(s, self);
+  assert(self->state == CH_CORO_RUNNING);
   self->deadline = 0;
   if (self->wake_value == -ECANCELED) self->cancel_hits++;
   return self->wake_value;
@@ -562,15 +548,18 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
 
 int ch_park(int64_t timeout_ms)
 {
-  return ch_sched_park(deadline_after(timeout_ms), 0, CH_CORO_WAITING);
+  return ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
 }
 
 int ch_unpark(struct ch_coro *c, int value)
 {
   struct ch_sched *s = c->sched;
+  /* Only c's own thread may wake it (ch_post carries wakeups across). */
+  assert(s == ch_sched_tls);
   if (c->state == CH_CORO_WAITING) s->nwaiting--;
   else if (c->state == CH_CORO_SLEEPING) s->nsleeping--;
   else return -EALREADY;
+  assert(value >= 0 || value == -ETIMEDOUT || value == -ECANCELED);
   c->wake_value = value;
   c->state = CH_CORO_READY;
   push_ready(s, c);
@@ -596,7 +585,7 @@ int ch_sleep_ms(int64_t ms)
     ch_yield();
     return ch_current()->cancelled ? -ECANCELED : 0;
   }
-  int r = ch_sched_park(deadline_after(ms), 0, CH_CORO_SLEEPING);
+  int r = ch_sched_park(ch_sched_deadline(ms), 0, CH_CORO_SLEEPING);
   return r == -ETIMEDOUT ? 0 : r;
 }
 
@@ -639,275 +628,6 @@ int ch_sched_stack_mode(void)
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }
 void ch_set_resume_hook(void (*hook)(struct ch_coro *c)) { resume_hook = hook; }
 
-/* -- fd waits ------------------------------------------------------------- */
-
-/* Out of line: its epoll_event would take room in every waiting frame
-** (wait_fd's, parked in COPY mode) for a call made once per fd. */
-static __attribute__((noinline)) int fd_add(struct ch_sched *s, int fd, struct ch_fd *f)
-{
-  struct epoll_event ev = {
-    .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-    .data.u64 = (uint64_t)(uint32_t)fd | (uint64_t)f->gen << 32,
-  };
-  /* EEXIST: a dup of this fd's file is registered under an old gen, or a
-  ** file closed behind our back left the number; MOD refreshes the gen. */
-  if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
-      (errno != EEXIST || epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) < 0))
-    return -errno;
-  f->registered = 1;
-  f->sched_id = s->id;
-  return 0;
-}
-
-static inline int fd_register(struct ch_sched *s, int fd, struct ch_fd *f)
-{
-  if (f->registered && f->sched_id == s->id) return 0;
-  return fd_add(s, fd, f);
-}
-
-static void link_waiter(struct ch_waiter **head, struct ch_waiter *w)
-{
-  w->prev = NULL;
-  w->next = *head;
-  if (*head) (*head)->prev = w;
-  *head = w;
-}
-
-static void unlink_waiter(struct ch_waiter **head, struct ch_waiter *w)
-{
-  if (w->prev) w->prev->next = w->next;
-  else if (*head == w) *head = w->next;
-  else return;   /* already unlinked (the fd was closed) */
-  if (w->next) w->next->prev = w->prev;
-  w->next = w->prev = NULL;
-}
-
-static struct ch_waiter **list_of(struct ch_fd *f, const struct ch_waiter *w)
-{
-  return (w->events & POLLOUT) ? &f->writers : &f->readers;
-}
-
-/* ch_sched_wait with the waiters where the loop can reach them. */
-static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waiter *w,
-                       int n, int64_t timeout_ms);
-
-int ch_sched_wait(struct ch_waiter *w, int n, int64_t timeout_ms)
-{
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *self = s ? s->current : NULL;
-  if (!self) return -EINVAL;
-  if (self->cancelled) { self->cancel_hits++; return -ECANCELED; }
-  if (!self->shared) return wait_linked(s, self, w, n, timeout_ms);
-  /* COPY mode: w is on our stack, which is saved away while we are
-  ** parked, and the loop and other coroutines walk and relink the fd's
-  ** waiter list. Link copies kept in the coroutine (2 inline: all the
-  ** runtime's own waits; poll(2) with more fds takes a heap array) and
-  ** hand their revents back. */
-  struct ch_waiter *nodes = self->wnodes;
-  if (n > 2 && !(nodes = malloc((size_t)n * sizeof *nodes))) return -ENOMEM;
-  memcpy(nodes, w, (size_t)n * sizeof *nodes);
-  int r = wait_linked(s, self, nodes, n, timeout_ms);
-  for (int i = 0; i < n; i++) w[i].revents = nodes[i].revents;
-  if (nodes != self->wnodes) free(nodes);
-  return r;
-}
-
-static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waiter *w,
-                       int n, int64_t timeout_ms)
-{
-  for (int i = 0; i < n; i++) {
-    struct ch_fd *f = ch_fd_get(w[i].fd);
-    int r = f ? fd_register(s, w[i].fd, f) : -ENOMEM;
-    if (r < 0) {
-      while (i-- > 0) unlink_waiter(list_of(ch_fd_peek(w[i].fd), &w[i]), &w[i]);
-      return r;
-    }
-    w[i].coro = self;
-    w[i].revents = 0;
-    link_waiter(list_of(f, &w[i]), &w[i]);
-  }
-  int r = ch_sched_park(deadline_after(timeout_ms), 0, CH_CORO_WAITING);
-  for (int i = 0; i < n; i++) {
-    struct ch_fd *f = ch_fd_peek(w[i].fd);
-    if (f) unlink_waiter(list_of(f, &w[i]), &w[i]);
-  }
-  return r;
-}
-
-/* After wait_fd's park: unlinks the waiters and says what happened. Its
-** own function, tail-called, so that only fd and events stay live in
-** wait_fd's frame across the park (see there). */
-static __attribute__((noinline)) int wait_fd_done(int fd, int events, int r)
-{
-  struct ch_waiter *w = ch_sched_tls->current->wnodes;
-  struct ch_fd *f = ch_fd_peek(fd);
-  int rev = 0;
-  if (events & POLLIN) {
-    if (f) unlink_waiter(&f->readers, &w[0]);
-    rev |= w[0].revents;
-  }
-  if (events & POLLOUT) {
-    if (f) unlink_waiter(&f->writers, &w[1]);
-    rev |= w[1].revents;
-  }
-  if (r == -ETIMEDOUT) return 0;
-  if (r < 0) return r;
-  if (rev & POLLNVAL) return -EBADF;
-  /* Report what was asked for plus errors, as poll(2) does. */
-  return rev & (events | POLLERR | POLLHUP);
-}
-
-static void wait_link(struct ch_fd *f, struct ch_waiter *w, struct ch_coro *self,
-                      int fd, short ev)
-{
-  w->fd = fd;
-  w->events = ev;
-  w->revents = 0;
-  w->coro = self;
-  w->notify = NULL;
-  link_waiter(ev == POLLOUT ? &f->writers : &f->readers, w);
-}
-
-/* Before wait_fd's park: registers fd and links the running coroutine's
-** waiters for events. Returns 0 or -errno (nothing linked then). */
-static __attribute__((noinline)) int wait_fd_link(int fd, int events)
-{
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *self = s->current;
-  if (!(events & (POLLIN | POLLOUT))) return -EINVAL;
-  if (self->cancelled) { self->cancel_hits++; return -ECANCELED; }
-  struct ch_fd *f = ch_fd_get(fd);
-  int r = f ? fd_register(s, fd, f) : -ENOMEM;
-  if (r < 0) return r;
-  if (events & POLLIN) wait_link(f, &self->wnodes[0], self, fd, POLLIN);
-  if (events & POLLOUT) wait_link(f, &self->wnodes[1], self, fd, POLLOUT);
-  return 0;
-}
-
-/* One fd, one or both directions: every wait of the hooks and of
-** ch_wait_fd. The waiters are the coroutine's own (wnodes[0] reads,
-** wnodes[1] writes: it waits on one thing at a time). In COPY mode a
-** parked coroutine's frames are its saved image, and an idle connection
-** parks right here: so the work before and after the park is done by
-** helpers out of line, and only fd and events stay in this frame
-** (docs/stacks.md, idle memory). */
-static int wait_fd(int fd, int events, int64_t timeout_ms)
-{
-  int r = wait_fd_link(fd, events);
-  if (r < 0) return r;
-  r = ch_sched_park(deadline_after(timeout_ms), 0, CH_CORO_WAITING);
-  return wait_fd_done(fd, events, r);
-}
-
-int ch_wait_fd(int fd, int events, int64_t timeout_ms)
-{
-  if (!ch_current()) return -EINVAL;
-  if (fd < 0) return -EBADF;
-  /* Edge-triggered epoll reports changes, not states: data already there
-  ** would never wake us, so look first (one poll(2), through the hook,
-  ** which does not park with timeout 0). */
-  struct pollfd p = { fd, (short)(events & (POLLIN | POLLOUT)), 0 };
-  int r = poll(&p, 1, 0);
-  if (r > 0) {
-    if (p.revents & POLLNVAL) return -EBADF;
-    return p.revents & (events | POLLERR | POLLHUP);
-  }
-  return wait_fd(fd, events, timeout_ms);
-}
-
-int ch_wait_fd_again(int fd, int events, int64_t timeout_ms)
-{
-  if (!ch_current()) return -EINVAL;
-  if (fd < 0) return -EBADF;
-  return wait_fd(fd, events, timeout_ms);
-}
-
-/* Wakes every waiter in a list with the poll events seen. A callback's
-** waiter is unlinked before its callback runs (it is one-shot, and the
-** callback may arm it again). */
-static void wake_list(struct ch_waiter **head, short revents)
-{
-  struct ch_waiter *w = *head;
-  while (w) {
-    struct ch_waiter *next = w->next;
-    w->revents |= revents;
-    if (w->coro) {
-      ch_unpark(w->coro, 0);
-    } else {
-      unlink_waiter(head, w);
-      w->notify(w);
-    }
-    w = next;
-  }
-}
-
-/* -- Watches: callbacks instead of coroutines ----------------------------- */
-
-_Static_assert(sizeof(struct ch_waiter) <= sizeof(((struct ch_watch *)0)->priv),
-               "struct ch_watch too small for a waiter");
-
-static void watch_notify(struct ch_waiter *wt)
-{
-  struct ch_watch *w = (struct ch_watch *)(void *)wt;
-  int rev = wt->revents & (wt->revents & POLLNVAL ? POLLNVAL : (wt->events | POLLERR | POLLHUP));
-  wt->notify = NULL;   /* disarmed: the callback may arm it again */
-  w->cb(w, rev);
-}
-
-int ch_watch_fd(struct ch_watch *w, int fd, int events,
-                void (*cb)(struct ch_watch *w, int revents))
-{
-  int err = 0;
-  struct ch_sched *s = ch_sched_get(&err);
-  if (!s) return err;
-  struct ch_waiter *wt = (struct ch_waiter *)(void *)w;
-  if (wt->notify) return -EBUSY;
-  if (fd < 0) return -EBADF;
-  struct ch_fd *f = ch_fd_get(fd);
-  if (!f) return -ENOMEM;
-  int r = fd_register(s, fd, f);
-  if (r < 0) return r;
-  memset(wt, 0, sizeof *wt);
-  wt->fd = fd;
-  wt->events = (events & POLLOUT) ? POLLOUT : POLLIN;
-  wt->notify = watch_notify;
-  w->cb = cb;
-  link_waiter(list_of(f, wt), wt);
-  return 0;
-}
-
-void ch_unwatch_fd(struct ch_watch *w)
-{
-  struct ch_waiter *wt = (struct ch_waiter *)(void *)w;
-  if (!wt->notify) return;
-  struct ch_fd *f = ch_fd_peek(wt->fd);
-  if (f) unlink_waiter(list_of(f, wt), wt);
-  wt->notify = NULL;
-}
-
-void ch_sched_close_fd(int fd, struct ch_fd *f)
-{
-  struct ch_sched *s = ch_sched_tls;
-  /* Waiters are unlinked here, not by themselves: the entry is reset below
-  ** and the fd number may be reused before they run. */
-  struct ch_waiter *lists[2] = { f->readers, f->writers };
-  f->readers = f->writers = NULL;
-  for (int i = 0; i < 2; i++) {
-    struct ch_waiter *w = lists[i];
-    while (w) {
-      struct ch_waiter *next = w->next;
-      w->next = w->prev = NULL;
-      w->revents |= POLLNVAL;
-      if (w->coro) ch_unpark(w->coro, 0);
-      else w->notify(w);
-      w = next;
-    }
-  }
-  if (f->registered && s && f->sched_id == s->id)
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, NULL);
-  ch_fd_reset(f);
-}
-
 /* -- Cross-thread posts --------------------------------------------------- */
 
 int ch_post(struct ch_sched *s, void (*fn)(void *), void *arg)
@@ -920,18 +640,12 @@ int ch_post(struct ch_sched *s, void (*fn)(void *), void *arg)
   p->next = s->posts;
   s->posts = p;
   pthread_mutex_unlock(&s->post_lock);
-  uint64_t one = 1;
-  /* EAGAIN means the counter is already non-zero: a wakeup is pending. */
-  ssize_t w = write(s->evfd, &one, sizeof one);
-  (void)w;
+  ch_poll_wake(&s->poll);
   return 0;
 }
 
 static void run_posts(struct ch_sched *s)
 {
-  uint64_t n;
-  ssize_t r = read(s->evfd, &n, sizeof n);
-  (void)r;
   pthread_mutex_lock(&s->post_lock);
   struct ch_post *p = s->posts;
   s->posts = NULL;
@@ -953,32 +667,6 @@ static void run_posts(struct ch_sched *s)
 }
 
 /* -- The loop ------------------------------------------------------------- */
-
-static void poll_io(struct ch_sched *s, int timeout_ms)
-{
-  struct epoll_event evs[MAX_EVENTS];
-  int n = epoll_wait(s->epfd, evs, MAX_EVENTS, timeout_ms);
-  if (n < 0) {
-    if (errno == EINTR) return;
-    ch_panic("epoll_wait: %s", strerror(errno));
-  }
-  for (int i = 0; i < n; i++) {
-    uint64_t d = evs[i].data.u64;
-    if (d == EV_WAKEUP) { run_posts(s); continue; }
-    struct ch_fd *f = ch_fd_peek((int)(uint32_t)d);
-    if (!f || f->gen != (uint32_t)(d >> 32)) continue;  /* stale: fd reused */
-    uint32_t e = evs[i].events;
-    short rev = (short)((e & EPOLLIN ? POLLIN : 0) | (e & EPOLLOUT ? POLLOUT : 0) |
-                        (e & EPOLLERR ? POLLERR : 0) | (e & EPOLLHUP ? POLLHUP : 0) |
-                        (e & EPOLLRDHUP ? POLLRDHUP : 0));
-    if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-      f->in_edge = 1;   /* read hooks: worth trying again (see hook.c) */
-      if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) f->in_eof = 1;
-      wake_list(&f->readers, rev);
-    }
-    if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) wake_list(&f->writers, rev);
-  }
-}
 
 /* Runs one batch: the loop switches into the first ready coroutine, which
 ** chains directly to the next ones; control comes back here when the batch
@@ -1068,7 +756,7 @@ int ch_run(void)
       pthread_mutex_unlock(&s->post_lock);
       if (!posts) break;
     }
-    poll_io(s, loop_timeout(s));
+    if (ch_poll_run(&s->poll, loop_timeout(s))) run_posts(s);
   }
   s->running = 0;
   return 0;
@@ -1132,4 +820,16 @@ int ch_stats(struct ch_stats *st)
   st->saved_alloc = s->saved_alloc;
   st->copied_bytes = s->copied_bytes;
   return 0;
+}
+
+/* -- Progress, for a watchdog on another thread ---------------------------- */
+
+uint64_t ch_sched_switches(const struct ch_sched *s)
+{
+  return __atomic_load_n(&s->switches, __ATOMIC_RELAXED);
+}
+
+struct ch_coro *ch_sched_running(const struct ch_sched *s)
+{
+  return __atomic_load_n(&s->current, __ATOMIC_RELAXED);
 }

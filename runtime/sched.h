@@ -1,7 +1,7 @@
 /*
-** The per-thread scheduler: ready queue, epoll, timers, the loop, and the
-** waits the hooks build on. One per thread, created on first use, found
-** through a thread-local pointer.
+** The per-thread scheduler: ready queues, park and unpark, the loop,
+** timers and cross-thread posts. One per thread, created on first use,
+** found through a thread-local pointer. Its fd waits are poll.c's.
 */
 #ifndef CH_SCHED_H
 #define CH_SCHED_H
@@ -13,6 +13,7 @@
 #include "coro.h"
 #include "ctx.h"
 #include "fd.h"
+#include "poll.h"
 #include "stack.h"
 #include "timer.h"
 
@@ -67,8 +68,7 @@ struct ch_sched {
   uint64_t images_trimmed_ns;   /* COPY: when trim_images last looked */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
-  int epfd;                     /* epoll instance */
-  int evfd;                     /* eventfd other threads write to wake us */
+  struct ch_poll poll;          /* the readiness backend (poll.c) */
   uint32_t batch;               /* direct switches in the current batch */
   uint32_t fair_switches;       /* batch limit, switches (>= 1) */
   uint32_t fair_usec;           /* batch limit, microseconds; 0: none */
@@ -95,13 +95,6 @@ extern __thread struct ch_sched *ch_sched_tls;
 ** it cannot be. */
 struct ch_sched *ch_sched_get(int *err);
 
-/* Yields. Parks the running coroutine on the given fd waiters (each linked
-** into its fd's readers or writers, registering fds with epoll as needed)
-** until one is ready, timeout_ms passes (< 0: never) or it is cancelled.
-** Returns 0 when woken by an fd (see each waiter's revents), -ETIMEDOUT,
-** -ECANCELED, or -EPERM if epoll refuses an fd (nothing parked then). */
-int ch_sched_wait(struct ch_waiter *w, int n, int64_t timeout_ms);
-
 /* Yields. Parks the running coroutine until ch_unpark or a deadline in
 ** nanoseconds (0: none); with uncancellable, ch_cancel does not wake it. */
 int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state);
@@ -110,8 +103,8 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state);
 ** yield check agree. Asked only when a call would block. */
 int ch_sched_may_park(struct ch_coro *c);
 
-/* Called by the close hook before the real close: wakes fd's waiters with
-** POLLNVAL, drops it from epoll and resets its entry. */
-void ch_sched_close_fd(int fd, struct ch_fd *f);
+/* The CLOCK_MONOTONIC deadline ms milliseconds from now, in ns; 0 for a
+** negative ms (none). */
+uint64_t ch_sched_deadline(int64_t ms);
 
 #endif

@@ -1,12 +1,18 @@
 /*
-** TLS on OpenSSL over the cosockets' non-blocking fds. OpenSSL's socket
-** BIO reads and writes the fd itself; every SSL call here is one
-** non-blocking attempt, and a WANT_READ or WANT_WRITE becomes a wait on
-** the same ch_task_wait_fd / ch_wait_fd_again path the plain code uses
-** (sound with the edge-triggered registration: WANT_* means the BIO's
-** read or write just said EAGAIN). The reference for behaviour and error
-** strings is lua-nginx-module's ngx_http_lua_socket_tcp.c
-** (sslhandshake) on nginx's ngx_event_openssl.c.
+** TLS on OpenSSL for cosockets, listeners and HTTP: contexts, sessions,
+** certificate checks, and one non-blocking step of a handshake, a read or
+** a write. Nothing here waits or yields: stream.c turns a WANT_READ or
+** WANT_WRITE into a wait, as it does for plain sockets.
+**
+** OpenSSL reads and writes the fd through a BIO of ours that makes the
+** runtime's calls (ch_io_read and ch_io_write with no wait, a -EAGAIN
+** becoming the BIO's retry) instead of its socket BIO's read(2): so the
+** TLS path keeps io.c's readiness judgement like the plain one (a record
+** read that drained the socket is noted, and the next attempt waits
+** without a doomed system call), and a wait after WANT_READ parks without
+** looking first. The reference for behaviour and error strings is
+** lua-nginx-module's ngx_http_lua_socket_tcp.c (sslhandshake) on nginx's
+** ngx_event_openssl.c.
 */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,9 +26,9 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
+#include "cohost.h"
+#include "log.h"
 #include "net/tls.h"
-
-#define COALESCE 16384   /* iovecs this small in total go out as one record */
 
 /* -- Errors --------------------------------------------------------------- */
 
@@ -227,14 +233,94 @@ fail_quiet:
 
 /* -- Connections -------------------------------------------------------------- */
 
+/* -- The BIO --------------------------------------------------------------- */
+
+/* A BIO on an fd through io.c. Its data is the fd; it never closes it
+** (the stream owns the fd, as BIO_NOCLOSE). */
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static int bio_fd(BIO *b)
+{
+  return (int)(intptr_t)BIO_get_data(b);
+}
+
+static int bio_read(BIO *b, char *buf, size_t n, size_t *got)
+{
+  BIO_clear_retry_flags(b);
+  ssize_t r = ch_io_read(bio_fd(b), buf, n, 0);
+  if (r >= 0) {
+    *got = (size_t)r;
+    /* EOF: BIO_eof must say so, or OpenSSL 3 takes a close without
+    ** close_notify for an error despite SSL_OP_IGNORE_UNEXPECTED_EOF. */
+    if (r == 0) BIO_set_flags(b, BIO_FLAGS_IN_EOF);
+    return r > 0;
+  }
+  if (r == -EAGAIN) BIO_set_retry_read(b);
+  else errno = (int)-r;   /* SSL_ERROR_SYSCALL reads it */
+  *got = 0;
+  return -1;
+}
+
+static int bio_write(BIO *b, const char *buf, size_t n, size_t *put)
+{
+  BIO_clear_retry_flags(b);
+  ssize_t r = ch_io_write(bio_fd(b), buf, n, 0);   /* MSG_NOSIGNAL */
+  if (r >= 0) {
+    *put = (size_t)r;
+    return 1;
+  }
+  if (r == -EAGAIN) BIO_set_retry_write(b);
+  else errno = (int)-r;
+  *put = 0;
+  return -1;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+  (void)num;
+  switch (cmd) {
+  case BIO_CTRL_FLUSH:   /* writes are never buffered here */
+  case BIO_CTRL_DUP:
+    return 1;
+  case BIO_CTRL_EOF:
+    return BIO_test_flags(b, BIO_FLAGS_IN_EOF) != 0;
+  case BIO_C_GET_FD:     /* SSL_get_fd */
+    if (ptr) *(int *)ptr = bio_fd(b);
+    return bio_fd(b);
+  default:
+    return 0;
+  }
+}
+
+static int bio_create(BIO *b)
+{
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static void bio_method_init(void)
+{
+  int type = BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR;
+  BIO_METHOD *m = BIO_meth_new(type, "cohost fd");
+  if (m && BIO_meth_set_read_ex(m, bio_read) && BIO_meth_set_write_ex(m, bio_write) &&
+      BIO_meth_set_ctrl(m, bio_ctrl) && BIO_meth_set_create(m, bio_create))
+    bio_method = m;
+}
+
 SSL *ch_tls_new(SSL_CTX *ctx, int fd, int server)
 {
+  pthread_once(&bio_once, bio_method_init);
+  if (!bio_method) return NULL;
   SSL *ssl = SSL_new(ctx);
   if (!ssl) return NULL;
-  if (SSL_set_fd(ssl, fd) != 1) {
+  BIO *b = BIO_new(bio_method);
+  if (!b) {
     SSL_free(ssl);
     return NULL;
   }
+  BIO_set_data(b, (void *)(intptr_t)fd);
+  SSL_set_bio(ssl, b, b);   /* one reference, for both directions */
   if (server) SSL_set_accept_state(ssl);
   else SSL_set_connect_state(ssl);
   return ssl;
@@ -254,14 +340,6 @@ void ch_tls_free(SSL *ssl, int notify)
   if (notify && SSL_is_init_finished(ssl)) SSL_shutdown(ssl);
   ERR_clear_error();
   SSL_free(ssl);
-}
-
-int ch_tls_wait(lua_State *L, const int *fdp, int ev, int ms)
-{
-  int fd = *fdp;
-  int r = L ? ch_task_wait_fd(L, fd, ev, ms) : ch_wait_fd_again(fd, ev, ms);
-  if (*fdp != fd || r < 0 || (r & POLLNVAL)) return -1;
-  return r > 0;
 }
 
 /* An SSL call's failure as our result: -EAGAIN with *ev, 0 for EOF, or
@@ -300,30 +378,20 @@ ssize_t ch_tls_write(SSL *ssl, const void *buf, size_t n, int *ev)
   return f == 0 ? -EPIPE : f;   /* the peer's close_notify: nothing more goes out */
 }
 
-int ch_tls_handshake(lua_State *L, SSL *ssl, const int *fdp, int ms)
+int ch_tls_handshake_step(SSL *ssl, int *ev)
 {
-  uint64_t deadline = ch_now_ns() + (uint64_t)ms * 1000000u;
   char buf[256];
-  for (;;) {
-    ERR_clear_error();
-    int r = SSL_do_handshake(ssl);
-    if (r == 1) return 0;
-    int e = SSL_get_error(ssl, r), ev;
-    if (e == SSL_ERROR_WANT_READ) ev = POLLIN;
-    else if (e == SSL_ERROR_WANT_WRITE) ev = POLLOUT;
-    else {
-      if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
-        ch_log(CH_LOG_INFO, "tls: handshake: %s", errno ? strerror(errno) : "peer closed");
-      else
-        ch_log(CH_LOG_INFO, "tls: handshake: %s", ssl_reason(buf, sizeof buf));
-      return -EPROTO;
-    }
-    uint64_t now = ch_now_ns();
-    if (now >= deadline) return -ETIMEDOUT;
-    int w = ch_tls_wait(L, fdp, ev, (int)((deadline - now + 999999) / 1000000u));
-    if (w < 0) return -EBADF;
-    if (w == 0) return -ETIMEDOUT;
-  }
+  ERR_clear_error();
+  int r = SSL_do_handshake(ssl);
+  if (r == 1) return 0;
+  int e = SSL_get_error(ssl, r);
+  if (e == SSL_ERROR_WANT_READ) { *ev = POLLIN; return -EAGAIN; }
+  if (e == SSL_ERROR_WANT_WRITE) { *ev = POLLOUT; return -EAGAIN; }
+  if (e == SSL_ERROR_SYSCALL && !ERR_peek_error())
+    ch_log(CH_LOG_INFO, "tls: handshake: %s", errno ? strerror(errno) : "peer closed");
+  else
+    ch_log(CH_LOG_INFO, "tls: handshake: %s", ssl_reason(buf, sizeof buf));
+  return -EPROTO;
 }
 
 int ch_tls_verify(SSL *ssl, const char *name, char *err, size_t errlen)
@@ -350,45 +418,6 @@ int ch_tls_verify(SSL *ssl, const char *name, char *err, size_t errlen)
   if (!ok) {
     snprintf(err, errlen, "certificate host mismatch");
     return -1;
-  }
-  return 0;
-}
-
-int ch_tls_write_all(lua_State *L, SSL *ssl, const int *fdp, struct iovec *iov, int n, int ms)
-{
-  /* Pieces written one by one would each make a record (a head and a
-  ** short body: two records, two packets); small totals go as one. */
-  char one[COALESCE];
-  struct iovec single;
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += iov[i].iov_len;
-  if (n > 1 && total <= sizeof one) {
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-      memcpy(one + off, iov[i].iov_base, iov[i].iov_len);
-      off += iov[i].iov_len;
-    }
-    single.iov_base = one;
-    single.iov_len = total;
-    iov = &single;
-    n = 1;
-  }
-  for (; n > 0; iov++, n--) {
-    const char *p = iov->iov_base;
-    size_t left = iov->iov_len;
-    while (left > 0) {
-      int ev;
-      ssize_t w = ch_tls_write(ssl, p, left, &ev);
-      if (w > 0) {
-        p += w;
-        left -= (size_t)w;
-        continue;
-      }
-      if (w != -EAGAIN) return (int)w;
-      int r = ch_tls_wait(L, fdp, ev, ms);
-      if (r < 0) return -EBADF;
-      if (r == 0) return -ETIMEDOUT;
-    }
   }
   return 0;
 }

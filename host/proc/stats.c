@@ -19,10 +19,6 @@
 #include "vm/task.h"
 
 struct slot {
-  /* Written by the worker only, read by anyone: relaxed atomics. On a
-  ** cache line of their own, away from what scrapers touch. */
-  _Alignas(64) _Atomic uint64_t requests;
-  _Atomic uint64_t accepted;
   _Alignas(64) pthread_mutex_t lock; /* guards the fields below */
   struct ch_worker *w;          /* set by ch_stats_worker_start */
   struct ch_sched *sched;       /* while the worker runs, else NULL */
@@ -45,25 +41,6 @@ static struct slot *mine(void)
   return w && slots ? &slots[w->id] : NULL;
 }
 
-static void bump(_Atomic uint64_t *n)
-{
-  /* One writer: load and store, not a locked add (~20 cycles saved). */
-  atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
-}
-
-void ch_stats_count_request(void)
-{
-  struct slot *s = mine();
-  if (s) bump(&s->requests);
-}
-
-void ch_stats_count_accept(void)
-{
-  struct slot *s = mine();
-  if (s) bump(&s->accepted);
-}
-
 /* -- Snapshots ------------------------------------------------------------ */
 
 /* What only the worker's own thread may read. */
@@ -80,10 +57,12 @@ static void read_own(struct ch_stats_worker *out)
   out->running = 1;
 }
 
+/* The worker's live counters (struct ch_worker), readable from anywhere. */
 static void add_live(struct ch_stats_worker *out, struct slot *s)
 {
-  out->requests = atomic_load_explicit(&s->requests, memory_order_relaxed);
-  out->accepted = atomic_load_explicit(&s->accepted, memory_order_relaxed);
+  if (!s->w) return;
+  out->requests = atomic_load_explicit(&s->w->requests, memory_order_relaxed);
+  out->accepted = atomic_load_explicit(&s->w->accepted, memory_order_relaxed);
 }
 
 void ch_stats_self(struct ch_stats_worker *out)

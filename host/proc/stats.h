@@ -33,13 +33,6 @@ void ch_stats_worker_start(struct ch_worker *w);
 /* Unregisters w before its thread ends (its scheduler goes with it). */
 void ch_stats_worker_stop(struct ch_worker *w);
 
-/* Counts one request served by cohost.http on the calling worker: two
-** plain memory accesses, no atomic read-modify-write (one writer). */
-void ch_stats_count_request(void);
-
-/* Counts one connection accepted on the calling worker. */
-void ch_stats_count_accept(void);
-
 /* Fills *out with the calling worker's figures, read now. */
 void ch_stats_self(struct ch_stats_worker *out);
 

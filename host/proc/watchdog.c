@@ -32,7 +32,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sched.h"
 #include "proc/watchdog.h"
 #include "vm/task.h"
 
@@ -107,29 +106,28 @@ static void on_hook(lua_State *L, lua_Debug *ar)
   s->victim = NULL;
   /* A switch since the hook went in (the stall ended inside C code)
   ** makes whoever runs now innocent, the victim included. */
-  struct ch_sched *sch = ch_sched_tls;
-  if (!victim || !sch || sch->current != victim || sch->switches != s->victim_switches) return;
+  if (!victim || ch_current() != victim || ch_sched_switches(s->sched) != s->victim_switches)
+    return;
   lua_pushfstring(L, "cpu watchdog: ran %ss without yielding", limit_text);
   lua_error(L);
 }
 
 /* CH_WATCHDOG_SIGNAL's handler: installs the hook if the coroutine the
-** watchdog saw stuck is still running, without a switch since. Touches
-** only this thread's scheduler fields and lua_sethook's. */
+** watchdog saw stuck is still running, without a switch since. Reads only
+** this thread's scheduler (plain loads) and calls lua_sethook's. */
 static void on_signal(int sig)
 {
   (void)sig;
   int saved = errno;
   struct slot *s = self;
-  struct ch_sched *sch = ch_sched_tls;
   struct ch_coro *target = s ? atomic_exchange(&s->target, NULL) : NULL;
-  if (target && sch && sch->current == target && !s->victim &&
-      sch->switches == atomic_load_explicit(&s->target_switches, memory_order_relaxed)) {
+  if (target && ch_sched_running(s->sched) == target && !s->victim &&
+      ch_sched_switches(s->sched) == atomic_load_explicit(&s->target_switches, memory_order_relaxed)) {
     s->old_hook = lua_gethook(s->L);
     s->old_mask = lua_gethookmask(s->L);
     s->old_count = lua_gethookcount(s->L);
     s->victim = target;
-    s->victim_switches = sch->switches;
+    s->victim_switches = ch_sched_switches(s->sched);
     lua_sethook(s->L, on_hook, LUA_MASKCOUNT, 1);
   }
   errno = saved;
@@ -148,8 +146,8 @@ static uint64_t cpu_ns(struct slot *s)
 ** clock read. */
 static void check(struct slot *s, uint64_t now, uint64_t period_ns)
 {
-  uint64_t sw = __atomic_load_n(&s->sched->switches, __ATOMIC_RELAXED);
-  struct ch_coro *cur = __atomic_load_n(&s->sched->current, __ATOMIC_RELAXED);
+  uint64_t sw = ch_sched_switches(s->sched);
+  struct ch_coro *cur = ch_sched_running(s->sched);
   uint64_t cpu = cpu_ns(s);
   /* Busy: the thread got at least 1% of a CPU since the last look. A
   ** spinning thread on a machine with 50 times more runnable threads than

@@ -60,14 +60,6 @@ void ch_task_release(struct ch_task *t);
 /* The task running Lua on this coroutine, or NULL. */
 struct ch_task *ch_task_current(void);
 
-/* Yields. Waits for fd as a Lua-facing binding should, after the call it
-** made on fd said EAGAIN or EINPROGRESS (it skips the readiness check, see
-** ch_wait_fd_again): parks the task if the VM allows it here, else blocks
-** the thread like libc. Returns ready
-** poll events (> 0) or 0 on timeout; raises a Lua error "cancelled" on L
-** when the task was cancelled. timeout_ms < 0 waits forever. */
-int ch_task_wait_fd(lua_State *L, int fd, int events, int timeout_ms);
-
 /* The yield check the host installs: ch_ljvm_may_park, plus a one-time
 ** warning naming the Lua call site when it says no. */
 int ch_task_may_park(struct ch_coro *c);

@@ -8,6 +8,7 @@
 --
 -- Only core modules are required, so init.lua may require this file.
 local socket = require "cohost.core.socket"
+local udp = require "cohost.core.udp"
 local task = require "cohost.core.task"
 local sys = require "cohost.core.sys"
 local bit = require "bit"
@@ -320,7 +321,7 @@ local c_connect, c_setpeername = tcp_mt.connect, udp_mt.setpeername
 -- Yields. One question over UDP to ns, within timeout seconds. A fresh
 -- socket per query gets a fresh random source port from the kernel.
 local function udp_exchange(ns, pkt, id, qname, qtype, timeout)
-  local s = socket.udp()
+  local s = udp.udp()
   local ok, err = c_setpeername(s, ns[1], ns[2])
   if ok then ok, err = s:send(pkt) end
   local deadline = monotonic() + timeout

@@ -5,6 +5,8 @@
 local task = require "cohost.core.task"
 local sys = require "cohost.core.sys"
 local socket = require "cohost.core.socket"
+local udp = require "cohost.core.udp"
+local listen = require "cohost.core.listen"
 
 local M = {}
 
@@ -15,8 +17,8 @@ M.ERR, M.WARN, M.NOTICE, M.INFO, M.DEBUG = 1, 2, 3, 4, 5
 
 -- Sockets.
 M.tcp = socket.tcp
-M.udp = socket.udp
-M.listen = socket.listen
+M.udp = udp.udp
+M.listen = listen.listen
 
 -- Time. sleep(seconds) parks the caller; sleep(0) lets the others run.
 M.sleep = task.sleep

@@ -393,7 +393,7 @@ static void fd_reader(void *arg) {
   int i = (int)(intptr_t)arg;
   char local_guard[256];
   memset(local_guard, 'a' + i, sizeof local_guard);
-  fd_rc[i] = ch_wait_fd(fd_sv[0], POLLIN, 5000);
+  fd_rc[i] = ch_io_wait(fd_sv[0], POLLIN, 5000);
   for (size_t k = 0; k < sizeof local_guard; k++)
     if (local_guard[k] != 'a' + i) { CHECK(!"local changed across the wait"); break; }
   if (fd_rc[i] > 0 && i == 0) {
@@ -428,7 +428,7 @@ static int close_rc[2];
 
 static void close_waiter(void *arg) {
   int i = (int)(intptr_t)arg;
-  close_rc[i] = ch_wait_fd(fd_sv[0], POLLIN, 5000);
+  close_rc[i] = ch_io_wait(fd_sv[0], POLLIN, 5000);
 }
 
 static void closer(void *arg) {
@@ -467,7 +467,7 @@ static void plain_parker(void *arg) {
 static void fd_parker(void *arg) {
   (void)arg;
   fdw_coro = ch_current();
-  fdw_rc = ch_wait_fd_again(fd_sv[0], POLLIN, -1);
+  fdw_rc = ch_io_wait(fd_sv[0], POLLIN, -1);
 }
 
 static void wait_monitor(void *arg) {
@@ -501,11 +501,11 @@ static int both_rc[2], both_read;
 
 static void both_waiter(void *arg) {
   (void)arg;
-  both_rc[0] = ch_wait_fd(fd_sv[1], POLLIN | POLLOUT, 5000);   /* full, empty */
+  both_rc[0] = ch_io_wait(fd_sv[1], POLLIN | POLLOUT, 5000);   /* full, empty */
   char c;
   CHECK_EQ(read(fd_sv[1], &c, 1), 1);
   both_read = 1;
-  both_rc[1] = ch_wait_fd(fd_sv[1], POLLIN | POLLOUT, 5000);   /* full again */
+  both_rc[1] = ch_io_wait(fd_sv[1], POLLIN | POLLOUT, 5000);   /* full again */
 }
 
 static void both_poker(void *arg) {

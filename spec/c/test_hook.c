@@ -583,7 +583,7 @@ static void reuse_r1(void *arg) {
 
 static void reuse_r2(void *arg) {
   struct reuse *u = arg;
-  u->r2_rc = ch_wait_fd(u->b0, POLLIN, 5000);
+  u->r2_rc = ch_io_wait(u->b0, POLLIN, 5000);
   /* Woken before anything was written to the new socket: an event of the
   ** old one was delivered to the new one's waiter. */
   if (!u->y_written) u->stale++;
@@ -626,7 +626,7 @@ static void reuse_driver(void *arg) {
     if (dup0 >= 0) CHECK_EQ(write(a[1], "X", 1), 1);  /* the old socket */
     /* Waiting on something ready forces the loop through epoll_wait, which
     ** is where a stale event of the old socket would surface. */
-    CHECK(ch_wait_fd(b[1], POLLOUT, 1000) > 0);
+    CHECK(ch_io_wait(b[1], POLLOUT, 1000) > 0);
     CHECK(!u->r2_done);
     u->y_written = 1;
     CHECK_EQ(write(b[1], "Y", 1), 1);

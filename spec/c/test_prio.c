@@ -280,7 +280,7 @@ static void fair_spinner(void *arg) {
 /* Yields. Waits for the pipe, notes the spinner's count. */
 static void fair_reader(void *arg) {
   struct fair *f = arg;
-  int r = ch_wait_fd(f->pipe[0], POLLIN, 10000);
+  int r = ch_io_wait(f->pipe[0], POLLIN, 10000);
   CHECK(r > 0);
   f->spins_at_wake = f->spins;
 }

@@ -1,0 +1,516 @@
+/*
+** HTTP connections. See conn.h for their life. Bytes come in through the
+** connection's stream (net/stream.c): its buffer holds the current
+** request from s.start on, its head kept there while the handler runs
+** (req.headers and the parsed spans point into it), its parsed body bytes
+** dropped as they are decoded.
+*/
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "worker.h"
+#include "http/conn.h"
+#include "http/response.h"
+#include "net/tls.h"
+
+#define BUF_SIZE      16384       /* input buffer, at least; grows to fit
+                                  ** the limits */
+#define DRAIN_MAX     (1 << 20)   /* unread body bytes drained to keep a
+                                  ** connection; more closes it */
+#define DRAIN_IDLE_MS 1000        /* a drain gives idle connections this
+                                  ** long to send one more request */
+#define LINGER_MS     2000        /* lingering close: how long to read and
+                                  ** discard so the client sees our answer */
+
+static __thread struct ch_http_conn *conns;   /* this worker's */
+
+/* -- Servers --------------------------------------------------------------- */
+
+void ch_http_server_unref(struct ch_http_server *s)
+{
+  if (--s->refs > 0) return;
+  if (s->log_owned) close(s->log_fd);
+  s->on_free(s);   /* frees s (lib_http.c) */
+}
+
+/* -- Connections ----------------------------------------------------------- */
+
+const char *ch_http_req_base(const struct ch_http_req *rq)
+{
+  return ch_stream_data(&rq->c->s);
+}
+
+int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n)
+{
+  char ip[INET6_ADDRSTRLEN];
+  if (c->family == AF_INET) {
+    inet_ntop(AF_INET, c->addr, ip, sizeof ip);
+    return snprintf(out, n, "%s:%u", ip, c->port);
+  }
+  if (c->family == AF_INET6) {
+    inet_ntop(AF_INET6, c->addr, ip, sizeof ip);
+    return snprintf(out, n, "[%s]:%u", ip, c->port);
+  }
+  return snprintf(out, n, "unix:");
+}
+
+static void conn_free(struct ch_http_conn *c)
+{
+  ch_unwatch_fd(&c->watch);
+  ch_timer_stop(&c->timer);
+  ch_stream_close(&c->s, 1);
+  if (c->prev) c->prev->next = c->next;
+  else if (conns == c) conns = c->next;
+  if (c->next) c->next->prev = c->prev;
+  struct ch_listener *l = c->l;
+  ch_http_server_unref(c->srv);
+  free(c);
+  ch_listener_conn_end(l);
+}
+
+static void conn_main(void *arg);
+
+static void on_idle_expired(struct ch_timer *t)
+{
+  struct ch_http_conn *c = (struct ch_http_conn *)((char *)t - offsetof(struct ch_http_conn, timer));
+  conn_free(c);
+}
+
+static void on_input(struct ch_watch *wt, int revents)
+{
+  struct ch_http_conn *c = wt->data;
+  ch_timer_stop(&c->timer);
+  if (revents & POLLNVAL) {   /* closed behind our back */
+    c->s.fd = -1;
+    conn_free(c);
+    return;
+  }
+  c->active = 1;
+  /* The listener's class (opts.priority) orders its requests against
+  ** other work on this worker. */
+  if (ch_spawn_prio(conn_main, c, ch_listener_prio(c->l)) < 0) conn_free(c);   /* no stack: shed it */
+}
+
+/* Waits for the next request with no coroutine. Call with nothing
+** buffered, right after a read said EAGAIN (the watch is edge-triggered). */
+static void go_idle(struct ch_http_conn *c, int ms)
+{
+  ch_stream_release(&c->s);
+  c->active = 0;
+  c->watch.data = c;
+  if (ch_watch_fd(&c->watch, c->s.fd, POLLIN, on_input) < 0) {
+    conn_free(c);
+    return;
+  }
+  c->timer.weak = 1;   /* an idle connection never keeps a worker alive */
+  if (ch_timer_start(&c->timer, ms, on_idle_expired) < 0) conn_free(c);
+}
+
+void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr *peer)
+{
+  struct ch_http_server *srv = ud;
+  struct ch_http_conn *c = calloc(1, sizeof *c);
+  SSL_CTX *ctx = ch_listener_ssl_ctx(l);
+  SSL *ssl = c && ctx ? ch_tls_new(ctx, fd, 1) : NULL;
+  if (!c || (ctx && !ssl)) {
+    free(c);
+    close(fd);
+    ch_listener_conn_end(l);
+    return;
+  }
+  ch_stream_init(&c->s, fd, ssl);
+  /* The buffer never grows past what the limits need: a head that does
+  ** not fit is a 431. */
+  size_t most = (size_t)srv->lim.max_line + srv->lim.max_header + 4096;
+  c->s.max = most > BUF_SIZE ? most : BUF_SIZE;
+  c->srv = srv;
+  srv->refs++;
+  c->l = l;
+  c->w = ch_worker_self;
+  c->family = (uint8_t)peer->sa.sa_family;
+  if (peer->sa.sa_family == AF_INET) {
+    c->port = ntohs(peer->in.sin_port);
+    memcpy(c->addr, &peer->in.sin_addr, 4);
+  } else if (peer->sa.sa_family == AF_INET6) {
+    c->port = ntohs(peer->in6.sin6_port);
+    memcpy(c->addr, &peer->in6.sin6_addr, 16);
+  }
+  c->next = conns;
+  if (conns) conns->prev = c;
+  conns = c;
+  /* A new socket's first registration reports its current state, so a
+  ** request already there wakes us at once. */
+  go_idle(c, srv->header_ms);
+}
+
+/* Yields. Keeps the worker running for the last DRAIN_IDLE_MS of its idle
+** connections (their timers are weak), then closes those still idle. */
+static void drain_grace(void *arg)
+{
+  (void)arg;
+  ch_sleep_ms(DRAIN_IDLE_MS);
+  for (struct ch_http_conn *c = conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->active) conn_free(c);
+  }
+}
+
+/* A drain does not close an idle connection at once: its client may be
+** sending the next request (a keep-alive client under load always is) or,
+** just accepted, its first, and a close with it unread resets the
+** connection. Each gets DRAIN_IDLE_MS: a request that comes is served
+** with Connection: close (decide_keep in response.c), and the rest are
+** closed. It costs no coroutine per connection: the idle watch and timer
+** stay, and one coroutine keeps the worker running meanwhile. */
+void ch_http_close_idle(struct ch_worker *w)
+{
+  (void)w;   /* the list is this thread's */
+  int idle = 0;
+  for (struct ch_http_conn *c = conns, *next; c; c = next) {
+    next = c->next;
+    if (!c->active) {
+      ch_timer_stop(&c->timer);
+      if (ch_timer_start(&c->timer, DRAIN_IDLE_MS, on_idle_expired) < 0) conn_free(c);
+      else idle++;
+    } else if (c->head_wait) {
+      ch_cancel(c->head_wait);   /* a half-sent head */
+    }
+  }
+  if (idle && ch_spawn(drain_grace, NULL) < 0)
+    for (struct ch_http_conn *c = conns, *next; c; c = next) {   /* no stack: close now */
+      next = c->next;
+      if (!c->active) conn_free(c);
+    }
+}
+
+/* Yields. Closes after an answer the client may still be sending into:
+** a close with unread input sends RST, which can destroy our answer in
+** the client's receive queue before it is read (nginx's lingering_close).
+** So shut down our side, read and discard for a while, then close. */
+static void linger_close(struct ch_http_conn *c)
+{
+  int fd = c->s.fd;
+  if (fd < 0) return;
+  if (c->s.ssl) SSL_shutdown(c->s.ssl);   /* close_notify, once; the rest is raw */
+  shutdown(fd, SHUT_WR);
+  char junk[4096];
+  uint64_t end = ch_now_ns() + (uint64_t)LINGER_MS * 1000000u;
+  size_t total = 0;
+  for (;;) {
+    uint64_t now = ch_now_ns();
+    if (now >= end) break;
+    ssize_t n = ch_io_read(fd, junk, sizeof junk, (int64_t)((end - now) / 1000000u) + 1);
+    if (n <= 0 || (total += (size_t)n) > DRAIN_MAX) break;
+  }
+}
+
+/* -- Request bodies ----------------------------------------------------------- */
+
+static void sink_pend(void *ud, const char *p, size_t n)
+{
+  struct ch_http_req *rq = ud;
+  if (rq->plen + n > rq->pcap) {
+    size_t cap = rq->pcap ? rq->pcap * 2 : 4096;
+    while (cap < rq->plen + n) cap *= 2;
+    char *q = realloc(rq->pend, cap);
+    if (!q) { rq->body_status = 500; return; }
+    rq->pend = q;
+    rq->pcap = cap;
+  }
+  memcpy(rq->pend + rq->plen, p, n);
+  rq->plen += n;
+  rq->body_total += n;
+}
+
+static void sink_discard(void *ud, const char *p, size_t n)
+{
+  (void)p;
+  ((struct ch_http_req *)ud)->body_total += n;
+}
+
+int ch_http_body_more(struct ch_http_req *rq, int discard)
+{
+  struct ch_http_conn *c = rq->c;
+  struct ch_http_head *h = &rq->h;
+  ch_http_body_fn sink = discard ? sink_discard : sink_pend;
+  if (rq->body_status) return -rq->body_status;
+  if (h->expect_continue && !rq->continue_sent && !rq->started) {
+    static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    rq->continue_sent = 1;
+    int r = ch_stream_write(&c->s, cont, sizeof cont - 1, c->srv->send_ms);
+    if (r < 0) return r;
+  }
+  uint64_t before = rq->body_total;
+  while (!h->body_done) {
+    size_t avail = ch_stream_avail(&c->s);
+    if (c->pos < avail) {
+      h->body_limit = c->srv->max_body;
+      long n = ch_http_body_parse(h, ch_stream_data(&c->s) + c->pos, avail - c->pos, sink, rq);
+      if (n < 0) {
+        rq->body_status = (int)-n;   /* 400, or 413 for a chunk declared too big */
+        return (int)n;
+      }
+      c->pos += (size_t)n;
+      if (rq->body_total > c->srv->max_body && !discard) {
+        rq->body_status = 413;
+        return -413;
+      }
+      if (rq->body_status == 500) return -ENOMEM;
+      if (rq->body_total > before) return 1;
+      continue;
+    }
+    /* All parsed: drop the parsed body bytes, keep the head (req.headers
+    ** points into it); the fill moves it to the buffer's start if it must
+    ** make room. */
+    if (c->pos > h->head_len) {
+      c->s.end = c->s.start + h->head_len;
+      c->pos = h->head_len;
+    }
+    ssize_t n = ch_stream_fill(&c->s, 1, c->srv->body_ms);
+    if (n > 0) continue;
+    if (n == 0) return -ECONNRESET;
+    if (n == -EBADF) return -ECONNRESET;
+    return (int)n;   /* -ETIMEDOUT, -ECANCELED, -ENOMEM, a read error */
+  }
+  return rq->body_total > before ? 1 : 0;
+}
+
+const char *ch_http_body_error(int r)
+{
+  switch (r) {
+  case -413: return "too large";
+  case -400: return "bad request";
+  case -ETIMEDOUT: return "timeout";
+  case -ENOMEM: return "no memory";
+  default: return "closed";
+  }
+}
+
+int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *n)
+{
+  struct ch_http_conn *c = rq->c;
+  /* Bytes after the request head: the new protocol's first bytes. */
+  size_t from = c->pos;
+  if (!rq->h.chunked && rq->h.body_left == 0 && from < rq->h.head_len) from = rq->h.head_len;
+  size_t avail = ch_stream_avail(&c->s);
+  if (from > avail) from = avail;
+  *pre = ch_stream_data(&c->s) + from;
+  *n = avail - from;
+  int fd = c->s.fd;
+  *ssl = c->s.ssl;
+  c->s.fd = -1;   /* the buffer stays until the connection ends: *pre */
+  c->s.ssl = NULL;
+  rq->hijacked = 1;
+  rq->keep = 0;
+  return fd;
+}
+
+/* -- The connection coroutine ------------------------------------------------- */
+
+static void access_log(struct ch_http_conn *c, struct ch_http_req *rq)
+{
+  struct ch_http_server *s = c->srv;
+  if (s->log_fd < 0) return;
+  const struct ch_http_head *h = &rq->h;
+  const char *base = ch_http_req_base(rq);
+  char peer[80], when[40], line[2048];
+  ch_http_peer(c, peer, sizeof peer);
+  char *colon = strrchr(peer, ':');
+  if (colon && peer[0] != '[') *colon = 0;
+  time_t now = time(NULL);
+  struct tm tm;
+  localtime_r(&now, &tm);
+  strftime(when, sizeof when, "%d/%b/%Y:%H:%M:%S %z", &tm);
+  const char *ref = "-", *ua = "-";
+  int refl = 1, ual = 1;
+  for (int i = 0; i < h->nheaders; i++) {
+    if (ch_http_name_is(base, h->name[i], "referer")) {
+      ref = base + h->value[i].off;
+      refl = (int)h->value[i].len;
+    } else if (ch_http_name_is(base, h->name[i], "user-agent")) {
+      ua = base + h->value[i].off;
+      ual = (int)h->value[i].len;
+    }
+  }
+  int reql = (int)(h->line_end - h->start - 2);
+  int n = snprintf(line, sizeof line, "%s - - [%s] \"%.*s\" %d %llu \"%.*s\" \"%.*s\"\n", peer,
+                   when, reql > 1000 ? 1000 : reql, base + h->start, rq->status,
+                   (unsigned long long)rq->sent, refl > 300 ? 300 : refl, ref,
+                   ual > 300 ? 300 : ual, ua);
+  if (n > (int)sizeof line) n = sizeof line;
+  ssize_t w = write(s->log_fd, line, (size_t)n);
+  (void)w;
+}
+
+/* One spare request per worker: a keep-alive client that waits for each
+** answer makes every request an active spell of its own, and a malloc and
+** free of these 2.7 KB cost ~300 instructions a request. */
+static __thread struct ch_http_req *rq_spare;
+
+static struct ch_http_req *rq_take(void)
+{
+  struct ch_http_req *rq = rq_spare;
+  if (rq) rq_spare = NULL;
+  else rq = malloc(sizeof *rq);
+  return rq;
+}
+
+static void rq_drop(struct ch_http_req *rq)
+{
+  if (!rq) return;
+  if (!rq_spare) rq_spare = rq;
+  else free(rq);
+}
+
+/* Yields. Serves the request whose head rq->h is parsed: the handler,
+** then whatever it left of the response and of the body. Returns 1 to
+** keep the connection, 0 to close it. */
+static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
+{
+  struct ch_http_server *srv = c->srv;
+  struct ch_http_head *h = &rq->h;
+  ch_worker_count_request(c->w);
+  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
+    ch_http_answer_error(c, 413);
+    linger_close(c);
+    return 0;
+  }
+  /* The state after the head, up to the error text (1 KiB nobody reads
+  ** unless the handler fails). */
+  memset(&rq->pend, 0, offsetof(struct ch_http_req, err) - offsetof(struct ch_http_req, pend));
+  rq->err[0] = '\0';
+  rq->c = c;
+  rq->clen = -1;
+  rq->start_ns = ch_now_ns();
+  const char *base = ch_http_req_base(rq);
+  rq->head_only = h->method.len == 4 && memcmp(base + h->method.off, "HEAD", 4) == 0;
+  srv->run(srv, rq);
+  if (rq->failed < 0) {   /* a target that is no path */
+    ch_http_answer_error(c, 400);
+    linger_close(c);
+    ch_http_req_release(rq);
+    return 0;
+  }
+  int keep = ch_http_response_finish(rq);
+  if (!rq->hijacked) access_log(c, rq);
+  /* What the handler left of the body: drain a little to keep the
+  ** connection, else close. */
+  if (keep && !h->body_done) {
+    if (rq->body_status) {
+      keep = 0;
+    } else {
+      int r;
+      while ((r = ch_http_body_more(rq, 1)) > 0)
+        if (rq->body_total > DRAIN_MAX) { keep = 0; break; }
+      if (r < 0) keep = 0;
+    }
+  }
+  if (rq->body_status == 413 && !rq->hijacked) linger_close(c);   /* let it read the 413 */
+  ch_http_req_release(rq);
+  return keep;
+}
+
+/* Yields. The TLS handshake, within the header timeout; a failed one
+** closes quietly (its reason is logged at info). Returns 0 or -1. Out of
+** line: conn_main's frame lies under every request's handler. */
+static __attribute__((noinline)) int handshake(struct ch_http_conn *c)
+{
+  c->head_wait = ch_current();
+  int r = ch_stream_handshake(&c->s, c->srv->header_ms);
+  c->head_wait = NULL;
+  if (r < 0) {
+    ch_log(CH_LOG_INFO, "tls: handshake with a client failed: %s",
+           r == -EPROTO ? "see above" : strerror(-r));
+    return -1;
+  }
+  c->tls_ready = 1;
+  return 0;
+}
+
+/* Yields. Reads the next request's head into rq->h: its length (> 0),
+** -status for a framing error to answer (400, 408, 414, 431, 501, 505),
+** 0 when the connection went idle (nothing of a new request came: the
+** coroutine is to end), or -1 when it is to close. */
+static int read_head(struct ch_http_conn *c, struct ch_http_req *rq, int idle_ms)
+{
+  struct ch_http_server *srv = c->srv;
+  struct ch_http_head *h = &rq->h;
+  ch_http_head_init(h);
+  uint64_t deadline = 0;
+  c->pos = 0;
+  for (;;) {
+    int r = ch_http_head_parse(h, ch_stream_data(&c->s), ch_stream_avail(&c->s), &srv->lim);
+    if (r != 0) return r;
+    size_t have = ch_stream_avail(&c->s);
+    if (have && !deadline)   /* the first byte: the clock starts */
+      deadline = ch_now_ns() + (uint64_t)srv->header_ms * 1000000u;
+    ssize_t n = ch_stream_fill(&c->s, 1, 0);
+    if (n > 0) continue;
+    if (n == -ENOBUFS) return -431;
+    if (n != -EAGAIN) return -1;   /* EOF, or an error */
+    if (!have) {   /* nothing of a new request: go idle */
+      /* ch_stream_fill says -EAGAIN for TLS only after SSL_read found
+      ** nothing decrypted either; this states it. */
+      assert(!c->s.ssl || SSL_pending(c->s.ssl) == 0);
+      if (c->w->stopping) return -1;   /* draining: idle is over */
+      go_idle(c, idle_ms);
+      return 0;
+    }
+    uint64_t now = ch_now_ns();
+    if (now >= deadline) return -408;
+    c->head_wait = ch_current();
+    int w = ch_stream_wait(&c->s, (int)((deadline - now + 999999) / 1000000u));
+    c->head_wait = NULL;
+    if (w == -ETIMEDOUT) return -408;
+    if (w < 0) return -1;
+  }
+}
+
+/* Yields. The connection's coroutine: requests until the input runs dry
+** (then IDLE with no coroutine) or the connection must close. */
+static void conn_main(void *arg)
+{
+  struct ch_http_conn *c = arg;
+  struct ch_http_server *srv = c->srv;
+  int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
+  struct ch_http_req *rq = NULL;   /* freed when this active spell ends */
+  if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
+  for (;;) {
+    if (!c->s.buf && ch_stream_reserve(&c->s, c->s.max) < 0) break;
+    if (!rq && !(rq = rq_take())) break;
+    rq->c = c;
+    int r = read_head(c, rq, idle_ms);
+    if (r == 0) {
+      rq_drop(rq);
+      return;   /* idle: a watch waits for the next request */
+    }
+    if (r == -1) goto close;
+    if (r < 0) {
+      if (c->w->stopping) goto close;
+      ch_http_answer_error(c, -r);
+      linger_close(c);
+      goto close;
+    }
+    c->pos = (size_t)r;
+    int keep = serve(c, rq);
+    c->nreq++;
+    if (!keep || c->s.fd < 0) goto close;
+    /* The next request starts where this message ended. */
+    ch_stream_consume(&c->s, c->pos);
+    idle_ms = srv->keepalive_ms;
+  }
+close:
+  rq_drop(rq);
+  c->active = 0;
+  conn_free(c);
+}

@@ -1,0 +1,152 @@
+/*
+** The HTTP/1.1 server's connections, in C: reading and framing requests,
+** their bodies, keep-alive, lingering close and the drain. A connection
+** spends its idle time with no coroutine at all (a watch on its fd and a
+** weak timer); a request binds one, reads the head, hands the request to
+** its server's run callback (lib_http.c runs the Lua handler there) and
+** finishes what the handler left of the response and of the body.
+**
+** A connection's life:
+**   accept -> IDLE: an fd in epoll (a ch_watch) and a weak timer, no
+**             coroutine, no stack, no Lua thread, no buffer (~250 bytes)
+**   input  -> ACTIVE: a coroutine reads the head (absolute header
+**             deadline), runs the request, and loops while pipelined
+**             bytes are buffered
+**   EAGAIN with nothing buffered -> IDLE again (the coroutine ends)
+** Framing errors answer 400/413/414/431/501/505 with Connection: close and
+** never reach a handler, nor does anything pipelined behind them.
+*/
+#ifndef CH_HTTP_CONN_H
+#define CH_HTTP_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohost.h"
+#include "http/parse.h"
+#include "net/addr.h"
+#include "net/listener.h"
+#include "net/stream.h"
+
+struct ch_worker;
+struct ch_http_req;
+
+/* One http.listen's settings and handler. Connections hold references,
+** so closing the listener does not pull it from under them. */
+struct ch_http_server {
+  int handler;                    /* registry ref of handler(req, res);
+                                  ** lib_http.c's, opaque here */
+  int refs;                       /* the Lua object, each connection */
+  struct ch_http_limits lim;
+  uint64_t max_body;              /* bytes */
+  int header_ms, body_ms, send_ms, keepalive_ms;
+  uint32_t keepalive_requests;
+  int debug;                      /* 500 bodies carry the error */
+  int log_fd;                     /* access log, or -1 */
+  int log_owned;                  /* log_fd is ours to close */
+  char server_hdr[64];            /* "Server: cohost\r\n" or "" */
+  /* Yields. Runs the handler on request rq (lib_http.c: everything that
+  ** needs Lua happens in it, so the connection never needs the Lua
+  ** thread again); sets rq->failed, rq->status if unsent, rq->err. */
+  void (*run)(struct ch_http_server *s, struct ch_http_req *rq);
+  /* The last reference went: lib_http.c drops the handler ref the next
+  ** time it is in Lua. Never calls Lua. */
+  void (*on_free)(struct ch_http_server *s);
+};
+
+/* Drops a reference; the last one frees s. */
+void ch_http_server_unref(struct ch_http_server *s);
+
+struct ch_http_conn {
+  struct ch_watch watch;          /* IDLE: waits for input */
+  struct ch_timer timer;          /* IDLE: keep-alive or first-request expiry */
+  struct ch_stream s;             /* the connection; its buffer holds the
+                                  ** current request's head from s.start on
+                                  ** (req.headers point into it), and is given
+                                  ** back while IDLE */
+  struct ch_http_server *srv;
+  struct ch_listener *l;
+  struct ch_worker *w;
+  uint8_t tls_ready;              /* its TLS handshake is done */
+  uint8_t active;                 /* a coroutine serves it */
+  uint32_t nreq;                  /* requests served */
+  size_t pos;                     /* parsed up to s.start + pos */
+  struct ch_coro *head_wait;      /* its coroutine while it waits for the
+                                  ** rest of a head (shutdown cancels it) */
+  uint8_t family;                 /* the peer's address, compact (an idle
+                                  ** connection is ~250 bytes): for req.peer
+                                  ** and the access log */
+  uint16_t port;
+  uint8_t addr[16];
+  struct ch_http_conn *prev, *next;   /* this worker's connections */
+};
+
+/* A request's head and state. On the heap, not on the connection
+** coroutine's stack: req and res reach them from any coroutine (threads
+** the handler spawns), and in copy-stack mode that stack holds another
+** coroutine's frames while the handler is parked. */
+struct ch_http_req {
+  struct ch_http_conn *c;         /* NULL when the request is over */
+  struct ch_http_head h;
+  /* Body */
+  char *pend;                     /* decoded body bytes not yet handed out */
+  size_t plen, pcap;
+  uint64_t body_total;            /* decoded bytes so far */
+  int body_status;                /* 413 or 400 once the body failed */
+  uint8_t continue_sent;
+  /* Response (http/response.c) */
+  uint8_t started;                /* head written (or buffered) */
+  uint8_t finished;               /* the whole response is out */
+  uint8_t chunked;                /* body in chunked encoding */
+  uint8_t until_close;            /* HTTP/1.0 stream: ends by closing */
+  uint8_t head_only;              /* HEAD: no body bytes */
+  uint8_t nobody;                 /* 1xx, 204, 304: no body bytes */
+  uint8_t keep;                   /* keep-alive, decided with the head */
+  uint8_t hijacked;               /* res:hijack() took the connection */
+  uint8_t user_close;             /* the handler set Connection: close */
+  int status;                     /* as sent */
+  int64_t clen;                   /* Content-Length sent, or -1 */
+  uint64_t sent;                  /* body bytes written */
+  char *hdrs;                     /* the handler's header lines */
+  size_t hdrs_len, hdrs_cap;
+  struct { uint32_t off, len, nlen; } *hx;   /* index of hdrs' lines */
+  int nhx, hxcap;
+  uint64_t start_ns;              /* for the access log */
+  /* What the run callback says */
+  int failed;                     /* the handler raised; -1: a target that
+                                  ** is no path (400) */
+  char err[1024];                 /* the error, for debug 500s */
+};
+
+/* The bytes of rq's head (s.start of its connection's buffer). */
+const char *ch_http_req_base(const struct ch_http_req *rq);
+
+/* The listener's admit for an HTTP server (ud is the server). */
+void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr *peer);
+
+/* Gives w's idle HTTP connections one second for one more request
+** (answered with Connection: close), then closes them (they hold no
+** coroutine, so nothing else would); connections in a request finish it
+** and close. Never yields. Call on w's own thread. */
+void ch_http_close_idle(struct ch_worker *w);
+
+/* Yields. Decodes more of rq's body into rq->pend (or, with discard,
+** throws it away): at least one byte, or the end. Returns 1 if bytes
+** came, 0 at the end of the body, or -errno / -status: -ETIMEDOUT,
+** -ECONNRESET (the client closed), -ECANCELED, -ENOMEM, -400 (bad chunked
+** body), -413 (past max_body). */
+int ch_http_body_more(struct ch_http_req *rq, int discard);
+
+/* The text of a ch_http_body_more failure: "too large", "bad request",
+** "timeout", "no memory", "closed". */
+const char *ch_http_body_error(int r);
+
+/* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */
+int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n);
+
+/* Hands rq's connection over (res:hijack): returns its fd, TLS state and
+** the bytes after the request head (the new protocol's first bytes) at
+** *pre; the connection keeps nothing. */
+int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *n);
+
+#endif

@@ -1,0 +1,498 @@
+/*
+** Listeners. See listener.h. Each has one acceptor coroutine, a plain C
+** coroutine that never touches Lua (it may not run finalizers): it
+** accepts until the listener is closed or the worker stops, and yields
+** every ACCEPT_BATCH connections so a flood cannot starve the handlers.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cohost.h"
+#include "log.h"
+#include "worker.h"
+#include "net/listener.h"
+#include "proc/master_listen.h"
+
+#define BACKLOG      511          /* nginx's default listen backlog */
+#define ACCEPT_BATCH 64           /* accepts before the acceptor yields */
+#define BUSY_MAX     64           /* 503 answers in flight per worker; past
+                                  ** it, a connection over the limit is closed */
+#define BUSY_LINGER_MS 1000       /* a 503 waits this long for the client's
+                                  ** close, reading what it sends */
+#define BUSY_DRAIN   (64 * 1024)  /* and reads at most this much */
+#define QUEUED_MAX   4096         /* taken off all listeners at a drain at
+                                  ** most; the rest are reset with them */
+
+/* -- Process-wide coordination --------------------------------------------- */
+
+/* Every worker runs the script's main chunk, so each calls listen() with
+** the same arguments and binds its own socket (SO_REUSEPORT spreads
+** connections between them). Two things need agreement between workers:
+** the port a "port 0" listen got, and, for unix sockets, which cannot be
+** bound twice, the one socket they all accept on (each worker gets a dup).
+** Entries are keyed by the address string and by which listen() call with
+** that string this was on its worker. */
+struct shared {
+  struct shared *next;
+  int nth;                  /* nth listen() with addr on a worker */
+  int port;                 /* the port the first worker got */
+  int fd;                   /* unix: the socket every worker dups; or -1 */
+  int users;                /* unix: listeners open on fd */
+  int from_master;          /* unix: fd is the master's socket (--processes),
+                            ** whose path the master unlinks, not us */
+  char addr[];              /* the address as given */
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared *shared_list;   /* guarded by shared_lock; never shrinks */
+
+/* Finds or makes (addr, nth). Call with shared_lock held. NULL on ENOMEM. */
+static struct shared *shared_get(const char *addr, int nth, int *made)
+{
+  struct shared *s;
+  for (s = shared_list; s; s = s->next)
+    if (s->nth == nth && strcmp(s->addr, addr) == 0) {
+      *made = 0;
+      return s;
+    }
+  size_t n = strlen(addr);
+  if (!(s = calloc(1, sizeof *s + n + 1))) return NULL;
+  memcpy(s->addr, addr, n + 1);
+  s->nth = nth;
+  s->fd = -1;
+  s->next = shared_list;
+  shared_list = s;
+  *made = 1;
+  return s;
+}
+
+/* Per worker: how many times listen() saw each address string. */
+struct seen {
+  struct seen *next;
+  int count;
+  char addr[];
+};
+static __thread struct seen *seen_list;
+
+static int seen_next(const char *addr)
+{
+  struct seen *s;
+  for (s = seen_list; s; s = s->next)
+    if (strcmp(s->addr, addr) == 0) return s->count++;
+  size_t n = strlen(addr);
+  if (!(s = malloc(sizeof *s + n + 1))) return 0;
+  memcpy(s->addr, addr, n + 1);
+  s->count = 1;
+  s->next = seen_list;
+  seen_list = s;
+  return 0;
+}
+
+/* Opens, binds and listens on a TCP socket for a; with port 0, agrees on
+** the port with the other workers. Returns the fd or -errno. Never yields
+** and never calls Lua while holding shared_lock. */
+static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen, int backlog)
+{
+  int one = 1, err = 0, made = 0;
+  int zero_port = (a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port) == 0;
+  struct shared *s = NULL;
+  if (zero_port) {
+    pthread_mutex_lock(&shared_lock);
+    if (!(s = shared_get(spec, nth, &made))) {
+      pthread_mutex_unlock(&shared_lock);
+      return -ENOMEM;
+    }
+    /* A worker before us got the port; or, with --processes, the master
+    ** reserved it for every process (master_listen.h). */
+    int port = made ? ch_master_reserve_port(spec, nth, &a->sa, alen) : s->port;
+    if (port < 0 && port != -ENOSYS) {
+      s->nth = -1;   /* the next worker asks afresh */
+      pthread_mutex_unlock(&shared_lock);
+      return port;
+    }
+    if (port > 0) {
+      if (a->sa.sa_family == AF_INET) a->in.sin_port = htons((uint16_t)port);
+      else a->in6.sin6_port = htons((uint16_t)port);
+    }
+  }
+  int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    err = errno;
+  } else {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (a->sa.sa_family == AF_INET6)   /* nginx's ipv6only=on */
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, &a->sa, alen) < 0 || listen(fd, backlog) < 0) {
+      err = errno;
+    } else {
+      socklen_t len = sizeof *a;
+      getsockname(fd, &a->sa, &len);
+    }
+  }
+  if (s) {
+    if (made && !err)
+      s->port = ntohs(a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port);
+    else if (made)   /* nobody got a port: the next worker tries afresh */
+      s->nth = -1;
+    pthread_mutex_unlock(&shared_lock);
+  }
+  if (err) {
+    if (fd >= 0) close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+/* Binds the unix socket path once per process (with --processes, the
+** master binds it once for all: master_listen.h); every other worker gets
+** a dup of it. A stale socket file (nobody accepting) is removed first.
+** Returns the fd or -errno. Never parks: the lock is held throughout. */
+static int open_unix(const char *spec, int nth, const union ch_addr *a, socklen_t alen, int backlog,
+                     struct shared **sp)
+{
+  int made, err = 0, fd = -1;
+  pthread_mutex_lock(&shared_lock);
+  struct shared *s = shared_get(spec, nth, &made);
+  if (!s) {
+    err = ENOMEM;
+  } else if (s->fd >= 0) {
+    if ((fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0) err = errno;
+  } else {
+    fd = ch_master_listen_unix(spec, nth, &a->un, alen, backlog);
+    if (fd == -ENOSYS) fd = ch_listen_unix(&a->un, alen, backlog);   /* no master */
+    else s->from_master = fd >= 0;
+    if (fd < 0) err = -fd;
+    else if ((s->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) err = errno;
+  }
+  if (!err) {
+    s->users++;
+    *sp = s;
+  }
+  pthread_mutex_unlock(&shared_lock);
+  if (err) {
+    if (fd >= 0) close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+
+/* -- Listeners ------------------------------------------------------------ */
+
+struct ch_listener {
+  int fd;                   /* listening socket; -1 once closed */
+  int reserve;              /* /dev/null, given up to shed a connection
+                            ** when accept says EMFILE; -1 if we have none */
+  int refs;                 /* the opener's, the acceptor, each connection */
+  struct ch_worker *w;      /* owner */
+  struct shared *shared;    /* unix: the process-wide socket; else NULL */
+  union ch_addr addr;       /* bound address, for addr() */
+  struct ch_listener_opts o;   /* as opened; o.ssl_ctx owned */
+  struct ch_listener *next; /* this worker's open listeners */
+};
+
+static __thread struct ch_listener *listeners;   /* open ones */
+static __thread uint64_t warned_ns;   /* last rate-limited warning */
+static __thread int busy_n;           /* busy_main coroutines running */
+
+static void release(struct ch_listener *l)
+{
+  if (--l->refs > 0) return;
+  if (l->o.on_free) l->o.on_free(l->o.free_ud);
+  SSL_CTX_free(l->o.ssl_ctx);   /* live SSLs hold their own reference */
+  free(l);
+}
+
+void ch_listener_unref(struct ch_listener *l) { release(l); }
+
+void ch_listener_close(struct ch_listener *l)
+{
+  if (l->fd < 0) return;
+  for (struct ch_listener **p = &listeners; *p; p = &(*p)->next)
+    if (*p == l) { *p = l->next; break; }
+  int fd = l->fd;
+  l->fd = -1;
+  close(fd);   /* wakes the acceptor with EBADF */
+  if (l->reserve >= 0) close(l->reserve);
+  l->reserve = -1;
+  if (l->shared) {
+    pthread_mutex_lock(&shared_lock);
+    if (--l->shared->users == 0) {
+      close(l->shared->fd);
+      l->shared->fd = -1;
+      if (!l->shared->from_master) unlink(l->addr.un.sun_path);
+    }
+    pthread_mutex_unlock(&shared_lock);
+    l->shared = NULL;
+  }
+}
+
+void ch_listener_conn_end(struct ch_listener *l)
+{
+  l->w->connections--;
+  release(l);
+}
+
+const union ch_addr *ch_listener_addr(const struct ch_listener *l) { return &l->addr; }
+int ch_listener_fd(const struct ch_listener *l) { return l->fd; }
+int ch_listener_prio(const struct ch_listener *l) { return l->o.prio; }
+SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l) { return l->o.ssl_ctx; }
+
+/* Logs at most once a second per worker. */
+static int may_warn(void)
+{
+  uint64_t now = ch_now_ns();
+  if (warned_ns && now - warned_ns < 1000000000u) return 0;
+  warned_ns = now;
+  return 1;
+}
+
+/* -- Over the limit --------------------------------------------------------- */
+
+static const char busy_reply[] =
+  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+  "Content-Length: 24\r\nConnection: close\r\n\r\n503 Service Unavailable\n";
+
+/* Yields. Answers a connection over --max-connections on an HTTP listener
+** with a fixed 503, without parsing anything or running Lua, and closes
+** it. The answer fits an empty send buffer, so one send does. Then, as
+** http/conn.c's lingering close, it shuts down its side and reads what the
+** client sends until it closes (at most BUSY_LINGER_MS and BUSY_DRAIN):
+** closing with the request unread would send RST, which can destroy the
+** 503 in the client's receive queue before it is read. */
+static void busy_main(void *arg)
+{
+  int fd = (int)(intptr_t)arg;
+  if (ch_io_write(fd, busy_reply, sizeof busy_reply - 1, 0) > 0) {
+    shutdown(fd, SHUT_WR);
+    char junk[4096];
+    uint64_t end = ch_now_ns() + (uint64_t)BUSY_LINGER_MS * 1000000u;
+    size_t total = 0;
+    for (;;) {
+      uint64_t now = ch_now_ns();
+      if (now >= end) break;
+      ssize_t n = ch_io_read(fd, junk, sizeof junk, (int64_t)((end - now) / 1000000u) + 1);
+      if (n <= 0 || (total += (size_t)n) > BUSY_DRAIN) break;
+    }
+  }
+  close(fd);
+  busy_n--;
+}
+
+/* A connection over --max-connections: HTTP listeners answer 503 on a
+** small coroutine, unless they speak TLS (the answer would need a
+** handshake first) or BUSY_MAX answers are under way; everything else is
+** closed at once. Logs once a second at most. */
+static void refuse(struct ch_listener *l, int fd)
+{
+  int answered = 0;
+  if (l->o.answer_503 && !l->o.ssl_ctx && busy_n < BUSY_MAX) {
+    busy_n++;
+    if (ch_spawn_prio(busy_main, (void *)(intptr_t)fd, l->o.prio) >= 0) answered = 1;
+    else busy_n--;
+  }
+  if (!answered) close(fd);
+  if (may_warn())
+    ch_log(CH_LOG_WARN, "%d connections reached (--max-connections): %s new ones",
+           ch_opts.max_connections, l->o.answer_503 ? "answering 503 to" : "closing");
+}
+
+/* Hands a new connection to the protocol, or refuses it when the worker
+** is at --max-connections. */
+static void admit(struct ch_listener *l, int fd, const union ch_addr *peer)
+{
+  struct ch_worker *w = l->w;
+  ch_worker_count_accept(w);
+  if (ch_opts.max_connections > 0 && w->connections >= (uint64_t)ch_opts.max_connections) {
+    refuse(l, fd);
+    return;
+  }
+  if (peer->sa.sa_family != AF_UNIX) {
+    int one = 1;   /* small answers go out at once */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  l->refs++;
+  w->connections++;
+  l->o.admit(l->o.admit_ud, l, fd, peer);
+}
+
+/* -- The acceptor ----------------------------------------------------------- */
+
+/* Yields (backing off). Out of fds: accept and close one pending
+** connection with the fd kept for the purpose, as libev and libuv do.
+** Linux says EMFILE before it looks for a connection, so at the limit
+** accept never says EAGAIN and a plain retry would spin. Returns 1 if a
+** connection was shed, 0 if none is pending. Without a reserve it backs
+** off 100 ms. */
+static int shed(struct ch_listener *l, int err)
+{
+  if (may_warn())
+    ch_log(CH_LOG_ERR, "accept: %s; closing new connections", strerror(err));
+  if (l->reserve < 0) {
+    ch_sleep_ms(100);
+    l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return 1;
+  }
+  close(l->reserve);
+  int fd = ch_io_accept(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) close(fd);
+  l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0;
+}
+
+/* Yields. The acceptor's coroutine. */
+static void acceptor(void *arg)
+{
+  struct ch_listener *l = arg;
+  struct ch_worker *w = l->w;
+  int batch = 0;
+  while (l->fd >= 0 && !w->stopping) {
+    if (++batch == ACCEPT_BATCH) {
+      batch = 0;
+      ch_yield();
+      continue;
+    }
+    union ch_addr peer;
+    socklen_t plen = sizeof peer;
+    memset(&peer, 0, sizeof peer);   /* unnamed unix peers fill no path */
+    int fd = ch_io_accept(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      admit(l, fd, &peer);
+      continue;
+    }
+    switch (fd) {
+    case -EMFILE:
+    case -ENFILE:
+      if (shed(l, -fd)) break;
+      /* Nothing pending: wait for the next connection. */
+      /* fallthrough */
+    case -EAGAIN:
+      batch = 0;
+      if (ch_io_wait(l->fd, POLLIN, -1) < 0) goto done;   /* -EBADF: closed */
+      break;
+    case -ECONNABORTED:
+    case -EPROTO:
+    case -EPERM:   /* a firewall said no to this one */
+      break;
+    case -EBADF:
+    case -EINVAL:
+    case -ENOTSOCK:
+      goto done;
+    default:   /* ENOBUFS, ENOMEM: wait for memory */
+      if (may_warn()) ch_log(CH_LOG_ERR, "accept: %s", strerror(-fd));
+      ch_sleep_ms(100);
+    }
+  }
+done:
+  ch_listener_close(l);
+  release(l);
+}
+
+/* -- Opening ---------------------------------------------------------------- */
+
+int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
+                     const struct ch_listener_opts *o, struct ch_listener **out)
+{
+  struct ch_worker *w = ch_worker_self;
+  int backlog = o->backlog > 0 ? o->backlog : BACKLOG;
+  struct ch_listener *l = calloc(1, sizeof *l);
+  if (!l) {
+    SSL_CTX_free(o->ssl_ctx);
+    return -ENOMEM;
+  }
+  int nth = seen_next(spec);
+  struct shared *shared = NULL;
+  int fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
+                                      : open_tcp(spec, nth, a, alen, backlog);
+  if (fd < 0) {
+    SSL_CTX_free(o->ssl_ctx);
+    free(l);
+    return fd;
+  }
+  l->fd = fd;
+  l->w = w;
+  l->shared = shared;
+  l->addr = *a;
+  l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  l->o = *o;
+  l->refs = 2;   /* the opener's and the acceptor's */
+  int id = ch_spawn_prio(acceptor, l, l->o.prio);   /* a high listener accepts first too */
+  if (id < 0) {
+    l->o.on_free = NULL;   /* the caller gets the error, and keeps its own */
+    l->refs = 1;
+    ch_listener_close(l);
+    release(l);
+    return id;
+  }
+  l->next = listeners;
+  listeners = l;
+  *out = l;
+  return 0;
+}
+
+/* -- Drain ------------------------------------------------------------------ */
+
+/* Connections the kernel queued on a listener that is about to close. */
+struct queued {
+  struct ch_listener *l;    /* holds a reference until admitted */
+  int fd;
+  union ch_addr peer;
+};
+
+/* Accepts what is already queued on w's listeners, each holding a ref on
+** its listener; returns how many (q grows as needed, *q may be NULL). A
+** listener that shares its port with another process (SO_REUSEPORT, a
+** reload's new workers) resets its queued connections when it closes:
+** Linux does not move them to the other sockets (unless the
+** net.ipv4.tcp_migrate_req sysctl is on), so a drain serves them here. */
+static int take_queued(struct queued **q)
+{
+  int n = 0, cap = 0;
+  for (struct ch_listener *l = listeners; l; l = l->next) {
+    while (n < QUEUED_MAX) {
+      union ch_addr peer;
+      socklen_t plen = sizeof peer;
+      memset(&peer, 0, sizeof peer);
+      int fd = ch_io_accept(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;   /* -EAGAIN: none left; anything else: give up */
+      if (n == cap) {
+        int ncap = cap ? cap * 2 : 16;
+        struct queued *g = realloc(*q, (size_t)ncap * sizeof *g);
+        if (!g) { close(fd); break; }
+        *q = g;
+        cap = ncap;
+      }
+      (*q)[n].l = l;
+      (*q)[n].fd = fd;
+      (*q)[n].peer = peer;
+      l->refs++;
+      n++;
+    }
+  }
+  return n;
+}
+
+
+void ch_listener_drain(struct ch_worker *w)
+{
+  struct queued *q = NULL;
+  int n = w->stopping ? take_queued(&q) : 0;
+  while (listeners) ch_listener_close(listeners);
+  /* Each is served like any other during a drain (HTTP: the idle grace of
+  ** ch_http_close_idle, one request, then Connection: close). */
+  for (int i = 0; i < n; i++) {
+    admit(q[i].l, q[i].fd, &q[i].peer);
+    release(q[i].l);
+  }
+  free(q);
+}

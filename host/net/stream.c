@@ -1,0 +1,342 @@
+/*
+** Buffered connections. See stream.h. The waits are all in
+** ch_stream_wait, which hands them to io.c; the reads in fill_once, which
+** is the one place bytes come in, plain or TLS.
+*/
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cohost.h"
+#include "net/stream.h"
+#include "net/tls.h"
+
+#define BUF_MIN    4096           /* first buffer: a 4 KiB page, as nginx's
+                                  ** lua_socket_buffer_size */
+#define BUF_KEEP   (64 * 1024)    /* larger ones are freed once drained */
+#define BUF_CACHE  32             /* drained buffers kept per thread */
+#define READ_CHUNK 1024           /* least room worth a read when scanning */
+#define COALESCE   16384          /* iovecs this small in total go out as
+                                  ** one TLS record */
+
+/* -- Buffers ------------------------------------------------------------------ */
+
+/* Buffers a drained stream let go of, kept for the next reader on this
+** thread: every echoed message parks without its buffer (so an idle
+** connection holds none) and needs one back, and the cache spares a
+** malloc and free per message. Bounded: BUF_CACHE buffers of at most
+** BUF_KEEP bytes. */
+static __thread struct { char *buf; size_t cap; } cache[BUF_CACHE];
+static __thread int ncached;
+
+static void give_back(struct ch_stream *s)
+{
+  if (s->buf && s->cap <= BUF_KEEP && ncached < BUF_CACHE) {
+    cache[ncached].buf = s->buf;
+    cache[ncached].cap = s->cap;
+    ncached++;
+  } else {
+    free(s->buf);
+  }
+  s->buf = NULL;
+  s->start = s->end = s->cap = 0;
+}
+
+/* A cached buffer of at least want bytes (and at most s->max), or a new
+** one of *cap bytes. */
+static char *take(const struct ch_stream *s, size_t want, size_t *cap)
+{
+  for (int i = ncached; i-- > 0;)
+    if (cache[i].cap >= want && (!s->max || cache[i].cap <= s->max)) {
+      char *b = cache[i].buf;
+      *cap = cache[i].cap;
+      cache[i] = cache[--ncached];
+      return b;
+    }
+  return malloc(*cap);
+}
+
+int ch_stream_reserve(struct ch_stream *s, size_t want)
+{
+  size_t used = s->end - s->start;
+  if (!s->buf) {
+    size_t cap = want > BUF_MIN ? want : BUF_MIN;
+    if (s->max && cap > s->max) cap = s->max;
+    if (cap < want) return -ENOBUFS;
+    if (!(s->buf = take(s, want, &cap))) return -ENOMEM;
+    s->start = s->end = 0;
+    s->cap = cap;
+    return 0;
+  }
+  if (s->cap - s->end >= want) return 0;
+  if (s->start > 0) {   /* O(unread) */
+    memmove(s->buf, s->buf + s->start, used);
+    s->start = 0;
+    s->end = used;
+    if (s->cap - s->end >= want) return 0;
+  }
+  size_t cap = s->cap * 2;
+  while (cap - used < want) cap *= 2;
+  if (s->max && cap > s->max) cap = s->max;
+  if (cap - used < want) return -ENOBUFS;
+  char *b = realloc(s->buf, cap);
+  if (!b) return -ENOMEM;
+  s->buf = b;
+  s->cap = cap;
+  return 0;
+}
+
+char *ch_stream_data(const struct ch_stream *s)
+{
+  static char none[1];
+  return s->buf ? s->buf + s->start : none;
+}
+
+void ch_stream_consume(struct ch_stream *s, size_t n)
+{
+  s->start += n;
+  if (s->start == s->end) {
+    s->start = s->end = 0;
+    if (s->cap > BUF_KEEP) give_back(s);
+  }
+}
+
+void ch_stream_release(struct ch_stream *s)
+{
+  if (s->start == s->end) give_back(s);
+}
+
+void ch_stream_drop(struct ch_stream *s)
+{
+  if (!s->filling) give_back(s);
+}
+
+int ch_stream_put(struct ch_stream *s, const void *p, size_t n)
+{
+  if (n == 0) return 0;
+  int r = ch_stream_reserve(s, n);
+  if (r < 0) return r;
+  memcpy(s->buf + s->end, p, n);
+  s->end += n;
+  return 0;
+}
+
+/* -- Life --------------------------------------------------------------------- */
+
+void ch_stream_init(struct ch_stream *s, int fd, SSL *ssl)
+{
+  memset(s, 0, sizeof *s);
+  s->fd = fd;
+  s->ssl = ssl;
+  s->want_ev = POLLIN;
+}
+
+void ch_stream_close(struct ch_stream *s, int notify)
+{
+  if (s->fd >= 0) {
+    int fd = s->fd;
+    s->fd = -1;
+    ch_tls_free(s->ssl, notify);
+    close(fd);   /* wakes whoever waits on it with EBADF */
+  } else {
+    ch_tls_free(s->ssl, 0);
+  }
+  s->ssl = NULL;
+  s->eof = 0;
+  if (!s->filling) give_back(s);
+}
+
+/* -- Reading ------------------------------------------------------------------ */
+
+/* One read into the buffer, making room for want. Returns bytes (> 0), 0
+** at EOF, -EAGAIN with want_ev set when there is nothing to read yet, or
+** -errno. Out of line, so that its locals are not in ch_stream_fill's
+** frame while the stream is parked (COPY mode saves that frame for every
+** idle connection, docs/stacks.md). */
+static __attribute__((noinline)) ssize_t fill_once(struct ch_stream *s, size_t want)
+{
+  if (s->fd < 0) return -EBADF;
+  int r = ch_stream_reserve(s, want);
+  if (r < 0) return r;
+  size_t room = s->cap - s->end;
+  ssize_t n;
+  if (s->ssl) {
+    /* Always SSL_read: it may hold decrypted bytes (SSL_pending) that
+    ** no input edge will announce. Its own socket reads are io.c's (the
+    ** BIO in tls.c), so a WANT_* means they said EAGAIN. */
+    int ev = POLLIN;
+    n = ch_tls_read(s->ssl, s->buf + s->end, room, &ev);
+    if (n == -EAGAIN) s->want_ev = (uint8_t)ev;
+  } else {
+    n = ch_io_read(s->fd, s->buf + s->end, room, 0);
+    if (n == -EAGAIN) s->want_ev = POLLIN;
+  }
+  if (n > 0) s->end += (size_t)n;
+  else if (n == 0) s->eof = 1;
+  return n;
+}
+
+int ch_stream_wait(struct ch_stream *s, int timeout_ms)
+{
+  int fd = s->fd;
+  if (fd < 0) return -EBADF;
+  s->filling++;
+  int r = ch_io_wait(fd, s->want_ev, timeout_ms);
+  s->filling--;
+  if (s->fd != fd) return -EBADF;   /* closed meanwhile */
+  return r;
+}
+
+ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
+{
+  for (;;) {
+    ssize_t n = fill_once(s, want);
+    if (n != -EAGAIN || timeout_ms == 0) return n;
+    ch_stream_release(s);   /* park without a buffer */
+    int r = ch_stream_wait(s, timeout_ms);
+    if (r < 0) return r;
+  }
+}
+
+int ch_stream_line(struct ch_stream *s, int timeout_ms, size_t *len)
+{
+  size_t scanned = 0;
+  for (;;) {
+    char *p = ch_stream_data(s);
+    size_t avail = ch_stream_avail(s);
+    char *nl = avail > scanned ? memchr(p + scanned, '\n', avail - scanned) : NULL;
+    if (nl) {
+      *len = (size_t)(nl - p) + 1;
+      return 1;
+    }
+    scanned = avail;   /* offsets from start survive a compaction */
+    if (s->eof) return 0;
+    ssize_t r = ch_stream_fill(s, READ_CHUNK, timeout_ms);
+    if (r <= 0) return (int)r;
+  }
+}
+
+/* Length of the longest tail of p[0, n) that is a head of the pattern:
+** those bytes may still turn out to be the pattern. O(plen^2), and plen is
+** a boundary string. */
+static size_t pattern_tail(const char *p, size_t n, const char *pat, size_t plen)
+{
+  size_t k = n < plen - 1 ? n : plen - 1;
+  for (; k > 0; k--)
+    if (memcmp(p + n - k, pat, k) == 0) return k;
+  return 0;
+}
+
+int ch_stream_until(struct ch_stream *s, const char *pat, size_t plen, size_t limit,
+                    int timeout_ms, size_t *pos, size_t *safe)
+{
+  size_t from = 0;   /* no match starts before this offset */
+  *safe = 0;
+  for (;;) {
+    const char *p = ch_stream_data(s);
+    size_t avail = ch_stream_avail(s);
+    const char *hit = avail - from >= plen ? memmem(p + from, avail - from, pat, plen) : NULL;
+    if (hit) {
+      *pos = (size_t)(hit - p);
+      *safe = *pos;
+      return 1;
+    }
+    from = avail - pattern_tail(p, avail, pat, plen);
+    *safe = from;
+    if (limit && from >= limit) return 2;
+    if (s->eof) return 0;
+    ssize_t r = ch_stream_fill(s, READ_CHUNK, timeout_ms);
+    if (r <= 0) return (int)r;
+  }
+}
+
+/* -- Writing ------------------------------------------------------------------ */
+
+static void advance(struct iovec **iov, int *n, size_t w)
+{
+  while (*n > 0 && w >= (*iov)->iov_len) {
+    w -= (*iov)->iov_len;
+    (*iov)++;
+    (*n)--;
+  }
+  if (*n > 0) {
+    (*iov)->iov_base = (char *)(*iov)->iov_base + w;
+    (*iov)->iov_len -= w;
+  }
+}
+
+static int write_tls(struct ch_stream *s, struct iovec *iov, int n, int timeout_ms)
+{
+  /* Pieces written one by one would each make a record (a head and a
+  ** short body: two records, two packets); small totals go as one. */
+  char one[COALESCE];
+  struct iovec single;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  if (n > 1 && total <= sizeof one) {
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+      memcpy(one + off, iov[i].iov_base, iov[i].iov_len);
+      off += iov[i].iov_len;
+    }
+    single.iov_base = one;
+    single.iov_len = total;
+    iov = &single;
+    n = 1;
+  }
+  while (n > 0) {
+    if (s->fd < 0) return -EBADF;
+    if (iov->iov_len == 0) { iov++; n--; continue; }
+    int ev = POLLOUT;
+    ssize_t w = ch_tls_write(s->ssl, iov->iov_base, iov->iov_len, &ev);
+    if (w > 0) {
+      advance(&iov, &n, (size_t)w);
+      continue;
+    }
+    if (w != -EAGAIN) return (int)w;
+    s->want_ev = (uint8_t)ev;
+    int r = ch_stream_wait(s, timeout_ms);
+    if (r < 0) return r;
+  }
+  return 0;
+}
+
+int ch_stream_writev(struct ch_stream *s, struct iovec *iov, int n, int timeout_ms)
+{
+  if (s->ssl) return write_tls(s, iov, n, timeout_ms);
+  while (n > 0) {
+    int fd = s->fd;
+    if (fd < 0) return -EBADF;
+    ssize_t w = ch_io_writev(fd, iov, n, timeout_ms);
+    if (w < 0) return (int)w;
+    if (s->fd != fd) return -EBADF;   /* closed while it waited */
+    advance(&iov, &n, (size_t)w);
+  }
+  return 0;
+}
+
+int ch_stream_write(struct ch_stream *s, const void *p, size_t n, int timeout_ms)
+{
+  struct iovec iov = { (void *)p, n };
+  return ch_stream_writev(s, &iov, 1, timeout_ms);
+}
+
+/* -- TLS handshake --------------------------------------------------------------- */
+
+int ch_stream_handshake(struct ch_stream *s, int timeout_ms)
+{
+  uint64_t deadline = ch_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  for (;;) {
+    if (s->fd < 0) return -EBADF;
+    int ev = POLLIN;
+    int r = ch_tls_handshake_step(s->ssl, &ev);
+    if (r != -EAGAIN) return r;
+    uint64_t now = ch_now_ns();
+    if (now >= deadline) return -ETIMEDOUT;
+    s->want_ev = (uint8_t)ev;
+    r = ch_stream_wait(s, (int)((deadline - now + 999999) / 1000000u));
+    if (r < 0) return r;
+  }
+}

@@ -1,0 +1,397 @@
+/*
+** I/O on fds: the one path every read, write, accept, connect and wait of
+** the runtime takes, the hooks' and the host's alike. A call is tried
+** first; on EAGAIN the caller waits for readiness and tries again.
+**
+** Readiness is judged here and nowhere else. poll.c counts the events
+** epoll reports per fd; this file notes, at each read that came back
+** short or said EAGAIN, the input count it saw (in_seen). Until epoll
+** reports input again, another read could only say EAGAIN, so it is not
+** made: the caller waits first. That saves one system call per message
+** on a request/response stream (Go's netpoller keeps the same bit). A
+** wait that had to block in poll(2) (the coroutine may not park there)
+** sees readiness epoll never counted, so it clears the judgement: the
+** next read is always made.
+**
+** Writes are always tried; a write that said EAGAIN is noted (out_full)
+** only so that a later ch_io_wait for POLLOUT can park without looking.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#include "cohost.h"
+#include "coro.h"
+#include "io.h"
+#include "libc.h"
+#include "poll.h"
+#include "sched.h"
+
+/* -- The fd table's side -------------------------------------------------- */
+
+struct ch_fd *ch_io_prepare(int fd)
+{
+  struct ch_fd *f = ch_fd_get(fd);
+  if (!f) return NULL;
+  if (f->kind == CH_FD_UNKNOWN && ch_fd_classify(fd, f) < 0) return NULL;
+  if ((f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && !f->user_nonblock &&
+      !f->sys_nonblock) {
+    int fl = ch_libc.fcntl(fd, F_GETFL);
+    if (fl < 0 || ch_libc.fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return NULL;
+    f->sys_nonblock = 1;
+  }
+  return f;
+}
+
+struct ch_fd *ch_io_fd_new(int fd, int kind, int user_nonblock, int sys_nonblock, int stream)
+{
+  struct ch_fd *f = ch_fd_get(fd);
+  if (!f) return NULL;
+  if (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers)
+    ch_poll_close(fd, f);
+  f->kind = (uint8_t)kind;
+  f->user_nonblock = (uint8_t)(user_nonblock != 0);
+  f->sys_nonblock = (uint8_t)(sys_nonblock != 0);
+  f->stream = (uint8_t)(stream != 0);
+  return f;
+}
+
+void ch_io_fd_dup(int oldfd, int newfd)
+{
+  struct ch_fd *o = ch_fd_peek(oldfd);
+  if (!o || o->kind == CH_FD_UNKNOWN) {
+    struct ch_fd *f = ch_fd_peek(newfd);
+    if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
+      ch_poll_close(newfd, f);
+    return;
+  }
+  struct ch_fd *f = ch_io_fd_new(newfd, o->kind, o->user_nonblock, o->sys_nonblock, o->stream);
+  if (!f) return;
+  f->rcvtimeo_ms = o->rcvtimeo_ms;
+  f->sndtimeo_ms = o->sndtimeo_ms;
+}
+
+/* -- The judgement --------------------------------------------------------- */
+
+/* Non-zero when a read of f could only say EAGAIN: the last one emptied
+** the buffer and epoll has reported no input since. After RDHUP, HUP or
+** ERR a read is always made: a short read may have left the EOF or the
+** error to read. */
+static inline int input_known_empty(const struct ch_fd *f)
+{
+  return f->in_drained && f->in_seen == f->in_events && !f->hup;
+}
+
+static inline int output_known_full(const struct ch_fd *f)
+{
+  return f->out_full && f->out_seen == f->out_events;
+}
+
+static inline void note_input_empty(struct ch_fd *f)
+{
+  f->in_drained = 1;
+  f->in_seen = f->in_events;
+}
+
+static inline void note_output_full(struct ch_fd *f)
+{
+  f->out_full = 1;
+  f->out_seen = f->out_events;
+}
+
+/* -- Waiting ---------------------------------------------------------------- */
+
+/* Milliseconds left until deadline (rounded up), 0 when it has passed. */
+static int64_t left_ms(uint64_t deadline, uint64_t now)
+{
+  return now >= deadline ? 0 : (int64_t)((deadline - now + 999999) / 1000000);
+}
+
+/* Waits in poll(2), blocking the thread: where the caller may not park
+** (outside a coroutine, a finalizer, an FFI call) or epoll refuses fd.
+** Readiness seen here was never counted by epoll, so it clears f's
+** judgement for the directions that are ready. */
+static __attribute__((noinline)) int block(int fd, struct ch_fd *f, int events, int64_t ms,
+                                           uint64_t deadline)
+{
+  struct pollfd p = { fd, (short)events, 0 };
+  for (;;) {
+    int r = ch_libc.poll(&p, 1, ms < 0 ? -1 : ms > INT_MAX ? INT_MAX : (int)ms);
+    if (r > 0) {
+      if (p.revents & POLLNVAL) return -EBADF;
+      if (f) {
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) f->in_drained = 0;
+        if (p.revents & (POLLOUT | POLLHUP | POLLERR)) f->out_full = 0;
+      }
+      return p.revents & (events | POLLERR | POLLHUP);
+    }
+    if (r == 0) return -ETIMEDOUT;
+    if (errno != EINTR) return -errno;
+    if (deadline) {   /* restart with what is left, as SA_RESTART would */
+      ms = left_ms(deadline, ch_now_ns());
+      if (ms == 0) return -ETIMEDOUT;
+    }
+  }
+}
+
+/* Whether epoll can take fd on this scheduler (registering it if need
+** be): a regular file or /dev/null cannot, and a full max_user_watches or
+** a memory shortage refuse too; the wait then blocks like libc rather
+** than spin. Out of line: the parked frames stay small. */
+static __attribute__((noinline)) int can_park_on(int fd)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_fd *f = ch_fd_get(fd);
+  return f && ch_poll_add(s, fd, f) == 0;
+}
+
+/* Yields. The wait itself: parked when the caller is a coroutine that may
+** park, else in poll(2) until deadline (0: none; ms is what is left of
+** it). The park is a tail call, so that in COPY mode a parked connection
+** saves no frame of this file (docs/stacks.md, idle memory). */
+static int wait_for(int fd, int events, int64_t ms, uint64_t deadline)
+{
+  struct ch_coro *c = ch_current();
+  if (c) {
+    if (c->cancelled) {
+      c->cancel_hits++;
+      return -ECANCELED;
+    }
+    if (ch_sched_may_park(c) && can_park_on(fd)) return ch_poll_wait(fd, events, ms);
+  }
+  return block(fd, ch_fd_peek(fd), events, ms, deadline);
+}
+
+int ch_io_wait_until(int fd, int events, int64_t timeout_ms, uint64_t *deadline_ns)
+{
+  int64_t ms = timeout_ms;
+  if (timeout_ms > 0) {
+    uint64_t now = ch_now_ns();
+    if (!*deadline_ns) *deadline_ns = now + (uint64_t)timeout_ms * 1000000u;
+    if ((ms = left_ms(*deadline_ns, now)) == 0) return -ETIMEDOUT;
+  } else if (timeout_ms == 0) {
+    return -ETIMEDOUT;
+  }
+  return wait_for(fd, events, ms, timeout_ms > 0 ? *deadline_ns : 0);
+}
+
+/* Edge-triggered epoll reports changes, not states: unless io.c knows fd
+** is not ready in every direction asked (its last call said so and no
+** event came since), look first. Returns the ready events, 0 when not
+** ready, or -EBADF. */
+static __attribute__((noinline)) int look(int fd, int events)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (f && (!(events & POLLIN) || input_known_empty(f)) &&
+      (!(events & POLLOUT) || output_known_full(f)))
+    return 0;
+  struct pollfd p = { fd, (short)events, 0 };
+  if (ch_libc.poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & POLLNVAL) return -EBADF;
+  return p.revents & (events | POLLERR | POLLHUP);
+}
+
+int ch_io_wait(int fd, int events, int64_t timeout_ms)
+{
+  if (fd < 0) return -EBADF;
+  events &= POLLIN | POLLOUT;
+  if (!events) return -EINVAL;
+  int r = look(fd, events);
+  if (r != 0) return r;
+  if (timeout_ms == 0) return -ETIMEDOUT;
+  uint64_t deadline = timeout_ms > 0 ? ch_sched_deadline(timeout_ms) : 0;
+  return wait_for(fd, events, timeout_ms, deadline);
+}
+
+/* -- The engine -------------------------------------------------------------- */
+
+ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
+{
+  struct ch_fd *f = ch_io_prepare(op->fd);
+  int input = op->events == POLLIN;
+  if (f && f->kind == CH_FD_WAITFIRST) {
+    /* Flags untouched (the file may be shared with other processes):
+    ** wait until a blocking call would not block, then make one. */
+    int r = ch_io_wait(op->fd, op->events, timeout_ms);
+    if (r < 0) return timeout_ms == 0 && r == -ETIMEDOUT ? -EAGAIN : r;
+    ssize_t n = op->call(op);
+    return n < 0 ? -errno : n;
+  }
+  for (;;) {
+    if (!(f && input && input_known_empty(f))) {
+      ssize_t n = op->call(op);
+      if (n >= 0) {
+        if (f && input && op->judge && f->stream && (size_t)n < op->want) note_input_empty(f);
+        return n;
+      }
+      int e = errno;
+      if (e == EINTR) continue;
+      if (e != EAGAIN && e != EWOULDBLOCK) return -e;
+      if (f) {
+        if (input) note_input_empty(f);
+        else note_output_full(f);
+      }
+    }
+    if (timeout_ms == 0) return -EAGAIN;
+    int r = ch_io_wait_until(op->fd, op->events, timeout_ms, deadline_ns);
+    if (r < 0) return r;
+  }
+}
+
+/* -- The calls ---------------------------------------------------------------- */
+
+struct buf_op {
+  struct ch_io_op op;
+  void *buf;
+};
+
+struct vec_op {
+  struct ch_io_op op;
+  const struct iovec *iov;
+  int iovcnt;
+};
+
+static ssize_t call_read(struct ch_io_op *op)
+{
+  return ch_libc.read(op->fd, ((struct buf_op *)op)->buf, op->want);
+}
+
+static ssize_t call_readv(struct ch_io_op *op)
+{
+  struct vec_op *v = (struct vec_op *)op;
+  return ch_libc.readv(op->fd, v->iov, v->iovcnt);
+}
+
+/* On a socket, send(MSG_NOSIGNAL): a peer gone away is EPIPE, never a
+** SIGPIPE that would end a process with the default handler. */
+static ssize_t call_write(struct ch_io_op *op)
+{
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  const void *buf = ((struct buf_op *)op)->buf;
+  if (f && f->kind == CH_FD_SOCKET) return ch_libc.send(op->fd, buf, op->want, MSG_NOSIGNAL);
+  return ch_libc.write(op->fd, buf, op->want);
+}
+
+static ssize_t call_writev(struct ch_io_op *op)
+{
+  struct vec_op *v = (struct vec_op *)op;
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  if (f && f->kind == CH_FD_SOCKET) {
+    struct msghdr m = { .msg_iov = (struct iovec *)v->iov, .msg_iovlen = (size_t)v->iovcnt };
+    return ch_libc.sendmsg(op->fd, &m, MSG_NOSIGNAL);
+  }
+  return ch_libc.writev(op->fd, v->iov, v->iovcnt);
+}
+
+static size_t iov_total(const struct iovec *iov, int n)
+{
+  size_t t = 0;
+  for (int i = 0; i < n; i++) t += iov[i].iov_len;
+  return t;
+}
+
+ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
+{
+  struct buf_op b = { { call_read, fd, POLLIN, 1, n }, buf };
+  uint64_t deadline = 0;
+  return ch_io_run(&b.op, timeout_ms, &deadline);
+}
+
+ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
+{
+  if (iovcnt < 0) return -EINVAL;
+  struct vec_op v = { { call_readv, fd, POLLIN, 1, iov_total(iov, iovcnt) }, iov, iovcnt };
+  uint64_t deadline = 0;
+  return ch_io_run(&v.op, timeout_ms, &deadline);
+}
+
+ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
+{
+  struct buf_op b = { { call_write, fd, POLLOUT, 0, n }, (void *)buf };
+  uint64_t deadline = 0;
+  return ch_io_run(&b.op, timeout_ms, &deadline);
+}
+
+ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
+{
+  if (iovcnt < 0) return -EINVAL;
+  struct vec_op v = { { call_writev, fd, POLLOUT, 0, 0 }, iov, iovcnt };
+  uint64_t deadline = 0;
+  return ch_io_run(&v.op, timeout_ms, &deadline);
+}
+
+/* -- Connections ---------------------------------------------------------------- */
+
+struct accept_op {
+  struct ch_io_op op;
+  struct sockaddr *addr;
+  socklen_t *len;
+  int flags;
+};
+
+static ssize_t call_accept(struct ch_io_op *op)
+{
+  struct accept_op *a = (struct accept_op *)op;
+  return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
+}
+
+int ch_io_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t timeout_ms)
+{
+  struct accept_op a = { { call_accept, fd, POLLIN, 0, 0 }, addr, len, flags };
+  uint64_t deadline = 0;
+  int r = (int)ch_io_run(&a.op, timeout_ms, &deadline);
+  if (r >= 0) {
+    /* Known from birth, as the accept hook records it: no classification
+    ** (five system calls) at its first use. */
+    struct ch_fd *l = ch_fd_peek(fd), *nf;
+    nf = ch_io_fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, 0, l ? l->stream : 1);
+    if (nf && l) {
+      nf->rcvtimeo_ms = l->rcvtimeo_ms;
+      nf->sndtimeo_ms = l->sndtimeo_ms;
+    }
+  }
+  return r;
+}
+
+/* How long a connect waits before it tries again when a unix socket's
+** listener has a full backlog: the kernel says EAGAIN and, the socket
+** being unconnected, reports it writable at once, so waiting for an event
+** would spin. */
+#define CONNECT_RETRY_MS 10
+
+int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t timeout_ms)
+{
+  ch_io_prepare(fd);
+  uint64_t deadline = timeout_ms > 0 ? ch_now_ns() + (uint64_t)timeout_ms * 1000000u : 0;
+  int e;
+  for (;;) {
+    if (ch_libc.connect(fd, addr, len) == 0) return 0;
+    e = errno;
+    if (e != EAGAIN) break;
+    if (timeout_ms == 0 || (deadline && ch_now_ns() >= deadline)) return -EAGAIN;
+    struct ch_coro *c = ch_current();
+    if (c && c->cancelled) {
+      c->cancel_hits++;
+      return -ECANCELED;
+    }
+    if (c && ch_sched_may_park(c)) {
+      if (ch_sleep_ms(CONNECT_RETRY_MS) < 0) return -ECANCELED;
+    } else {
+      struct timespec ts = { 0, CONNECT_RETRY_MS * 1000000L };
+      ch_libc.nanosleep(&ts, NULL);
+    }
+  }
+  /* EINTR: Linux goes on connecting in the background, as EINPROGRESS. */
+  if (e != EINPROGRESS && e != EINTR) return -e;
+  if (timeout_ms == 0) return -EINPROGRESS;
+  int r = ch_io_wait_until(fd, POLLOUT, timeout_ms, &deadline);
+  if (r < 0) return r;
+  int err = 0;
+  socklen_t elen = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) return -errno;
+  return -err;
+}

@@ -1,0 +1,64 @@
+/*
+** The I/O engine under ch_io_* (cohost.h) and the hooks: one non-blocking
+** call made on an fd, retried after a wait while it says EAGAIN, with
+** the readiness judgement that saves the call that could only say EAGAIN.
+** This is the only code that reads or writes an fd's readiness judgement
+** (struct ch_fd's in_drained, in_seen, out_full, out_seen).
+*/
+#ifndef CH_IO_H
+#define CH_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "fd.h"
+
+/* One call the engine makes, and remakes after a wait. */
+struct ch_io_op {
+  ssize_t (*call)(struct ch_io_op *op);  /* one attempt: the call's
+                                ** result, -1 with errno set on failure */
+  int fd;
+  short events;                 /* POLLIN: input (reads, accept);
+                                ** POLLOUT: output (writes) */
+  uint8_t judge;                /* input: a result short of want means the
+                                ** kernel buffer is empty now (a stream read
+                                ** without MSG_PEEK) */
+  size_t want;                  /* bytes asked, for that judgement */
+};
+
+/* Yields. Makes op's call until it says something else than EAGAIN,
+** waiting for readiness in between: parked in the scheduler when the
+** caller is a coroutine that may park, else in poll(2), as libc would
+** block. timeout_ms < 0 waits forever, 0 never waits (-EAGAIN where it
+** would), > 0 sets *deadline_ns (CLOCK_MONOTONIC ns) at the first wait if
+** it is 0, so a caller that loops (a write of everything) keeps one
+** deadline across its calls. Returns the call's result (>= 0) or -errno:
+** -ETIMEDOUT, -ECANCELED (the coroutine was cancelled), -EBADF (closed
+** meanwhile), or the call's own error. */
+ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns);
+
+/* Yields. ch_io_wait with a deadline kept across calls, as ch_io_run. */
+int ch_io_wait_until(int fd, int events, int64_t timeout_ms, uint64_t *deadline_ns);
+
+/* Records fd as a new file made by the process (socket, accept, pipe,
+** dup): its kind, the O_NONBLOCK its maker asked for, whether the runtime
+** set O_NONBLOCK itself, and whether it is a stream. A number closed
+** behind our back (glibc's internal close) may still have an entry: it is
+** reset, waking any waiter with EBADF. Returns the entry, or NULL when no
+** memory is left for it (the fd then goes untracked). */
+struct ch_fd *ch_io_fd_new(int fd, int kind, int user_nonblock, int sys_nonblock, int stream);
+
+/* Records newfd as a dup of oldfd (same open file: same kind, O_NONBLOCK
+** and timeouts), resetting whatever newfd's entry held. */
+void ch_io_fd_dup(int oldfd, int newfd);
+
+/* The entry of fd ready for the engine: classified, and non-blocking in
+** the kernel if it is a socket or a pipe this process made (the runtime
+** sets O_NONBLOCK and says so in sys_nonblock; the user's view is kept).
+** An inherited pipe or tty (CH_FD_WAITFIRST) keeps its flags: the engine
+** waits for readiness before each call. NULL when fd cannot be tracked
+** (no memory, or fd is not open: the call then says why). */
+struct ch_fd *ch_io_prepare(int fd);
+
+#endif
