@@ -138,6 +138,12 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
+# The stream's test links the Lua-free network layer it tests.
+STREAM_OBJ := $(B)/host/net/stream.o $(B)/host/net/tls.o $(B)/host/log.o
+$(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host $< $(STREAM_OBJ) -o $@ $(LIB) $(CTEST_LIBS) -lssl $(LDLIBS)
+
 $(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) -rdynamic \

@@ -495,6 +495,42 @@ end)
 
 -- -- Expect: 100-continue ------------------------------------------------------
 
+describe("http server request body where the handler may not park", function()
+  -- Inside a __gc finalizer a read may not park: it blocks the worker in
+  -- poll(2), and what poll(2) saw is never seen by epoll. The body comes
+  -- after the head was read (that read drained the socket) while the
+  -- handler never lets the loop run, so no input event is counted either:
+  -- a read that still trusted "drained, no event since" would skip its
+  -- read and wait again forever, holding the worker. The handler marks
+  -- when it runs and spins until the test says the body was sent.
+  it("req:read() in a finalizer gets a body that arrived while the handler held the worker", function()
+    local started, sent = h.tmpfile(), h.tmpfile()
+    os.remove(started)
+    os.remove(sent)
+    local script = h.tmpfile(h.server_script(([[
+local http = require "cohost.http"
+listener = assert(http.listen("127.0.0.1:0", function(req, res)
+  io.open(%q, "w"):close()
+  while not io.open(%q) do end   -- no park: the loop never runs
+  local got
+  getmetatable(newproxy(true)).__gc = function() got = { req:read() } end
+  collectgarbage()
+  res:send(tostring(got and got[1]) .. "|" .. tostring(got and got[2]))
+end))
+]]):format(started, sent)))
+    local p = h.start(h.shell_quote(script), 30)
+    defer(p.stop)
+    local s = connect(p.port, 5000)
+    assert(s:send("POST /gc HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n"))
+    assert.is_truthy(h.eventually(function() return h.try_slurp(started) end), "the handler never ran")
+    assert(s:send("body"))
+    h.write_file(sent, "")
+    local r, err = read_response(s)
+    assert(r, "no answer (the read spun?): " .. tostring(err) .. "\n" .. h.slurp(p.err))
+    assert.equal("body|nil", r.body)
+  end)
+end)
+
 describe("http server Expect: 100-continue", function()
   it("sends 100 Continue only when the handler first reads the body", function()
     local go = cohost.channel()
@@ -1385,6 +1421,17 @@ describe("http.listen", function()
   it("raises for a bad handler and a bad priority", function()
     assert.has_error(function() http.listen("127.0.0.1:0", 42) end)
     assert.has_error(function() http.listen("127.0.0.1:0", function() end, { priority = "urgent" }) end)
+  end)
+
+  -- The listener's methods came from cohost.core.socket's opener, so a
+  -- script that required only cohost.http got a bare userdata.
+  it("gives a listener with its methods to a script that never required cohost", function()
+    local code, out, err = h.run("-e " .. h.shell_quote([[
+local l = assert(require("cohost.http").listen("127.0.0.1:0", function() end))
+local host, port = l:addr()
+print(host, port > 0, l:close())]]))
+    assert.equal(0, code, err)
+    assert.equal("127.0.0.1\ttrue\t1\n", out)
   end)
 end)
 

@@ -344,6 +344,32 @@ describe("a TLS http.listen", function()
     assert.is_true(h.slurp(out) == h.slurp(f), "bodies differ")
   end)
 
+  -- Through TLS the file goes in pieces read into a buffer; a sendfile
+  -- parked on a full socket must find its piece as it left it, whatever
+  -- another connection's sendfile read meanwhile (SSL_write's retry wants
+  -- the same bytes).
+  it("sends two files through TLS at once to slow readers, each intact", function()
+    local f = { h.tmpfile(), h.tmpfile() }
+    for i = 1, 2 do
+      assert.are.equal(0, (sh(("head -c 16000000 /dev/urandom >%s"):format(f[i]))))
+    end
+    local port = serve(function(req, res) assert(res:sendfile(f[tonumber(req.path:sub(2))])) end)
+    local out, codes = { h.tmpfile(), h.tmpfile() }, {}
+    local threads = {}
+    for i = 1, 2 do
+      threads[i] = cohost.spawn(function()
+        codes[i] = sh(("curl -sS --limit-rate 8M --cacert %s -o %s https://localhost:%d/%d")
+          :format(ca, out[i], port, i), 30)
+      end)
+    end
+    cohost.wait(threads[1])
+    cohost.wait(threads[2])
+    for i = 1, 2 do
+      assert.are.equal(0, codes[i])
+      assert.is_true(h.slurp(out[i]) == h.slurp(f[i]), "file " .. i .. " differs")
+    end
+  end)
+
   it("reads a POST body through TLS and echoes it", function()
     local f, out = h.tmpfile(), h.tmpfile()
     assert.are.equal(0, (sh(("head -c 300000 /dev/urandom >%s"):format(f))))
