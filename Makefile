@@ -71,7 +71,8 @@ HOST_SRC := host/main.c host/worker.c host/log.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
             host/proc/stats_procs.c host/proc/watchdog.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_crypto.c \
-            host/lib_http.c host/lib_file.c host/lib_re.c host/lib_shdict.c
+            host/lib_http.c host/lib_file.c host/lib_re.c host/lib_shdict.c \
+            host/shdict/tlsf.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -118,6 +119,14 @@ $(B)/host/%.o: host/%.c
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
 	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
 
+# host/shdict/, the shared dicts below their Lua binding, is C without
+# Lua: no $(LUAJIT_CFLAGS), so a Lua header included there fails to build.
+# It never calls into Lua, so no Lua error unwinds through it either (no
+# -fexceptions).
+$(B)/host/shdict/%.o: host/shdict/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host -c $< -o $@
+
 $(HOST): $(HOST_OBJ) $(LIB)
 	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
 
@@ -128,6 +137,11 @@ $(LIB): $(RUNTIME_OBJ)
 $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
+
+# test_tlsf also links the allocator it tests.
+$(B)/spec/test_tlsf: spec/c/test_tlsf.c $(B)/host/shdict/tlsf.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host $< $(B)/host/shdict/tlsf.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
 $(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	@mkdir -p $(@D)

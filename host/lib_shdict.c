@@ -3,8 +3,9 @@
 ** fixed-size store per name, shared by every worker thread.
 **
 ** A store is one contiguous mmap'd region of the size asked for: a header,
-** the hash buckets, then an arena of blocks managed by a TLSF allocator
-** (two-level segregated fit: O(1) allocation and free with coalescing).
+** the hash buckets, then an arena of blocks managed by the TLSF allocator
+** of shdict/tlsf.c (two-level segregated fit: O(1) allocation and free
+** with coalescing).
 ** Every link inside the region is a 32-bit offset from its start, never a
 ** pointer, and the region is mapped MAP_SHARED with a process-shared mutex,
 ** so a store made before the fork (--shdict, ch_shdict_create) serves every
@@ -44,6 +45,7 @@
 #include "vm/task.h"
 #include "lib.h"
 #include "panic.h"
+#include "shdict/tlsf.h"
 
 #define SHDICT_MT "cohost.shdict"
 
@@ -52,29 +54,8 @@
 #define SHDICT_MIN_SIZE 8192u         /* leaves ~5.5 KiB for entries */
 #define SHDICT_MAX_SIZE 0xfffff000u   /* offsets are 32-bit */
 
-/* TLSF classes: sizes below 128 bytes in 16 linear classes of 8 bytes;
-** above, each power of two split into 16. First level 0 holds the linear
-** classes; 26 levels reach 4 GiB. */
-#define SL_LOG2 4
-#define SL_COUNT (1u << SL_LOG2)
-#define FL_SHIFT (SL_LOG2 + 3)
-#define SMALL_BLOCK (1u << FL_SHIFT)
-#define FL_COUNT (32 - FL_SHIFT + 1)
-
-struct blk {
-  uint32_t prev;       /* offset of the physically previous block; valid only
-                       ** while that block is free (BLK_PREV_FREE) */
-  uint32_t size;       /* bytes with this header, a multiple of 8; the low
-                       ** bits hold BLK_FREE and BLK_PREV_FREE */
-  uint32_t next_free;  /* free blocks only: the class list, offsets */
-  uint32_t prev_free;
-};
-
-#define BLK_HDR 8u                    /* a used block's overhead */
-#define BLK_FREE 1u
-#define BLK_PREV_FREE 2u
-#define MIN_BLOCK 16u                 /* room for a free block's links */
-
+/* The region's header. spec/process_spec.lua mirrors its fields up to
+** count, to damage a store on purpose. */
 struct store {
   pthread_mutex_t lock;     /* guards everything below and the arena;
                             ** robust and process-shared */
@@ -83,16 +64,11 @@ struct store {
   uint32_t size;            /* capacity in bytes, as created; read-only */
   uint32_t nbuckets;        /* a power of two; read-only */
   uint32_t buckets;         /* offset of the bucket array; read-only */
-  uint32_t arena;           /* offset of the first block; read-only */
-  uint32_t arena_end;       /* offset of the end sentinel, a used block of
-                            ** size 0 that stops coalescing; read-only */
   uint32_t lru_head;        /* most recently used entry, 0 if none */
   uint32_t lru_tail;        /* least recently used entry */
   uint32_t count;           /* entries */
-  uint32_t free_bytes;      /* bytes in free blocks, headers included */
-  uint32_t fl_map;          /* bit f: some class list of level f is non-empty */
-  uint32_t sl_map[FL_COUNT];               /* bit s: list [f][s] is non-empty */
-  uint32_t heads[FL_COUNT][SL_COUNT];      /* free lists, offsets of blocks */
+  struct ch_tlsf heap;      /* the arena's allocator, offsets from the
+                            ** region's start */
 };
 
 /* An entry is the payload of one used block: this header, the value
@@ -133,169 +109,15 @@ struct lnode {
 };
 
 static inline void *at(struct store *s, uint32_t off) { return (char *)s + off; }
-static inline struct blk *B(struct store *s, uint32_t off) { return at(s, off); }
 static inline struct ent *E(struct store *s, uint32_t off) { return at(s, off); }
-static inline uint32_t bsize(const struct blk *b) { return b->size & ~7u; }
 static inline uint32_t *bucket(struct store *s, uint32_t h)
 {
   return (uint32_t *)at(s, s->buckets) + (h & (s->nbuckets - 1));
 }
 static inline struct list *list_of(struct ent *e) { return (struct list *)e->data; }
 static inline char *key_of(struct ent *e) { return e->data + e->vlen; }
-
-/* -- TLSF allocator ------------------------------------------------------- */
-
-static void mapping(uint32_t size, int *fl, int *sl)
-{
-  if (size < SMALL_BLOCK) {
-    *fl = 0;
-    *sl = (int)(size / 8);
-    return;
-  }
-  int f = 31 - __builtin_clz(size);
-  *sl = (int)((size >> (f - SL_LOG2)) ^ SL_COUNT);
-  *fl = f - FL_SHIFT + 1;
-}
-
-static void free_insert(struct store *s, uint32_t off)
-{
-  struct blk *b = B(s, off);
-  int fl, sl;
-  mapping(bsize(b), &fl, &sl);
-  uint32_t head = s->heads[fl][sl];
-  b->next_free = head;
-  b->prev_free = 0;
-  if (head) B(s, head)->prev_free = off;
-  s->heads[fl][sl] = off;
-  s->fl_map |= 1u << fl;
-  s->sl_map[fl] |= 1u << sl;
-}
-
-static void free_remove(struct store *s, uint32_t off)
-{
-  struct blk *b = B(s, off);
-  if (b->next_free) B(s, b->next_free)->prev_free = b->prev_free;
-  if (b->prev_free) {
-    B(s, b->prev_free)->next_free = b->next_free;
-    return;
-  }
-  int fl, sl;
-  mapping(bsize(b), &fl, &sl);
-  s->heads[fl][sl] = b->next_free;
-  if (!b->next_free) {
-    s->sl_map[fl] &= ~(1u << sl);
-    if (!s->sl_map[fl]) s->fl_map &= ~(1u << fl);
-  }
-}
-
-/* A free block of at least size bytes, or 0. Above 128 bytes the request
-** is rounded up to the next class boundary, so the head of any list found
-** fits (TLSF's good fit); when that finds nothing, a few blocks of the
-** request's own class are tried, which matters in a nearly full store. */
-static uint32_t free_find(struct store *s, uint32_t size)
-{
-  int fl, sl;
-  uint64_t up = size;
-  if (size >= SMALL_BLOCK) up += (1ull << (31 - __builtin_clz(size) - SL_LOG2)) - 1;
-  if (up <= UINT32_MAX) {
-    mapping((uint32_t)up, &fl, &sl);
-    if (fl < FL_COUNT) {
-      uint32_t m = s->sl_map[fl] & (~0u << sl);
-      if (!m) {
-        uint32_t f = s->fl_map & (~0u << (fl + 1));   /* fl + 1 <= 26 */
-        if (f) {
-          fl = __builtin_ctz(f);
-          m = s->sl_map[fl];
-        }
-      }
-      if (m) return s->heads[fl][__builtin_ctz(m)];
-    }
-  }
-  mapping(size, &fl, &sl);
-  uint32_t off = s->heads[fl][sl];
-  for (int i = 0; off && i < 8; i++, off = B(s, off)->next_free)
-    if (bsize(B(s, off)) >= size) return off;
-  return 0;
-}
-
-/* The block size that holds need payload bytes, or 0 if it could never fit. */
-static uint32_t block_size(struct store *s, uint64_t need)
-{
-  uint64_t size = (need + BLK_HDR + 7) & ~7ull;
-  if (size < MIN_BLOCK) size = MIN_BLOCK;
-  return size <= s->arena_end - s->arena ? (uint32_t)size : 0;
-}
-
-/* Allocates need payload bytes; returns the payload's offset, or 0. */
-static uint32_t blk_alloc(struct store *s, uint64_t need)
-{
-  uint32_t size = block_size(s, need);
-  if (!size) return 0;
-  uint32_t off = free_find(s, size);
-  if (!off) return 0;
-  struct blk *b = B(s, off);
-  free_remove(s, off);
-  uint32_t have = bsize(b);
-  if (have - size >= MIN_BLOCK) {
-    uint32_t rest = off + size;
-    struct blk *r = B(s, rest);
-    r->size = (have - size) | BLK_FREE;
-    B(s, rest + (have - size))->prev = rest;   /* keeps BLK_PREV_FREE */
-    free_insert(s, rest);
-  } else {
-    size = have;
-    B(s, off + have)->size &= ~BLK_PREV_FREE;
-  }
-  b->size = size | (b->size & BLK_PREV_FREE);
-  s->free_bytes -= size;
-  return off + BLK_HDR;
-}
-
-/* Frees the block whose payload is at payload, merging it with free
-** neighbours (invariant: no two free blocks are adjacent). */
-static void blk_free(struct store *s, uint32_t payload)
-{
-  uint32_t off = payload - BLK_HDR;
-  struct blk *b = B(s, off);
-  uint32_t size = bsize(b);
-  s->free_bytes += size;
-  if (b->size & BLK_PREV_FREE) {
-    uint32_t p = b->prev;
-    free_remove(s, p);
-    size += bsize(B(s, p));
-    off = p;
-    b = B(s, off);
-  }
-  struct blk *n = B(s, off + size);
-  if (n->size & BLK_FREE) {
-    free_remove(s, off + size);
-    size += bsize(n);
-  }
-  b->size = size | BLK_FREE;
-  n = B(s, off + size);
-  n->prev = off;
-  n->size |= BLK_PREV_FREE;
-  free_insert(s, off);
-}
-
-/* Payload bytes the used block at payload can hold. */
-static uint32_t blk_room(struct store *s, uint32_t payload)
-{
-  return bsize(B(s, payload - BLK_HDR)) - BLK_HDR;
-}
-
-/* Gives back the tail of a used block beyond need payload bytes, when it
-** is big enough to be a block of its own. */
-static void blk_shrink(struct store *s, uint32_t payload, uint32_t need)
-{
-  uint32_t off = payload - BLK_HDR;
-  struct blk *b = B(s, off);
-  uint32_t have = bsize(b), size = block_size(s, need);
-  if (have - size < MIN_BLOCK) return;
-  B(s, off + size)->size = have - size;       /* a used block, then freed */
-  b->size = size | (b->size & BLK_PREV_FREE);
-  blk_free(s, off + size + BLK_HDR);
-}
+static inline uint32_t alloc(struct store *s, uint64_t need) { return ch_tlsf_alloc(&s->heap, s, need); }
+static inline void release(struct store *s, uint32_t off) { ch_tlsf_free(&s->heap, s, off); }
 
 /* -- Entries -------------------------------------------------------------- */
 
@@ -408,11 +230,11 @@ static void remove_entry(struct store *s, uint32_t off)
   if (e->type == T_LIST) {
     for (uint32_t n = list_of(e)->first; n; ) {
       uint32_t next = ((struct lnode *)at(s, n))->next;
-      blk_free(s, n);
+      release(s, n);
       n = next;
     }
   }
-  blk_free(s, off);
+  release(s, off);
   s->count--;
 }
 
@@ -430,14 +252,14 @@ static void remove_entry(struct store *s, uint32_t off)
 static uint32_t alloc_room(struct store *s, uint64_t need, int safe, uint32_t keep,
                            struct clk *c, int *forcible)
 {
-  uint32_t r = blk_alloc(s, need);
-  if (r || !block_size(s, need)) return r;
+  uint32_t r = alloc(s, need);
+  if (r || !ch_tlsf_fits(&s->heap, need)) return r;
   uint32_t off = s->lru_tail;
   for (int i = 0; off && i < EXPIRED_SCAN; i++) {
     uint32_t newer = E(s, off)->newer;
     if (off != keep && expired(E(s, off), c)) {
       remove_entry(s, off);
-      if ((r = blk_alloc(s, need))) return r;
+      if ((r = alloc(s, need))) return r;
     }
     off = newer;
   }
@@ -445,7 +267,7 @@ static uint32_t alloc_room(struct store *s, uint64_t need, int safe, uint32_t ke
   while ((off = s->lru_tail) && off != keep) {
     if (!expired(E(s, off), c)) *forcible = 1;
     remove_entry(s, off);
-    if ((r = blk_alloc(s, need))) return r;
+    if ((r = alloc(s, need))) return r;
   }
   return 0;
 }
@@ -483,19 +305,9 @@ static void store_format(struct store *s, int fresh)
   while (nb * 2 <= size / 128) nb *= 2;
   s->nbuckets = nb;
   s->buckets = (uint32_t)((sizeof *s + 7) & ~7ul);
-  s->arena = (s->buckets + nb * 4 + 7) & ~7u;
-  s->arena_end = (size - BLK_HDR) & ~7u;
   s->lru_head = s->lru_tail = s->count = 0;
-  s->fl_map = 0;
-  memset(s->sl_map, 0, sizeof s->sl_map);
-  memset(s->heads, 0, sizeof s->heads);
   if (!fresh) memset(at(s, s->buckets), 0, (size_t)nb * 4);
-  uint32_t first = s->arena_end - s->arena;
-  B(s, s->arena)->size = first | BLK_FREE;
-  B(s, s->arena_end)->size = 0 | BLK_PREV_FREE;
-  B(s, s->arena_end)->prev = s->arena;
-  s->free_bytes = first;
-  free_insert(s, s->arena);
+  ch_tlsf_init(&s->heap, s, s->buckets + nb * 4, size);
 }
 
 /* Maps and initialises a store of size bytes; NULL if the kernel refuses.
@@ -785,8 +597,9 @@ static int store_op(lua_State *L, int op)
   else if ((op & OP_ADD) && live) err = "exists";
   else if (v.type == T_NIL) {
     if (off) remove_entry(s, off);
-  } else if (off && E(s, off)->type != T_LIST && blk_room(s, off) >= need) {
-    /* Rewrite in place: the usual case for counters and flags. */
+  } else if (off && E(s, off)->type != T_LIST && ch_tlsf_shrink(&s->heap, s, off, need)) {
+    /* Rewrite in place, in a block fitted to the new size: the usual case
+    ** for counters and flags. */
     struct ent *e = E(s, off);
     e->type = (uint8_t)v.type;
     e->vlen = (uint32_t)v.n;
@@ -794,7 +607,6 @@ static int store_op(lua_State *L, int op)
     e->expires = expiry(ttl, &c);
     memcpy(e->data, v.p, v.n);
     memcpy(e->data + v.n, k.p, k.n);
-    blk_shrink(s, off, (uint32_t)need);
     touch(s, off);
   } else {
     /* A failed store has dropped the old value, as in OpenResty. */
@@ -871,7 +683,8 @@ static int l_incr(lua_State *L)
     err = "not found";
   } else {
     num = init + delta;
-    if (!off || E(s, off)->type == T_LIST || blk_room(s, off) < need) {
+    /* An expired entry's block is reused when it holds the number. */
+    if (!off || E(s, off)->type == T_LIST || !ch_tlsf_shrink(&s->heap, s, off, need)) {
       if (off) remove_entry(s, off);
       off = alloc_room(s, need, 0, 0, &c, &forcible);
       if (off) {
@@ -891,7 +704,6 @@ static int l_incr(lua_State *L)
       e->expires = expiry(ttl, &c);
       memcpy(e->data, &num, 8);
       memmove(e->data + 8, k.p, k.n);
-      blk_shrink(s, off, (uint32_t)need);
     }
   }
   UNLOCK(s);
@@ -1059,7 +871,7 @@ static int pop_common(lua_State *L, int left)
     if (n->prev) ((struct lnode *)at(s, n->prev))->next = 0;
     else l->first = 0;
   }
-  blk_free(s, noff);
+  release(s, noff);
   if (--l->len == 0) remove_entry(s, off);
   else touch(s, off);
 done:
@@ -1191,7 +1003,7 @@ static int l_free_space(lua_State *L)
 {
   struct store *s = check_dict(L);
   LOCK(s);
-  uint32_t n = s->free_bytes;
+  uint32_t n = s->heap.free_bytes;
   UNLOCK(s);
   lua_pushnumber(L, n);
   return 1;
@@ -1319,63 +1131,24 @@ static int l_check(lua_State *L)
 /* What is wrong with s, or NULL: check()'s walk. Call with the lock held.
 ** Offsets are bounds-checked before use, so a store a dead holder left
 ** half-changed is reported, never followed out of the region. */
-static int inside(const struct store *s, uint32_t off, uint32_t n)
-{
-  return off >= s->arena && off <= s->arena_end && s->arena_end - off >= n;
-}
-
 static const char *check_store(struct store *s)
 {
-  const char *bad = NULL;
-  uint32_t off, prev = 0, free_sum = 0, nfree = 0, listed = 0, n = 0;
-  int prev_free = 0;
-  for (off = s->arena; off < s->arena_end; off += bsize(B(s, off))) {
-    struct blk *b = B(s, off);
-    uint32_t sz = bsize(b);
-    if (sz < MIN_BLOCK || off + sz > s->arena_end) { bad = "block size"; goto done; }
-    if (!(b->size & BLK_PREV_FREE) != !prev_free) { bad = "previous-free flag"; goto done; }
-    if (prev_free && b->prev != prev) { bad = "previous-block link"; goto done; }
-    if (b->size & BLK_FREE) {
-      if (prev_free) { bad = "adjacent free blocks"; goto done; }
-      free_sum += sz;
-      nfree++;
-    }
-    prev_free = b->size & BLK_FREE;
-    prev = off;
-  }
-  if (off != s->arena_end) { bad = "arena end"; goto done; }
-  if (!(B(s, off)->size & BLK_PREV_FREE) != !prev_free) { bad = "sentinel flag"; goto done; }
-  if (free_sum != s->free_bytes) { bad = "free byte count"; goto done; }
-  for (int fl = 0; fl < FL_COUNT; fl++) {
-    if (!(s->fl_map >> fl & 1) != !s->sl_map[fl]) { bad = "first-level bitmap"; goto done; }
-    for (int sl = 0; sl < (int)SL_COUNT; sl++) {
-      if (!(s->sl_map[fl] >> sl & 1) != !s->heads[fl][sl]) { bad = "second-level bitmap"; goto done; }
-      uint32_t back = 0;
-      for (off = s->heads[fl][sl]; off; off = B(s, off)->next_free) {
-        if (!inside(s, off, sizeof(struct blk))) { bad = "free list link"; goto done; }
-        int f, l;
-        mapping(bsize(B(s, off)), &f, &l);
-        if (!(B(s, off)->size & BLK_FREE) || f != fl || l != sl || B(s, off)->prev_free != back ||
-            ++listed > nfree) { bad = "free list"; goto done; }
-        back = off;
-      }
-    }
-  }
-  if (listed != nfree) { bad = "free blocks missing from the lists"; goto done; }
-  prev = 0;
+  const char *bad = ch_tlsf_check(&s->heap, s);
+  if (bad) return bad;
+  uint32_t off, prev = 0, n = 0;
   for (off = s->lru_head; off; off = E(s, off)->older) {
-    if (!inside(s, off, sizeof(struct ent))) { bad = "LRU link"; goto done; }
-    if (E(s, off)->newer != prev || ++n > s->count) { bad = "LRU list"; goto done; }
+    if (!ch_tlsf_holds(&s->heap, off, sizeof(struct ent))) return "LRU link";
+    if (E(s, off)->newer != prev || ++n > s->count) return "LRU list";
     prev = off;
   }
-  if (prev != s->lru_tail || n != s->count) { bad = "LRU list ends"; goto done; }
+  if (prev != s->lru_tail || n != s->count) return "LRU list ends";
   n = 0;
   for (uint32_t i = 0; i < s->nbuckets; i++)
     for (off = ((uint32_t *)at(s, s->buckets))[i]; off; off = E(s, off)->hnext)
-      if (!inside(s, off, sizeof(struct ent)) || (E(s, off)->hash & (s->nbuckets - 1)) != i || ++n > s->count) { bad = "bucket chain"; goto done; }
-  if (n != s->count) bad = "entries missing from the buckets";
-done:
-  return bad;
+      if (!ch_tlsf_holds(&s->heap, off, sizeof(struct ent)) || (E(s, off)->hash & (s->nbuckets - 1)) != i ||
+          ++n > s->count) return "bucket chain";
+  if (n != s->count) return "entries missing from the buckets";
+  return NULL;
 }
 
 static const luaL_Reg dict_methods[] = {

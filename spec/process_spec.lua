@@ -40,7 +40,7 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
     local mutex_size = jit.arch == "x64" and 40 or 48   -- glibc's pthread_mutex_t
     ffi.cdef("int pthread_mutex_lock(void *m);" ..
              "typedef struct { char lock[" .. mutex_size .. "]; char name[64]; uint64_t seed;" ..
-             " uint32_t size, nbuckets, buckets, arena, arena_end, lru_head, lru_tail, count; } spec_store;")
+             " uint32_t size, nbuckets, buckets, lru_head, lru_tail, count; } spec_store;")
     local store = ffi.cast("void ***", shared.get("hits"))[0][1]
     assert(ffi.C.pthread_mutex_lock(store) == 0)
     if req.path == "/lock-damage" then   -- as if killed mid-update
