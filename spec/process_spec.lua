@@ -35,8 +35,8 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
     return res:send(who() .. " n=" .. n)
   elseif req.path == "/lock" or req.path == "/lock-damage" then
     local ffi = require "ffi"
-    -- The dict object holds a struct dict *, whose second field is the
-    -- store; the store begins with its mutex, then (host/lib_shdict.c):
+    -- The dict object holds a struct ch_shdict *, whose second field is
+    -- the store; the store begins with its mutex, then (host/shdict/store.c):
     local mutex_size = jit.arch == "x64" and 40 or 48   -- glibc's pthread_mutex_t
     ffi.cdef("int pthread_mutex_lock(void *m);" ..
              "typedef struct { char lock[" .. mutex_size .. "]; char name[64]; uint64_t seed;" ..
