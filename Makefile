@@ -72,6 +72,7 @@ HOST_SRC := host/main.c host/worker.c host/log.c \
             host/http/url.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
             host/proc/stats_procs.c host/proc/watchdog.c \
+            host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_crypto.c host/lib_http.c host/lib_file.c \
             host/lib_re.c host/lib_shdict.c
@@ -121,11 +122,17 @@ $(B)/host/%.o: host/%.c
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
 	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
 
-# host/net/ is the Lua-free network layer: built without LuaJIT's include
-# path, so a Lua header there is a compile error.
+# host/net/ (streams, TLS, listeners) and host/shdict/ (the shared dicts'
+# store) are C without Lua: built without $(LUAJIT_CFLAGS), so a Lua header
+# included there fails to build. They never call into Lua, so no Lua error
+# unwinds through them either (no -fexceptions).
 $(B)/host/net/%.o: host/net/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -fexceptions -iquote host -c $< -o $@
+	$(CC) $(CFLAGS) -iquote host -c $< -o $@
+
+$(B)/host/shdict/%.o: host/shdict/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host -c $< -o $@
 
 $(HOST): $(HOST_OBJ) $(LIB)
 	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
@@ -138,11 +145,16 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
-# The stream's test links the Lua-free network layer it tests.
+# Tests of host modules below Lua link the objects they test: the
+# stream's the Lua-free network layer, test_tlsf the allocator.
 STREAM_OBJ := $(B)/host/net/stream.o $(B)/host/net/tls.o $(B)/host/log.o
 $(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -iquote host $< $(STREAM_OBJ) -o $@ $(LIB) $(CTEST_LIBS) -lssl $(LDLIBS)
+
+$(B)/spec/test_tlsf: spec/c/test_tlsf.c $(B)/host/shdict/tlsf.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host $< $(B)/host/shdict/tlsf.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
 $(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	@mkdir -p $(@D)

@@ -16,10 +16,4 @@ int luaopen_cohost_core_re(lua_State *L);       /* lib_re.c */
 int luaopen_cohost_core_file(lua_State *L);     /* lib_file.c */
 int luaopen_cohost_core_shdict(lua_State *L);   /* lib_shdict.c */
 
-/* Makes shared dict name of size bytes for --shdict, before any worker
-** exists: a worker process forked afterwards maps the same store, and
-** cohost.shared.new(name, any size) in a script returns it. NULL, or why
-** it failed. (lib_shdict.c) */
-const char *ch_shdict_create(const char *name, long size);
-
 #endif

@@ -31,6 +31,7 @@
 #include "proc/master.h"
 #include "proc/stats.h"
 #include "proc/stats_procs.h"
+#include "shdict/store.h"
 
 #define COHOST_VERSION "0.1.0"
 
@@ -65,7 +66,7 @@ static int *worker_cpus;          /* --cpu-affinity: CPU of worker i is
 static int nworker_cpus;
 static const char *affinity_arg;  /* as given, parsed once -w is known */
 
-/* --shdict NAME:SIZE, made before any worker exists (see lib_shdict.c). */
+/* --shdict NAME:SIZE, made before any worker exists (see shdict/store.h). */
 static struct { const char *name; long size; } shdicts[64];
 static int nshdicts;
 

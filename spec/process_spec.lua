@@ -35,12 +35,12 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
     return res:send(who() .. " n=" .. n)
   elseif req.path == "/lock" or req.path == "/lock-damage" then
     local ffi = require "ffi"
-    -- The dict object holds a struct dict *, whose second field is the
-    -- store; the store begins with its mutex, then (host/lib_shdict.c):
+    -- The dict object holds a struct ch_shdict *, whose second field is
+    -- the store; the store begins with its mutex, then (host/shdict/store.c):
     local mutex_size = jit.arch == "x64" and 40 or 48   -- glibc's pthread_mutex_t
     ffi.cdef("int pthread_mutex_lock(void *m);" ..
              "typedef struct { char lock[" .. mutex_size .. "]; char name[64]; uint64_t seed;" ..
-             " uint32_t size, nbuckets, buckets, arena, arena_end, lru_head, lru_tail, count; } spec_store;")
+             " uint32_t size, nbuckets, buckets, lru_head, lru_tail, count; } spec_store;")
     local store = ffi.cast("void ***", shared.get("hits"))[0][1]
     assert(ffi.C.pthread_mutex_lock(store) == 0)
     if req.path == "/lock-damage" then   -- as if killed mid-update

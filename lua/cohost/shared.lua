@@ -7,7 +7,7 @@
 --   dict:set("k", "v", 60)          -- true, nil, forcible
 --   dict:get("k")                   -- "v" (and flags when non-zero)
 -- Every worker runs the script's main chunk, so new() with a name that
--- exists returns that dictionary. The store is C (host/lib_shdict.c); this
+-- exists returns that dictionary. The store is C (host/shdict/); this
 -- file parses sizes and keeps one Lua object per name for this worker.
 local core = require "cohost.core.shdict"
 
