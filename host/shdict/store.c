@@ -35,9 +35,8 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "panic.h"
-#include "store.h"
-#include "tlsf.h"
+#include "shdict/store.h"
+#include "shdict/tlsf.h"
 
 /* -- Region layout --------------------------------------------------------- */
 
@@ -355,7 +354,10 @@ static const char *check_store(struct store *s)
 ** fast path inlined into every operation stays a call and a test. */
 static __attribute__((noinline, cold)) void recover(struct store *s, int r)
 {
-  if (r != EOWNERDEAD) ch_panic("shared dict '%s': lock: %s", s->name, strerror(r));
+  if (r != EOWNERDEAD) {   /* EINVAL, ENOTRECOVERABLE: the store is unusable */
+    ch_log(CH_LOG_ERR, "shared dict '%s': lock: %s", s->name, strerror(r));
+    abort();
+  }
   const char *bad = check_store(s);
   if (bad) store_format(s, 0);
   pthread_mutex_consistent(&s->lock);

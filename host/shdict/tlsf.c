@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "tlsf.h"
+#include "shdict/tlsf.h"
 
 #define SL_LOG2 CH_TLSF_SL_LOG2
 #define SL_COUNT CH_TLSF_SL_COUNT
