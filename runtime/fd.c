@@ -2,6 +2,7 @@
 ** The per-fd table: 2^14 chunk pointers x 2^10 entries. A chunk is
 ** allocated on the first use of an fd in its range and kept for the life of
 ** the process; the top level is static and costs no memory until touched.
+** Lookups are inline in fd.h.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,32 +18,20 @@
 #include "fd.h"
 #include "libc.h"
 
-#define CHUNK_BITS 10
-#define CHUNK_SIZE (1 << CHUNK_BITS)
-#define CHUNKS     (1 << 14)
+_Atomic(struct ch_fd *) ch_fd_chunks[CH_FD_CHUNKS];
 
-static _Atomic(struct ch_fd *) chunks[CHUNKS];
-
-struct ch_fd *ch_fd_peek(int fd)
+struct ch_fd *ch_fd_get_chunk(int fd)
 {
-  if (fd < 0 || fd >= CHUNKS * CHUNK_SIZE) return NULL;
-  struct ch_fd *c = atomic_load_explicit(&chunks[fd >> CHUNK_BITS], memory_order_acquire);
-  return c ? &c[fd & (CHUNK_SIZE - 1)] : NULL;
-}
-
-struct ch_fd *ch_fd_get(int fd)
-{
-  struct ch_fd *f = ch_fd_peek(fd);
-  if (f || fd < 0 || fd >= CHUNKS * CHUNK_SIZE) return f;
-  struct ch_fd *c = calloc(CHUNK_SIZE, sizeof *c);
+  if ((unsigned)fd >= (unsigned)(CH_FD_CHUNKS * CH_FD_CHUNK_SIZE)) return NULL;
+  struct ch_fd *c = calloc(CH_FD_CHUNK_SIZE, sizeof *c);
   if (!c) return NULL;
   struct ch_fd *expect = NULL;
   /* Two threads may race to allocate the same chunk: one wins. */
-  if (!atomic_compare_exchange_strong(&chunks[fd >> CHUNK_BITS], &expect, c)) {
+  if (!atomic_compare_exchange_strong(&ch_fd_chunks[fd >> CH_FD_CHUNK_BITS], &expect, c)) {
     free(c);
     c = expect;
   }
-  return &c[fd & (CHUNK_SIZE - 1)];
+  return &c[fd & (CH_FD_CHUNK_SIZE - 1)];
 }
 
 void ch_fd_reset(struct ch_fd *f)

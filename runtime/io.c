@@ -33,10 +33,10 @@
 
 /* -- The fd table's side -------------------------------------------------- */
 
-struct ch_fd *ch_io_prepare(int fd)
+/* ch_io_prepare's first-use work, out of line: classifying an fd and
+** setting O_NONBLOCK happen once per fd. */
+static __attribute__((noinline)) struct ch_fd *prepare_slow(int fd, struct ch_fd *f)
 {
-  struct ch_fd *f = ch_fd_get(fd);
-  if (!f) return NULL;
   if (f->kind == CH_FD_UNKNOWN && ch_fd_classify(fd, f) < 0) return NULL;
   if ((f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && !f->user_nonblock &&
       !f->sys_nonblock) {
@@ -45,6 +45,22 @@ struct ch_fd *ch_io_prepare(int fd)
     f->sys_nonblock = 1;
   }
   return f;
+}
+
+/* The hot path of every call: a known fd, non-blocking in the kernel. */
+static inline struct ch_fd *prepare(int fd)
+{
+  struct ch_fd *f = ch_fd_get(fd);
+  if (!f) return NULL;
+  if (__builtin_expect(f->kind != CH_FD_UNKNOWN && (f->user_nonblock || f->sys_nonblock ||
+                       (f->kind != CH_FD_SOCKET && f->kind != CH_FD_PIPE)), 1))
+    return f;
+  return prepare_slow(fd, f);
+}
+
+struct ch_fd *ch_io_prepare(int fd)
+{
+  return prepare(fd);
 }
 
 struct ch_fd *ch_io_fd_new(int fd, int kind, int user_nonblock, int sys_nonblock, int stream)
@@ -211,7 +227,7 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms)
 
 ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
-  struct ch_fd *f = ch_io_prepare(op->fd);
+  struct ch_fd *f = prepare(op->fd);
   int input = op->events == POLLIN;
   if (f && f->kind == CH_FD_WAITFIRST) {
     /* Flags untouched (the file may be shared with other processes):

@@ -332,11 +332,11 @@ int ch_poll_run(struct ch_poll *p, int timeout_ms)
     if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
       f->in_events++;
       if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) f->hup = 1;
-      wake_list(&f->readers, rev);
+      if (f->readers) wake_list(&f->readers, rev);
     }
     if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
       f->out_events++;
-      wake_list(&f->writers, rev);
+      if (f->writers) wake_list(&f->writers, rev);   /* mostly nobody: a write rarely waits */
     }
   }
   return woken;

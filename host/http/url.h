@@ -13,7 +13,8 @@
 ** ("http://host/path") and "*" (OPTIONS). Returns the path's length, or
 ** -1 for a target that is no path or climbs above the root; *same is 1
 ** when the path is t itself, unchanged (no escapes, dots or query: most
-** requests, which then need no string of their own). */
+** requests, which then need no string of their own; out is not written
+** then). */
 int ch_http_url_path(const char *t, size_t n, char *out, const char **q, size_t *qlen,
                      int *same);
 

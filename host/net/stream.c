@@ -58,7 +58,7 @@ static char *take(const struct ch_stream *s, size_t want, size_t *cap)
   return malloc(*cap);
 }
 
-int ch_stream_reserve(struct ch_stream *s, size_t want)
+int ch_stream_grow(struct ch_stream *s, size_t want)
 {
   size_t used = s->end - s->start;
   if (!s->buf) {
@@ -88,11 +88,7 @@ int ch_stream_reserve(struct ch_stream *s, size_t want)
   return 0;
 }
 
-char *ch_stream_data(const struct ch_stream *s)
-{
-  static char none[1];
-  return s->buf ? s->buf + s->start : none;
-}
+char ch_stream_none[1];   /* the unread data of a stream with no buffer */
 
 void ch_stream_consume(struct ch_stream *s, size_t n)
 {

@@ -47,7 +47,11 @@ void ch_stream_close(struct ch_stream *s, int notify);
 
 /* Unread bytes, and where they are (never NULL). */
 static inline size_t ch_stream_avail(const struct ch_stream *s) { return s->end - s->start; }
-char *ch_stream_data(const struct ch_stream *s);
+extern char ch_stream_none[1];
+static inline char *ch_stream_data(const struct ch_stream *s)
+{
+  return s->buf ? s->buf + s->start : ch_stream_none;
+}
 
 /* Drops n unread bytes; an emptied buffer goes back to the worker's
 ** cache when it is large (so a parked idle connection holds no buffer). */
@@ -61,8 +65,14 @@ void ch_stream_release(struct ch_stream *s);
 void ch_stream_drop(struct ch_stream *s);
 
 /* Room for want more bytes after end: compacts, then grows (doubling, up
-** to max). Returns 0, -ENOMEM, or -ENOBUFS at max. */
-int ch_stream_reserve(struct ch_stream *s, size_t want);
+** to max). Returns 0, -ENOMEM, or -ENOBUFS at max. Inline when the room is
+** there: a fill asks every time. */
+int ch_stream_grow(struct ch_stream *s, size_t want);
+static inline int ch_stream_reserve(struct ch_stream *s, size_t want)
+{
+  if (s->buf && s->cap - s->end >= want) return 0;
+  return ch_stream_grow(s, want);
+}
 
 /* Puts n bytes at the end of the buffer (bytes read before the stream
 ** existed, such as a protocol upgrade's first bytes). 0 or -ENOMEM. */
