@@ -167,15 +167,7 @@ print("never")
     -- The -e chunk prints "port pid" before the example starts.
     local p = start("-e " .. q([[io.write(arg[1], " ", io.open("/proc/self/stat"):read("*n"), "\n") io.stdout:flush()]])
                     .. " " .. q(h.root .. "examples/echo.lua") .. " " .. port)
-    local s
-    for _ = 1, 200 do
-      s = cohost.tcp()
-      s:settimeout(1000)
-      if s:connect("127.0.0.1", port) then break end
-      s:close()
-      s = nil
-      cohost.sleep(0.02)
-    end
+    local s = h.connect_retry(port, 1000, 4)
     assert.truthy(s, "examples/echo.lua never listened: " .. h.slurp(p.err))
     assert(s:send("echo me\n"))
     assert.equal("echo me", s:receive())

@@ -5,9 +5,7 @@ local crypto = require "cohost.core.crypto"
 local h = require "spec.helper"
 h.cleanups(after_each)
 
-local function hex(s)
-  return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
-end
+local hex = h.hex
 
 local MILLION_A = ("a"):rep(1000000)
 

@@ -170,19 +170,8 @@ local function addresses(list)
   return out
 end
 
-local function echo(sock)
-  while true do
-    local line = sock:receive()
-    if not line then return end
-    sock:send({ line, "\n" })
-  end
-end
-
-local function percentile(list, p)
-  local sorted = { unpack(list) }
-  table.sort(sorted)
-  return sorted[math.max(1, math.ceil(#sorted * p))]
-end
+local echo = h.echo_lines
+local percentile = h.percentile
 
 -- -- Tests -----------------------------------------------------------------
 
@@ -362,8 +351,7 @@ describe("dns.resolve", function()
         return line
       end)
     end
-    local s = h.connect(eport, 5000)
-    defer(function() s:close() end)
+    local s = h.dial(eport, 5000)
     local rtts, t0 = {}, cohost.monotonic()
     while cohost.monotonic() - t0 < 2.5 do
       local t = cohost.monotonic()

@@ -5,20 +5,14 @@ local cohost = require "cohost"
 local h = require "spec.helper"
 local free_port = h.free_port
 
--- Starts "build/cohost <args>" in the background; returns a stop function.
+-- Starts "build/cohost <args>" in the background (h.spawn); returns a
+-- stop function, which ends it (h.stop_pid: SIGTERM, and SIGKILL if it
+-- is still there after 5 s) and returns its output.
 local function start(args)
-  local pidfile = os.tmpname()
-  local logfile = os.tmpname()
-  assert(os.execute(("%s %s >%s 2>&1 & echo $! >%s"):format(h.COHOST, args, logfile, pidfile)) == 0)
-  local f = assert(io.open(pidfile))
-  local pid = assert(tonumber(f:read("*l")))
-  f:close()
-  os.remove(pidfile)
+  local pid, logfile = h.spawn(h.COHOST .. " " .. args)
   return function()
-    os.execute("kill " .. pid .. " 2>/dev/null; sleep 0.1; kill -9 " .. pid .. " 2>/dev/null")
-    local lf = io.open(logfile)
-    local log = lf and lf:read("*a") or ""
-    if lf then lf:close() end
+    h.stop_pid(pid)
+    local log = h.try_slurp(logfile) or ""
     os.remove(logfile)
     return log
   end
@@ -27,15 +21,8 @@ end
 -- Connects, retrying while the child starts (bounded: 15 s, for a
 -- sanitizer build starting on a loaded machine).
 local function connect(port)
-  local deadline = cohost.monotonic() + 15
-  while true do
-    local sock = cohost.tcp()
-    sock:settimeout(2000)
-    local ok, err = sock:connect("127.0.0.1", port)
-    if ok then return sock end
-    if cohost.monotonic() > deadline then error("cannot connect: " .. err) end
-    cohost.sleep(0.05)
-  end
+  local sock, err = h.connect_retry(port, 2000)
+  return sock or error("cannot connect: " .. err)
 end
 
 describe("examples/echo.lua", function()
@@ -115,18 +102,7 @@ end)
 
 describe("examples/hello.lua", function()
   -- One request on sock; returns status, headers (lower-case keys), body.
-  local function get(sock, path)
-    assert(sock:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n\r\n"))
-    local status = tonumber(assert(sock:receive("*l")):match("^HTTP/1%.1 (%d+)"))
-    local headers = {}
-    while true do
-      local line = assert(sock:receive("*l"))
-      if line == "" then break end
-      local k, v = line:match("^([^:]+):%s*(.*)$")
-      headers[k:lower()] = v
-    end
-    return status, headers, assert(sock:receive(tonumber(headers["content-length"])))
-  end
+  local get = h.get
 
   it("answers hello and a JSON document on one keep-alive connection", function()
     local port = free_port()

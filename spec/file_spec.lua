@@ -7,14 +7,7 @@ local file = require "cohost.file"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
--- A fresh empty directory, removed after the test.
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(file.mkdir(d, "700"))
-  defer(function() os.execute("rm -rf " .. h.shell_quote(d)) end)
-  return d
-end
+local tmpdir = h.tmpdir   -- a fresh empty directory, removed after the test
 
 describe("cohost.file.open", function()
   it("writes a string and an array of strings and numbers, and reads them back", function()

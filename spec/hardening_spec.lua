@@ -23,21 +23,10 @@ local function start(header_timeout, send_timeout)
 end
 
 -- One request on a new connection (Connection: close); returns the status
--- and the body, or nil and the error.
+-- and the body, or nil and the error. 2 s unless timeout_ms: a normal
+-- client's request slower than that under attack counts as failed.
 local function get(port, path, timeout_ms)
-  local s = cohost.tcp()
-  s:settimeout(timeout_ms or 2000)
-  local ok, err = s:connect("127.0.0.1", port)
-  if not ok then return nil, err end
-  ok, err = s:send("GET " .. path .. " HTTP/1.1\r\nHost: hardening\r\nConnection: close\r\n\r\n")
-  if not ok then s:close() return nil, err end
-  local data
-  data, err = s:receive("*a")
-  s:close()
-  if not data then return nil, err end
-  local status, body = data:match("^HTTP/1%.1 (%d+) .-\r\n\r\n(.*)$")
-  if not status then return nil, "bad answer: " .. data:sub(1, 100) end
-  return tonumber(status), body
+  return h.get_to_close(port, path, { timeout = timeout_ms or 2000 })
 end
 
 -- The server's live coroutines and open connections (its /stats route;
@@ -103,24 +92,13 @@ local function background(cmd, limit)
   return job
 end
 
--- Polls fn() until it is true or secs pass; returns whether it became true
--- and the seconds it took.
-local function eventually(secs, fn)
-  local t0 = cohost.monotonic()
-  repeat
-    if fn() then return true, cohost.monotonic() - t0 end
-    cohost.sleep(0.05)
-  until cohost.monotonic() - t0 > secs
-  return false, cohost.monotonic() - t0
-end
+-- The polling period of waits: a check here costs a request, ls and
+-- /proc reads, beside a server under attack.
+local POLL = 0.05
 
 -- HARDENING_VERBOSE=1 in the environment prints the figures measured.
 local function note(fmt, ...)
   if os.getenv("HARDENING_VERBOSE") then io.stderr:write(fmt:format(...), "\n") end
-end
-
-local function percentile(sorted, p)
-  return sorted[math.max(1, math.ceil(#sorted * p))]
 end
 
 describe("hardening: slowloris", function()
@@ -169,11 +147,11 @@ describe("hardening: slowloris", function()
     -- The attack is on: most of its connections are open at the server.
     local _, base_conns = stats(p.port)
     local peak = 0
-    local up = eventually(8, function()
+    local up = h.wait_for(function()
       local _, conns = stats(p.port)
       peak = math.max(peak, conns)
       return conns >= base_conns + 400
-    end)
+    end, 8, POLL)
     assert.is_true(up, ("slowhttptest never held 400 connections (peak %d): %s"):format(peak, slow.output()))
     -- A normal client, one connection per request, for 6 s.
     local lat, failures = {}, {}
@@ -196,7 +174,7 @@ describe("hardening: slowloris", function()
     assert.same({}, failures)
     assert.is_true(#lat >= 100, "only " .. #lat .. " requests in 6 s")
     table.sort(lat)
-    local median, p99 = percentile(lat, 0.5), percentile(lat, 0.99)
+    local median, p99 = h.percentile(lat, 0.5), h.percentile(lat, 0.99)
     note("slowloris: %d requests, median %.2f ms, p99 %.2f ms, max %.2f ms, peak connections %d",
       #lat, median * 1000, p99 * 1000, lat[#lat] * 1000, conns)
     -- A request on loopback takes well under a millisecond; 50 ms at the
@@ -220,10 +198,10 @@ describe("hardening: slow read", function()
     for _ = 1, 3 do assert.equal(200, (get(p.port, "/"))) end
     local base_fds, base_rss = fd_count(p.pid), rss_kb(p.pid)
     local reader = background(("python3 %s %d 7 keep"):format(q(PY .. "slow_read.py"), p.port), 20)
-    assert.is_true(eventually(5, function() return reader.output():find("sent") end), reader.output())
+    assert.is_true(h.wait_for(function() return reader.output():find("sent") end, 5, POLL), reader.output())
     local t0 = cohost.monotonic()
     -- The slow client is connected and its answer is stuck.
-    assert.is_true(eventually(10, function() return fd_count(p.pid) > base_fds end))
+    assert.is_true(h.wait_for(function() return fd_count(p.pid) > base_fds end, 10, POLL))
     local max_rss, served, closed_at = base_rss, 0, nil
     -- 6 s, or longer (20 s at most) until 20 others were served: on a
     -- loaded machine each round (a request, ls, /proc) can take a while.
@@ -322,7 +300,7 @@ describe("hardening: out of file descriptors", function()
     assert.is_true(cpu < 0.05, ("server CPU %.1f%% while saturated"):format(cpu * 100))
     -- Recovery: the held connections close; new requests succeed.
     for i, s in pairs(held) do s:close(); held[i] = nil end
-    assert.is_true(eventually(3, function() return get(p.port, "/", 1000) == 200 end))
+    assert.is_true(h.wait_for(function() return get(p.port, "/", 1000) == 200 end, 3, POLL))
     for _ = 1, 30 do assert.equal(200, (get(p.port, "/", 1000))) end
     assert.is_nil(p.exited())
   end)
@@ -351,15 +329,17 @@ describe("hardening: resets mid-upload", function()
     assert.is_true(tonumber(peak_coros) >= base_coros + 50, out)
     assert.is_true(tonumber(peak_conns) >= base_conns + 50, out)
     local coros, conns, fds
-    local back, took = eventually(15, function()
+    local t0 = cohost.monotonic()
+    local back = h.wait_for(function()
       coros, conns = stats(p.port)
       fds = fd_count(p.pid)
       return coros == base_coros and conns == base_conns and fds == base_fds
-    end)
+    end, 15, POLL)
+    local took = cohost.monotonic() - t0
     assert.is_true(back, ("not back to the baseline: coros %d/%d conns %d/%d fds %d/%d")
       :format(coros, base_coros, conns, base_conns, fds, base_fds))
     note("resets: %s; back to baseline after %.2f s", out:gsub("\n", ""), took)
-    -- Usually at once; the bound (eventually's 15 s, well below the 60 s
+    -- Usually at once; the bound (the wait's 15 s, well below the 60 s
     -- body timeout that would otherwise free them) is loose for a loaded
     -- machine, where the server's closes can lag behind the clients'.
     assert.is_nil(p.exited())

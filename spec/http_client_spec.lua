@@ -102,15 +102,7 @@ end
 
 -- Sends data one byte per TCP segment (a small pause between them), so
 -- the client sees every boundary split.
-local function drip(data)
-  return function(sock)
-    sock:setoption("tcp-nodelay", true)
-    for i = 1, #data do
-      assert(sock:send(data:sub(i, i)))
-      cohost.sleep(0.001)
-    end
-  end
-end
+local drip = h.drip
 
 local function url(port, path)
   return ("http://127.0.0.1:%d%s"):format(port, path or "/")
@@ -868,12 +860,7 @@ describe("against cohost.http's server", function()
   local md5 = require("cohost.core.crypto").md5
 
   -- Listens with handler on 127.0.0.1 port 0; returns the port.
-  local function listen(handler)
-    local l = assert(http.listen("127.0.0.1:0", handler))
-    defer(function() l:close() end)
-    local _, port = l:addr()
-    return port
-  end
+  local listen = h.http_serve
 
   it("streams a request body up and a response body down on one connection", function()
     local port = listen(function(req, res)

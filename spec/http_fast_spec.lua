@@ -11,8 +11,7 @@ local defer = h.cleanups(after_each)
 -- Sends raw bytes on a new connection; returns the status (a number) and
 -- the body of the first response (none for a HEAD), or nil, err.
 local function exchange(port, bytes)
-  local s = h.connect(port, 3000)
-  defer(function() s:close() end)
+  local s = h.dial(port, 3000)
   assert(s:send(bytes))
   local line, err = s:receive("*l")
   if not line then return nil, err end

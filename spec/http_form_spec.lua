@@ -2,55 +2,26 @@
 -- behind a real http.listen server on 127.0.0.1 port 0. Uploads come from
 -- curl -F (run in the background: a blocking os.execute would hold up the
 -- in-process server); malformed bodies go as raw cosocket requests.
-local cohost = require "cohost"
 local http = require "cohost.http"
 local form = require "cohost.http.form"
 local cjson = require "cjson"
 local h = require "spec.helper"
-local defer = h.cleanups(after_each)
+h.cleanups(after_each)
 
 -- -- Clients ------------------------------------------------------------------
 
 local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
-local function parse(data)
-  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  assert(head, "no response head in: " .. data)
-  return { status = tonumber(head:match("^HTTP/1%.%d (%d%d%d)")), body = body }
-end
-
--- A POST with Content-Type ct and body on a new connection; the parsed
--- response.
+-- A POST to /form with Content-Type ct and body on a new connection; the
+-- parsed response.
 local function post(port, ct, body)
-  local s = h.connect(port, 5000)
-  assert(s:send(("POST /form HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s")
-    :format(ct, #body, body)))
-  local all, _, partial = s:receive("*a")
-  s:close()
-  return parse(all or partial)
-end
-
--- Runs a shell command in the background, bounded by timeout(1), and
--- parks until it ends; returns its exit code, stdout and stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local deadline = cohost.monotonic() + limit + 5
-  while true do
-    local code = h.try_slurp(rc)
-    if code and code ~= "" then return tonumber(code), h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() < deadline, "the command did not finish: " .. cmd)
-    cohost.sleep(0.01)
-  end
+  return h.request(port, "POST", "/form", { ["Content-Type"] = ct }, body)
 end
 
 -- curl with args (already quoted) to /form; returns the status and body.
 local function curl(port, args)
   local out = h.tmpfile()
-  local code, status, err = sh(("curl -sS --max-time 15 -o %s -w '%%{http_code}' %s http://127.0.0.1:%d/form")
+  local code, status, err = h.sh(("curl -sS --max-time 15 -o %s -w '%%{http_code}' %s http://127.0.0.1:%d/form")
     :format(out, args, port))
   assert.equal(0, code, err)
   return tonumber(status), h.slurp(out)
@@ -70,24 +41,6 @@ local function capture(fn, opts)
     res:send("ok")
   end, opts or { max_body_size = 8 * 1024 * 1024 })
   return port, box
-end
-
--- A new empty directory, removed after the test.
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir " .. d) == 0)
-  defer(function() os.execute("rm -rf " .. h.shell_quote(d)) end)
-  return d
-end
-
--- The names in a directory.
-local function ls(dir)
-  local p = io.popen("ls -A " .. h.shell_quote(dir))
-  local names = {}
-  for name in p:lines() do names[#names + 1] = name end
-  p:close()
-  return names
 end
 
 -- n bytes of varied content that keeps spelling CRLF and dashes, the
@@ -136,7 +89,7 @@ describe("multipart forms", function()
   end)
 
   it("save a 1 MiB file to a temp file, byte for byte, beside the fields (curl -F)", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local port, box = capture(function(req) return form.form(req, { dir = dir }) end)
     local status, body = curl(port, ("-F title=hello -F %s -F tag=a -F tag=b")
       :format(h.shell_quote("upload=@" .. src .. ";type=application/x-test;filename=report.bin")))
@@ -153,7 +106,7 @@ describe("multipart forms", function()
   end)
 
   it("parse a chunked upload the same way", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local port, box = capture(function(req) return req:form { dir = dir } end)
     local status, body = curl(port, ("-H 'Transfer-Encoding: chunked' -F %s")
       :format(h.shell_quote("upload=@" .. src)))
@@ -203,7 +156,7 @@ describe("multipart forms", function()
   end)
 
   it("give several files of one name as an array", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local small = h.tmpfile("second file")
     local port, box = capture(function(req) return form.multipart(req, { dir = dir }) end)
     local status = curl(port, ("-F %s -F %s"):format(h.shell_quote("f=@" .. src .. ";filename=one"),
@@ -214,11 +167,11 @@ describe("multipart forms", function()
     assert.equal("one", f[1].filename)
     assert.equal("two", f[2].filename)
     assert.equal("second file", h.slurp(f[2].path))
-    assert.equal(2, #ls(dir))
+    assert.equal(2, #h.ls(dir))
   end)
 
   it("enforce max_parts, max_field_size and max_file_size, leaving no temp file", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local limits
     local port, box = capture(function(req)
       local o = { dir = dir }
@@ -236,7 +189,7 @@ describe("multipart forms", function()
       box.err = nil
       assert.equal(400, (curl(port, c[2])))
       assert.equal(c[3], box.err)
-      assert.same({}, ls(dir))
+      assert.same({}, h.ls(dir))
     end
   end)
 
@@ -262,7 +215,7 @@ describe("multipart forms", function()
   end)
 
   it("answer nil, 'bad form' to malformed bodies, leaving no temp file", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local port, box = capture(function(req) return form.form(req, { dir = dir }) end)
     local file = 'Content-Disposition: form-data; name="f"; filename="f.bin"'
     local cases = {
@@ -285,7 +238,7 @@ describe("multipart forms", function()
       assert.equal(400, res.status, "case " .. i)
       assert.equal("bad form", box.err, "case " .. i)
     end
-    assert.same({}, ls(dir))
+    assert.same({}, h.ls(dir))
   end)
 end)
 
@@ -321,13 +274,9 @@ describe("req:json()", function()
     -- Chunked, so the server cannot refuse it from its head: the handler
     -- runs and the limit shows while it reads.
     local body = '["' .. ("x"):rep(200) .. '"]'
-    local s = h.connect(port, 5000)
-    assert(s:send(("POST /form HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" ..
+    local res = h.parse_response(h.raw_request(port, ("POST /form HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" ..
       "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n")
       :format(#body, body)))
-    local all, _, partial = s:receive("*a")
-    s:close()
-    local res = parse(all or partial)
     assert.equal(400, res.status)   -- the handler's answer, not the server's 413
     assert.equal("too large", res.body)
     assert.equal("too large", box.err)

@@ -6,9 +6,8 @@
 -- then the connection must close with nothing after it: no canary answer,
 -- and the handler never ran for anything the server refused.
 local cohost = require "cohost"
-local http = require "cohost.http"
 local h = require "spec.helper"
-local defer = h.cleanups(after_each)
+h.cleanups(after_each)
 local C = require "spec.fuzz.http_cases"
 
 local CANARY = "GET /canary HTTP/1.1\r\nHost: t\r\n\r\n"
@@ -21,7 +20,7 @@ local function start(opts)
   local st = { calls = 0, canaries = 0 }
   local o = { max_body_size = C.MAX_BODY, body_timeout = 2, header_timeout = 5 }
   for k, v in pairs(opts or {}) do o[k] = v end
-  local l = assert(http.listen("127.0.0.1:0", function(req, res)
+  local port = h.http_serve(function(req, res)
     st.calls = st.calls + 1
     if req.path == "/canary" then
       st.canaries = st.canaries + 1
@@ -33,9 +32,7 @@ local function start(opts)
       return
     end
     res:send(("%s %s %d"):format(req.method, req.path, #body))
-  end, o))
-  defer(function() l:close() end)
-  local _, port = l:addr()
+  end, o)
   st.port = port
   return st
 end
@@ -81,8 +78,7 @@ end
 -- Returns the responses; .closed tells whether the server closed, .err
 -- what ended the reading.
 local function exchange(st, c)
-  local s = h.connect(st.port, READ_MS)
-  defer(function() s:close() end)
+  local s = h.dial(st.port, READ_MS)
   s:setoption("tcp-nodelay", true)
   local parts = c.parts or { c.raw }
   for i, p in ipairs(parts) do
@@ -174,8 +170,7 @@ describe("http framing", function()
 
   it("lets the client read a 413 while it is still sending the body", function()
     local st = start()
-    local s = h.connect(st.port, READ_MS)
-    defer(function() s:close() end)
+    local s = h.dial(st.port, READ_MS)
     local size = C.MAX_BODY * 8
     assert(s:send(C.head("POST /up HTTP/1.1", "Host: t", "Content-Length: " .. size)))
     -- The writer keeps sending the body (then the canary) while the
@@ -201,8 +196,7 @@ describe("http framing", function()
 
   it("lets the client read a 413 for a chunked body while it is still sending", function()
     local st = start()
-    local s = h.connect(st.port, READ_MS)
-    defer(function() s:close() end)
+    local s = h.dial(st.port, READ_MS)
     assert(s:send(C.head("POST /up HTTP/1.1", "Host: t", "Transfer-Encoding: chunked")))
     local writer = cohost.spawn(function()
       local chunk = "4000\r\n" .. ("u"):rep(16384) .. "\r\n"

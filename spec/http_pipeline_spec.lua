@@ -4,12 +4,9 @@
 -- http.client reuses one connection for sequential requests, and a raw
 -- Python socket pipelines.
 local cohost = require "cohost"
-local http = require "cohost.http"
 local cjson = require "cjson"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
-
-local PYTHON = "/usr/bin/python3"   -- Debian's, with http.client
 
 -- The handler both servers run: "METHOD path?query bodylen body".
 local function echo(req, res)
@@ -56,8 +53,7 @@ end
 -- Sends data in writes of `step` bytes while another thread reads until
 -- the server closes; returns everything read.
 local function send_and_read(port, data, step)
-  local s = h.connect(port, 10000)
-  defer(function() s:close() end)
+  local s = h.dial(port, 10000)
   s:setoption("tcp-nodelay", true)   -- each write its own segment
   local reader = cohost.spawn(function() return s:receive("*a") end)
   for i = 1, #data, step do
@@ -89,9 +85,7 @@ end
 
 describe("http pipelining", function()
   it("answers 100 pipelined requests sent one byte per write as when sent in one write", function()
-    local l = assert(http.listen("127.0.0.1:0", echo))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    local port = h.http_serve(echo)
     local data, want = hundred()
     local whole = send_and_read(port, data, #data)
     local bytewise = send_and_read(port, data, 1)
@@ -124,15 +118,12 @@ end))
   return p.port
 end
 
--- Runs a Python script with the port as argv[1]; returns its JSON output.
+-- Runs a Python script with the port as argv[1] (h.python, 30 s);
+-- returns its JSON output.
 local function python(port, source)
-  local file = h.tmpfile(source)
-  local out = h.tmpfile()
-  local code = os.execute(("timeout 30 %s %s %d >%s 2>&1 </dev/null")
-    :format(PYTHON, file, port, out))
-  local text = h.slurp(out)
-  assert(code == 0 or code == true, "python failed: " .. text)
-  return cjson.decode(text)
+  local code, out, err = h.python(source, tostring(port), 30)
+  assert(code == 0, "python failed: " .. out .. err)
+  return cjson.decode(out)
 end
 
 describe("http keep-alive with Python", function()

@@ -16,52 +16,10 @@ local defer = h.cleanups(after_each)
 -- closed after the test; returns the port.
 local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
--- Parses a whole response: status, headers (lower-case names; a repeated
--- one keeps the last), body.
-local function parse(data)
-  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  assert(head, "no response head in: " .. data)
-  local status = tonumber(head:match("^HTTP/1%.%d (%d%d%d)"))
-  local headers = {}
-  for k, v in head:gmatch("\r\n([^:]+):%s*([^\r]*)") do headers[k:lower()] = v end
-  return { status = status, headers = headers, body = body }
-end
-
--- Sends raw bytes on a new connection and reads until the server closes.
-local function raw(port, data)
-  local s = h.connect(port, 5000)
-  assert(s:send(data))
-  local all, err, partial = s:receive("*a")
-  s:close()
-  return all or partial, err
-end
-
--- One request with Connection: close; returns the parsed response.
-local function request(port, method, target, headers, body)
-  local lines = { method .. " " .. target .. " HTTP/1.1", "Host: test", "Connection: close" }
-  for k, v in pairs(headers or {}) do lines[#lines + 1] = k .. ": " .. v end
-  if body then lines[#lines + 1] = "Content-Length: " .. #body end
-  return parse(assert(raw(port, table.concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""))))
-end
+-- One request with Connection: close (h.request); the parsed response.
+local request = h.request
 
 local function get(port, target, headers) return request(port, "GET", target, headers) end
-
--- Runs a shell command in the background, bounded by timeout(1), and
--- waits (parking) for it; returns its exit code, stdout and stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local deadline = cohost.monotonic() + limit + 5
-  while true do
-    local code = h.try_slurp(rc)
-    if code and code ~= "" then return tonumber(code), h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() < deadline, "the command did not finish: " .. cmd)
-    cohost.sleep(0.01)
-  end
-end
 
 -- Shorthand: a router serving a handler that answers its route's name and
 -- params as JSON.
@@ -191,7 +149,7 @@ describe("router answers", function()
   end)
 
   it("runs the GET route for HEAD, without a body (curl -I)", function()
-    local code, out = sh(("curl -sS -I --max-time 10 http://127.0.0.1:%d/items/9"):format(port))
+    local code, out = h.sh(("curl -sS -I --max-time 10 http://127.0.0.1:%d/items/9"):format(port))
     assert.equal(0, code)
     assert.matches("^HTTP/1.1 200", out)
     assert.matches("\r\n[Cc]ontent%-[Ll]ength: 6\r\n", out)   -- "item 9"
@@ -296,10 +254,8 @@ describe("router mount", function()
   end)
 
   it("serves a subrouter's static directory under the mount prefix", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. dir .. "/guide") == 0)
-    defer(function() os.execute("rm -rf " .. h.shell_quote(dir)) end)
+    local dir = h.tmpdir()
+    assert(os.execute("mkdir " .. dir .. "/guide") == 0)
     h.write_file(dir .. "/index.html", "docs home")
     h.write_file(dir .. "/guide/index.html", "guide")
     local docs = router.new():static("/", dir)
@@ -416,7 +372,7 @@ listener = assert(http.listen("127.0.0.1:0", r))
       error("failed while streaming")
     end)
     local port = serve(r)
-    local data = raw(port, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
+    local data = h.raw_request(port, "GET /stream HTTP/1.1\r\nHost: t\r\n\r\n")
     assert.matches("^HTTP/1.1 200", data)
     assert.matches("first part", data)
     -- A chunked body ends with a zero-size chunk; a cut one must not.
@@ -427,30 +383,16 @@ end)
 -- -- examples/webapp.lua ------------------------------------------------------
 
 describe("examples/webapp.lua", function()
-  local port, pid, logfile
+  local port, logfile
 
-  -- Connects to the child, retrying while it starts (bounded: 15 s, for
-  -- a sanitizer build on a loaded machine).
-  local function wait_up()
-    local deadline = cohost.monotonic() + 15
-    while true do
-      local s = cohost.tcp()
-      s:settimeout(1000)
-      if s:connect("127.0.0.1", port) then s:close(); return end
-      assert(cohost.monotonic() < deadline, "webapp did not start: " .. h.slurp(logfile))
-      cohost.sleep(0.05)
-    end
-  end
-
+  -- The child, until it listens (15 s at most, for a sanitizer build on a
+  -- loaded machine).
   before_each(function()
     port = h.free_port()
     logfile = h.tmpfile()
-    local pidfile = h.tmpfile()
-    os.execute(("timeout 60 %s examples/webapp.lua %d >%s 2>&1 </dev/null & echo $! >%s")
-      :format(h.COHOST, port, logfile, pidfile))
-    pid = tonumber(h.slurp(pidfile))
-    defer(function() os.execute(("kill %d 2>/dev/null"):format(pid)) end)
-    wait_up()
+    local pid = h.spawn(("timeout 60 %s examples/webapp.lua %d"):format(h.COHOST, port), logfile)
+    defer(function() h.stop_pid(pid) end)
+    h.wait_port(port, logfile)
   end)
 
   local JSON = { ["Content-Type"] = "application/json" }
@@ -532,7 +474,7 @@ describe("examples/webapp.lua", function()
   end)
 
   it("echoes WebSocket messages (python websockets)", function()
-    local script = h.tmpfile([[
+    local code, out, err = h.python([[
 import asyncio, sys, websockets
 async def main():
     async with websockets.connect(sys.argv[1]) as ws:
@@ -541,8 +483,7 @@ async def main():
         await ws.send(bytes([0, 1, 255]))
         print((await ws.recv()).hex())
 asyncio.run(main())
-]])
-    local code, out, err = sh(("/usr/bin/python3 %s ws://127.0.0.1:%d/ws"):format(script, port))
+]], ("ws://127.0.0.1:%d/ws"):format(port))
     assert.equal(0, code, err)
     assert.equal("hello\n0001ff\n", out)
   end)

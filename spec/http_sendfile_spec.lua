@@ -2,98 +2,36 @@
 -- validators (ETag, Last-Modified, 304), single ranges (206, 416) and
 -- Content-Type from the extension. The server runs in this process; its
 -- peers are raw cosockets (exact bytes) and curl in the background.
-local cohost = require "cohost"
 local http = require "cohost.http"
 local h = require "spec.helper"
-local defer = h.cleanups(after_each)
+h.cleanups(after_each)
 
 -- -- Helpers (as in http_server_spec.lua) ----------------------------------------
 
 local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
-local function connect(port)
-  local s = h.connect(port, 5000)
-  defer(function() s:close() end)
-  return s
-end
-
--- Reads one response (lower-case header names; body by Content-Length, or
--- none for head_only, 304 and 416-less framing errors).
+-- Reads one response (h.receive_response), which must be framed the way
+-- sendfile answers: by Content-Length, never chunked or to the close
+-- (none for head_only and 304).
 local function read_response(sock, head_only)
-  local line, err = sock:receive("*l")
-  if not line then return nil, err end
-  local r = { status_line = line, headers = {}, lines = {} }
-  r.status = tonumber(line:match("^HTTP/1%.%d (%d%d%d) "))
-  assert(r.status, "bad status line: " .. line)
-  while true do
-    local l = assert(sock:receive("*l"))
-    if l == "" then break end
-    r.lines[#r.lines + 1] = l
-    local k, v = l:match("^([^:]+):[ \t]*(.-)[ \t]*$")
-    assert(k, "bad header line: " .. l)
-    r.headers[k:lower()] = v
+  local r, err = h.receive_response(sock, head_only)
+  if r and not head_only and r.status ~= 304 then
+    assert.is_nil(r.headers["transfer-encoding"])
+    assert(not r.until_close, "no Content-Length")
   end
-  if head_only or r.status == 304 then
-    r.body = ""
-    return r
-  end
-  assert.is_nil(r.headers["transfer-encoding"])
-  local n = assert(tonumber(r.headers["content-length"]), "no Content-Length")
-  r.body = n == 0 and "" or assert(sock:receive(n))
-  return r
+  return r, err
 end
 
-local function request(target, extra, method)
-  return (method or "GET") .. " " .. target .. " HTTP/1.1\r\nHost: t\r\n" .. (extra or "") .. "\r\n"
-end
+local request = h.request_bytes   -- a request's bytes: (target, extra header lines, method)
 
 -- Sends requests (an array of request byte strings) pipelined on one
 -- connection and reads a response to each (head_only for HEADs).
 local function pipeline(port, reqs)
-  local s = connect(port)
+  local s = h.dial(port)
   assert(s:send(table.concat(reqs)))
   local out = {}
   for i, r in ipairs(reqs) do out[i] = assert(read_response(s, r:find("^HEAD"))) end
   return out, s
-end
-
--- Runs cmd under sh in the background (a blocking call would stall the
--- server in this process); returns exit code, stdout, stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local t0 = cohost.monotonic()
-  while true do
-    local code = tonumber(h.try_slurp(rc) or "")
-    if code then return code, h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() - t0 < limit + 5, "background command never ended: " .. cmd)
-    cohost.sleep(0.01)
-  end
-end
-
-local function random_bytes(n)
-  local parts, t = {}, {}
-  for i = 1, n do
-    t[#t + 1] = math.random(0, 255)
-    if #t == 4096 or i == n then
-      parts[#parts + 1] = string.char(unpack(t))
-      t = {}
-    end
-  end
-  return table.concat(parts)
-end
-
--- A temp directory removed after the test; files(dir, {name = content})
--- writes files in it.
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir " .. dir) == 0)
-  defer(function() os.execute("rm -rf " .. h.shell_quote(dir)) end)
-  return dir
 end
 
 -- The fixture: a 3 MB random file with a known mtime, served at /f by a
@@ -101,8 +39,8 @@ end
 -- port, data, the handler's records (results of sendfile per request).
 local MTIME = "Thu, 02 Jan 2020 03:04:05 GMT"
 local function fixture(size)
-  local data = random_bytes(size or 3 * 1000 * 1000 + 7)
-  local dir = tmpdir()
+  local data = h.random_bytes(size or 3 * 1000 * 1000 + 7)
+  local dir = h.tmpdir()
   local path = dir .. "/blob.bin"
   h.write_file(path, data)
   assert(os.execute(("touch -d '2020-01-02 03:04:05 UTC' %s"):format(path)) == 0)
@@ -125,7 +63,7 @@ describe("res:sendfile", function()
   it("serves a 3 MB file intact to curl, with Content-Length", function()
     local port, data = fixture()
     local out, hdr = h.tmpfile(), h.tmpfile()
-    local code, _, err = sh(("curl -sS -D %s -o %s http://127.0.0.1:%d/f"):format(hdr, out, port))
+    local code, _, err = h.sh(("curl -sS -D %s -o %s http://127.0.0.1:%d/f"):format(hdr, out, port))
     assert.equal(0, code, err)
     assert.matches("^HTTP/1.1 200 OK\r\n", h.slurp(hdr))
     assert.matches("\r\nContent%-Length: " .. #data .. "\r\n", h.slurp(hdr))
@@ -228,7 +166,7 @@ describe("res:sendfile", function()
   it("curl --range gets the exact bytes", function()
     local port, data = fixture()
     local out = h.tmpfile()
-    local code, status, err = sh(("curl -sS -r 1000000-1000999 -o %s -w '%%{http_code}' http://127.0.0.1:%d/f")
+    local code, status, err = h.sh(("curl -sS -r 1000000-1000999 -o %s -w '%%{http_code}' http://127.0.0.1:%d/f")
       :format(out, port))
     assert.equal(0, code, err)
     assert.equal("206", status)
@@ -307,7 +245,7 @@ describe("res:sendfile", function()
   end)
 
   it("sets Content-Type from the extension unless the handler set one", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     for _, name in ipairs { "a.html", "b.css", "c.png", "d.json", "e.unknownext", "f.txt", "g.JS" } do
       h.write_file(dir .. "/" .. name, "x")
     end
@@ -335,14 +273,14 @@ describe("res:sendfile", function()
   end)
 
   it("raises once the response has started", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     h.write_file(dir .. "/x", "x")
     local err
     local port = serve(function(_, res)
       res:write("a")
       err = select(2, pcall(res.sendfile, res, dir .. "/x"))
     end)
-    local s = connect(port)
+    local s = h.dial(port)
     assert(s:send(request("/")))
     assert.equal("HTTP/1.1 200 OK", s:receive("*l"))
     h.eventually(function() return err end, 5)   -- the handler goes on in its own time

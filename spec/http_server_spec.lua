@@ -16,71 +16,15 @@ local defer = h.cleanups(after_each)
 -- is closed after the test.
 local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
--- A raw connection to port; timeout in ms (default 3000).
+-- A raw connection to port, closed after the test; timeout in ms
+-- (default 3000).
 local function connect(port, ms)
-  local s = h.connect(port, ms or 3000)
-  defer(function() s:close() end)
-  return s
+  return h.dial(port, ms or 3000)
 end
 
--- Reads one response: status (number), version ("1.1"), headers
--- (lower-case names, a repeated header is an array), lines (the header
--- lines as sent), body (decoded), chunked and raw (the body bytes as they
--- came) and until_close (no framing: read to EOF). A 1xx response is
--- returned after its head. head_only: a HEAD's response, no body. nil, err
--- if the connection ended first.
-local function read_response(sock, head_only)
-  local line, err = sock:receive("*l")
-  if not line then return nil, err end
-  local r = { status_line = line, headers = {}, lines = {} }
-  local version, status = line:match("^HTTP/(%d%.%d) (%d%d%d) ")
-  assert(status, "bad status line: " .. line)
-  r.version, r.status = version, tonumber(status)
-  while true do
-    local l = assert(sock:receive("*l"))
-    if l == "" then break end
-    r.lines[#r.lines + 1] = l
-    local k, v = l:match("^([^:]+):[ \t]*(.-)[ \t]*$")
-    assert(k, "bad header line: " .. l)
-    k = k:lower()
-    local old = r.headers[k]
-    if old == nil then r.headers[k] = v
-    elseif type(old) == "table" then old[#old + 1] = v
-    else r.headers[k] = { old, v } end
-  end
-  if r.status < 200 then return r end
-  if head_only or r.status == 204 or r.status == 304 then
-    r.body = ""
-    return r
-  end
-  local te, cl = r.headers["transfer-encoding"], r.headers["content-length"]
-  if te then
-    assert.equal("chunked", te)
-    r.chunked = true
-    local parts, raw = {}, {}
-    while true do
-      local size = assert(sock:receive("*l"))
-      raw[#raw + 1] = size .. "\r\n"
-      local n = assert(tonumber(size, 16), "bad chunk size: " .. size)
-      if n == 0 then
-        assert.equal("", sock:receive("*l"))
-        raw[#raw + 1] = "\r\n"
-        break
-      end
-      parts[#parts + 1] = assert(sock:receive(n))
-      assert.equal("\r\n", sock:receive(2))
-      raw[#raw + 1] = parts[#parts] .. "\r\n"
-    end
-    r.body, r.raw = table.concat(parts), table.concat(raw)
-  elseif cl then
-    local n = assert(tonumber(cl))
-    r.body = n == 0 and "" or assert(sock:receive(n))
-  else
-    r.until_close = true
-    r.body = assert(sock:receive("*a"))
-  end
-  return r
-end
+-- Reads one response, checking its framing: h.receive_response(sock,
+-- head_only).
+local read_response = h.receive_response
 
 -- Sends bytes on a new connection and reads one response; returns it and
 -- the socket.
@@ -90,10 +34,8 @@ local function exchange(port, bytes, head_only)
   return assert(read_response(s, head_only)), s
 end
 
--- A GET request's bytes.
-local function get(target, extra)
-  return "GET " .. target .. " HTTP/1.1\r\nHost: t\r\n" .. (extra or "") .. "\r\n"
-end
+-- A GET request's bytes, with extra header lines.
+local get = h.request_bytes
 
 -- Whether the peer closes sock within ms with nothing more sent; the
 -- second value is the error seen ("timeout" when it stayed open).
@@ -106,30 +48,6 @@ local function closes(sock, ms)
   return err == "closed" or err == "connection reset by peer", err
 end
 
--- Runs cmd under sh in the background, bounded by timeout(1) at limit
--- seconds (default 20), and waits without blocking the worker. Returns
--- exit code, stdout, stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)   -- it appears when cmd ends
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local t0 = cohost.monotonic()
-  while true do
-    local code = tonumber(h.try_slurp(rc) or "")
-    if code then return code, h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() - t0 < limit + 5, "background command never ended: " .. cmd)
-    cohost.sleep(0.01)
-  end
-end
-
--- Runs a Python 3 program in the background; returns code, stdout, stderr.
-local function python(src, limit)
-  local path = h.tmpfile(src)
-  return sh("python3 " .. path, limit)
-end
-
 -- The last header block curl dumped with -D (after any 100 Continue):
 -- status and a table of lower-case header names.
 local function curl_head(dump)
@@ -140,30 +58,6 @@ local function curl_head(dump)
   local hdrs = {}
   for k, v in last:gmatch("\r\n([^:\r\n]+):[ \t]*([^\r\n]*)") do hdrs[k:lower()] = v end
   return status, hdrs, blocks
-end
-
--- Random bytes, n of them.
-local function random_bytes(n)
-  local parts, t = {}, {}
-  for i = 1, n do
-    t[#t + 1] = math.random(0, 255)
-    if #t == 4096 or i == n then
-      parts[#parts + 1] = string.char(unpack(t))
-      t = {}
-    end
-  end
-  return table.concat(parts)
-end
-
--- Polls fn() every 10 ms until it returns a true value or limit seconds
--- pass; returns that value (or nil).
-local function eventually(fn, limit)
-  local t0 = cohost.monotonic()
-  repeat
-    local v = fn()
-    if v then return v end
-    cohost.sleep(0.01)
-  until cohost.monotonic() - t0 > (limit or 3)
 end
 
 -- Echoes method, target, path, query_string, version and peer as JSON.
@@ -269,7 +163,7 @@ describe("http server req", function()
 
   it("has peer as the client's ip:port", function()
     local port = serve(echo_fields)
-    local code, out, err = python(([[
+    local code, out, err = h.python(([[
 import http.client, json
 c = http.client.HTTPConnection("127.0.0.1", %d, timeout=5)
 c.request("GET", "/peer")
@@ -306,24 +200,24 @@ describe("http server request body", function()
   end
 
   it("req:body() gives an upload curl sends with Content-Length", function()
-    local data = random_bytes(300000)
+    local data = h.random_bytes(300000)
     local file, out = h.tmpfile(data), h.tmpfile()
     local port = serve(echo_body)
-    local code, _, err = sh(("curl -sS -o %s --data-binary @%s http://127.0.0.1:%d/up"):format(out, file, port))
+    local code, _, err = h.sh(("curl -sS -o %s --data-binary @%s http://127.0.0.1:%d/up"):format(out, file, port))
     assert.equal(0, code, err)
     assert.equal(#data, #h.slurp(out))
     assert.is_true(data == h.slurp(out))
   end)
 
   it("req:body() gives a chunked upload from curl", function()
-    local data = random_bytes(200000)
+    local data = h.random_bytes(200000)
     local file, out = h.tmpfile(data), h.tmpfile()
     local seen
     local port = serve(function(req, res)
       seen = { te = req:header("transfer-encoding"), cl = req:header("content-length") }
       return echo_body(req, res)
     end)
-    local code, _, err = sh(("curl -sS -o %s -H 'Transfer-Encoding: chunked' --data-binary @%s http://127.0.0.1:%d/up")
+    local code, _, err = h.sh(("curl -sS -o %s -H 'Transfer-Encoding: chunked' --data-binary @%s http://127.0.0.1:%d/up")
       :format(out, file, port))
     assert.equal(0, code, err)
     assert.equal("chunked", seen.te)
@@ -390,7 +284,7 @@ describe("http server request body", function()
     assert.is_true((closes(s, 4000)))
     -- curl, uploading: it sees the 413 too.
     local file = h.tmpfile(("x"):rep(5000))
-    local code, out, err = sh(("curl -sS -o /dev/null -w '%%{http_code}' --data-binary @%s http://127.0.0.1:%d/")
+    local code, out, err = h.sh(("curl -sS -o /dev/null -w '%%{http_code}' --data-binary @%s http://127.0.0.1:%d/")
       :format(file, port))
     assert.equal(0, code, err)
     assert.equal("413", out)
@@ -568,10 +462,10 @@ describe("http server Expect: 100-continue", function()
   end)
 
   it("curl gets 100 Continue for a large upload the handler reads", function()
-    local data = random_bytes(2 * 1024 * 1024 + 17)
+    local data = h.random_bytes(2 * 1024 * 1024 + 17)
     local file, out = h.tmpfile(data), h.tmpfile()
     local port = serve(function(req, res) res:send(assert(req:body())) end, { max_body_size = 4 * 1024 * 1024 })
-    local code, _, err = sh(("curl -sS -v -o %s --data-binary @%s http://127.0.0.1:%d/big"):format(out, file, port))
+    local code, _, err = h.sh(("curl -sS -v -o %s --data-binary @%s http://127.0.0.1:%d/big"):format(out, file, port))
     assert.equal(0, code, err)
     assert.matches("> Expect: 100%-continue", err)
     assert.matches("< HTTP/1.1 100 Continue", err)
@@ -581,7 +475,7 @@ describe("http server Expect: 100-continue", function()
   it("curl gets no 100 Continue when the handler answers without reading", function()
     local file = h.tmpfile(("z"):rep(1000))
     local port = serve(function(_, res) res.status = 403; res:send("denied") end)
-    local code, out, err = sh(("curl -sS -v -H 'Expect: 100-continue' --data-binary @%s http://127.0.0.1:%d/")
+    local code, out, err = h.sh(("curl -sS -v -H 'Expect: 100-continue' --data-binary @%s http://127.0.0.1:%d/")
       :format(file, port))
     assert.equal(0, code, err)
     assert.equal("denied", out)
@@ -914,7 +808,7 @@ describe("http server HEAD and standard headers", function()
 
   it("curl -I gets the headers of GET", function()
     local port = serve(hello)
-    local code, out, err = sh(("curl -sS -I http://127.0.0.1:%d/"):format(port))
+    local code, out, err = h.sh(("curl -sS -I http://127.0.0.1:%d/"):format(port))
     assert.equal(0, code, err)
     local status, hdrs = curl_head(out)
     assert.equal(200, status)
@@ -1030,7 +924,7 @@ describe("http server connections", function()
   it("curl re-uses the connection for a second URL", function()
     local port = serve(ok)
     local url = ("http://127.0.0.1:%d"):format(port)
-    local code, out, err = sh(("curl -sS -v %s/x %s/y"):format(url, url))
+    local code, out, err = h.sh(("curl -sS -v %s/x %s/y"):format(url, url))
     assert.equal(0, code, err)
     assert.equal("ok /xok /y", out)
     assert.matches("Re%-using existing connection", err)
@@ -1075,7 +969,7 @@ describe("http server connections", function()
       n = n + 1
       res:send("n" .. req.path:sub(2))
     end)
-    local code, out, err = python(([[
+    local code, out, err = h.python(([[
 import http.client
 c = http.client.HTTPConnection("127.0.0.1", %d, timeout=10)
 ports = set()
@@ -1087,7 +981,7 @@ for i in range(1000):
     assert r.status == 200, r.status
     assert b == b"n%%d" %% i, b
 print(len(ports), r.getheader("Connection"))
-]]):format(port), 30)
+]]):format(port), nil, 30)
     assert.equal(0, code, err)
     assert.equal("1 close\n", out)   -- the 1000th is the default keepalive_requests
     assert.equal(1000, n)
@@ -1322,7 +1216,7 @@ describe("http server handler errors", function()
 
   it("curl sees a truncated transfer after an error mid-stream", function()
     local port = serve(failing)
-    local code, out = sh(("curl -sS http://127.0.0.1:%d/late"):format(port))
+    local code, out = h.sh(("curl -sS http://127.0.0.1:%d/late"):format(port))
     assert.equal(18, code)   -- CURLE_PARTIAL_FILE
     assert.equal("abc", out)
   end)
@@ -1382,16 +1276,16 @@ end))
 ]]))
     local p = h.start(h.shell_quote(script), 30)
     defer(p.stop)
-    local code, out, err = sh(("curl -sS -w ' %%{http_code}' http://127.0.0.1:%d/boom http://127.0.0.1:%d/ok")
+    local code, out, err = h.sh(("curl -sS -w ' %%{http_code}' http://127.0.0.1:%d/boom http://127.0.0.1:%d/ok")
       :format(p.port, p.port))
     assert.equal(0, code, err)
     assert.matches(" 500", out)
     assert.not_matches("child%-boom", out)
     assert.matches("ok 200$", out)
-    local log = eventually(function()
+    local log = h.eventually(function()
       local e = h.slurp(p.err)
       return e:find("stack traceback", 1, true) and e
-    end)
+    end, 3)
     assert(log, "no traceback in stderr: " .. h.slurp(p.err))
     assert.matches("child%-boom%-5521", log)
   end)
@@ -1448,14 +1342,14 @@ describe("http server extras", function()
       res:send("hello")
     end, { access_log = log })
     local url = ("http://127.0.0.1:%d"):format(port)
-    local code, _, err = sh(("curl -sS -o /dev/null -A 'spec-agent/1.0' -e 'http://ref.test/' '%s/a?x=1' %s/missing %s/b")
+    local code, _, err = h.sh(("curl -sS -o /dev/null -A 'spec-agent/1.0' -e 'http://ref.test/' '%s/a?x=1' %s/missing %s/b")
       :format(url, url, url))
     assert.equal(0, code, err)
-    local lines = eventually(function()
+    local lines = h.eventually(function()
       local t = {}
       for l in h.slurp(log):gmatch("[^\n]+") do t[#t + 1] = l end
       return #t >= 3 and t
-    end)
+    end, 3)
     assert(lines, "access log: " .. h.slurp(log))
     assert.equal(3, #lines)
     local pat = '^127%%.0%%.0%%.1 %%- %%- %%[%%d%%d/%%a%%a%%a/%%d%%d%%d%%d:%%d%%d:%%d%%d:%%d%%d [+-]%%d%%d%%d%%d%%] '

@@ -4,61 +4,21 @@
 -- client normalizes them first; ranges, HEAD and conditional requests go
 -- through curl, run in the background (a blocking os.execute would hold
 -- up the in-process server).
-local cohost = require "cohost"
 local http = require "cohost.http"
 local router = require "cohost.http.router"
 local static = require "cohost.http.static"
 local mime = require "cohost.http.mime"
 local h = require "spec.helper"
-local defer = h.cleanups(after_each)
+h.cleanups(after_each)
 
 -- -- Clients ------------------------------------------------------------------
 
 local serve = h.http_serve   -- port of a server on 127.0.0.1:0, closed after the test
 
--- Parses a whole response: status, headers (lower-case names), body.
-local function parse(data)
-  local head, body = data:match("^(.-)\r\n\r\n(.*)$")
-  assert(head, "no response head in: " .. data)
-  local headers = {}
-  for k, v in head:gmatch("\r\n([^:]+):%s*([^\r]*)") do headers[k:lower()] = v end
-  return { status = tonumber(head:match("^HTTP/1%.%d (%d%d%d)")), headers = headers, body = body }
-end
-
--- Sends a raw request on a new connection; the parsed response, read
--- until the server closes.
-local function raw(port, data)
-  local s = h.connect(port, 5000)
-  assert(s:send(data))
-  local all, _, partial = s:receive("*a")
-  s:close()
-  return parse(all or partial)
-end
-
-local function request(port, method, target, headers)
-  local lines = { method .. " " .. target .. " HTTP/1.1", "Host: test", "Connection: close" }
-  for k, v in pairs(headers or {}) do lines[#lines + 1] = k .. ": " .. v end
-  return raw(port, table.concat(lines, "\r\n") .. "\r\n\r\n")
-end
+-- One request with Connection: close (h.request); the parsed response.
+local request = h.request
 
 local function get(port, target, headers) return request(port, "GET", target, headers) end
-
--- Runs a shell command in the background, bounded by timeout(1), and
--- parks until it ends; returns its exit code, stdout and stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local deadline = cohost.monotonic() + limit + 5
-  while true do
-    local code = h.try_slurp(rc)
-    if code and code ~= "" then return tonumber(code), h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() < deadline, "the command did not finish: " .. cmd)
-    cohost.sleep(0.01)
-  end
-end
 
 -- -- A site on disk -----------------------------------------------------------
 
@@ -71,11 +31,9 @@ end
 local SECRET = "TOP SECRET outside the served directory"
 
 local function site()
-  local root = os.tmpname()
-  os.remove(root)
+  local root = h.tmpdir()
   assert(os.execute("mkdir -p " .. root .. "/public/sub " .. root .. "/public/empty "
     .. root .. "/public/evil.example/dir") == 0)
-  defer(function() os.execute("rm -rf " .. h.shell_quote(root)) end)
   local pub = root .. "/public"
   h.write_file(root .. "/secret.txt", SECRET)
   h.write_file(pub .. "/index.html", "<h1>home</h1>")
@@ -216,7 +174,7 @@ describe("r:static", function()
   end)
 
   it("answers HEAD with the headers of GET and no body (curl -I)", function()
-    local code, out, err = sh(("curl -sS -I --max-time 10 http://127.0.0.1:%d/static/blob.bin"):format(port))
+    local code, out, err = h.sh(("curl -sS -I --max-time 10 http://127.0.0.1:%d/static/blob.bin"):format(port))
     assert.equal(0, code, err)
     assert.matches("^HTTP/1.1 200", out)
     assert.matches("\r\n[Cc]ontent%-[Ll]ength: 102400\r\n", out)
@@ -226,7 +184,7 @@ describe("r:static", function()
 
   it("serves a single range with 206 (curl -r)", function()
     local out = h.tmpfile()
-    local code, status, err = sh(("curl -sS --max-time 10 -r 1000-1999 -o %s -w '%%{http_code}' http://127.0.0.1:%d/static/blob.bin")
+    local code, status, err = h.sh(("curl -sS --max-time 10 -r 1000-1999 -o %s -w '%%{http_code}' http://127.0.0.1:%d/static/blob.bin")
       :format(out, port))
     assert.equal(0, code, err)
     assert.equal("206", status)
@@ -236,7 +194,7 @@ describe("r:static", function()
   it("answers a conditional request with 304 (curl with If-None-Match)", function()
     local res = get(port, "/static/style.css")
     local etag = assert(res.headers["etag"])
-    local code, status, err = sh(("curl -sS --max-time 10 -o /dev/null -w '%%{http_code}' -H %s http://127.0.0.1:%d/static/style.css")
+    local code, status, err = h.sh(("curl -sS --max-time 10 -o /dev/null -w '%%{http_code}' -H %s http://127.0.0.1:%d/static/style.css")
       :format(h.shell_quote("If-None-Match: " .. etag), port))
     assert.equal(0, code, err)
     assert.equal("304", status)

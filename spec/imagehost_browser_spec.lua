@@ -30,29 +30,16 @@ with open(sys.argv[1], "wb") as f:
             + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 ]==]
 
-local function hex(s)
-  return (s:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
-end
-
--- A fresh directory, removed after the test.
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p " .. h.shell_quote(dir)) == 0)
-  defer(function() os.execute("rm -rf " .. h.shell_quote(dir)) end)
-  return dir
-end
-
--- Polls fn() every 0.1 s until it returns a truthy value other than
--- JSON null, which is returned; fails with what after limit seconds.
+-- Polls fn() every 0.1 s (a call can be a round trip to the browser)
+-- until it returns a truthy value other than JSON null, which is
+-- returned; fails with what after limit seconds.
 local function wait_for(what, limit, fn)
-  local deadline = cohost.monotonic() + limit
-  while true do
-    local v = fn()
-    if v and v ~= cjson.null then return v end
-    assert(cohost.monotonic() < deadline, "timed out waiting for " .. what)
-    cohost.sleep(0.1)
-  end
+  local v = h.eventually(function()
+    local got = fn()
+    return got ~= cjson.null and got
+  end, limit, 0.1)
+  assert(v, "timed out waiting for " .. what)
+  return v
 end
 
 -- -- The app and the browser ---------------------------------------------------
@@ -78,7 +65,7 @@ end
 -- cleanup kills the group. --no-sandbox because the tests run as root;
 -- --disable-dev-shm-usage because containers often have a tiny /dev/shm.
 local function start_chromium()
-  local profile = tmpdir()   -- deferred first, so removed after the kill
+  local profile = h.tmpdir()   -- deferred first, so removed after the kill
   local log, pidf = h.tmpfile(), h.tmpfile()
   os.execute(("timeout -k 2 60 %s --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run"
     .. " --no-default-browser-check --remote-debugging-port=0 --user-data-dir=%s about:blank"
@@ -149,12 +136,12 @@ end
 
 -- Returns the tab, the app, the PNG's path, bytes and id (its SHA-256).
 local function uploaded()
-  local dir = tmpdir()
+  local dir = h.tmpdir()
   local png = dir .. "/gradient.png"
   local gen = h.tmpfile(GEN)
   assert(os.execute(("python3 %s %s %d %d"):format(gen, png, PNG_W, PNG_H)) == 0, "gen failed")
   local bytes = h.slurp(png)
-  local id = hex(crypto.sha256_bin(bytes))
+  local id = h.hex(crypto.sha256_bin(bytes))
 
   local app = start_app(dir .. "/store")
   local tab = open_tab((start_chromium()))

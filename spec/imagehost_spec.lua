@@ -4,7 +4,6 @@
 -- baseline JPEGs that decoders accept (one behind 130 KB of EXIF-like
 -- segments, to make the size scan seek), the 1x1 WebP images browsers
 -- decode, and header-only WebPs of each coding (VP8, VP8L, VP8X).
-local cohost = require "cohost"
 local cjson = require "cjson"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
@@ -104,26 +103,13 @@ end)
 
 -- -- Processes and clients ------------------------------------------------------
 
--- Runs a shell command to completion (the server is another process, so
--- blocking here holds up nobody); returns its exit code and stdout.
-local function sh(cmd)
-  local out = h.tmpfile()
-  local rc = os.execute(("timeout 60 sh -c %s >%s 2>&1"):format(h.shell_quote(cmd), out))
-  return rc, h.slurp(out)
-end
-
 local function sha256_file(path)
-  local _, out = sh("sha256sum " .. h.shell_quote(path))
+  local _, out = h.sh("sha256sum " .. h.shell_quote(path))
   return out:match("^(%x+)")
 end
 
--- A fresh storage directory, removed after the test.
-local function data_dir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  defer(function() os.execute("rm -rf " .. h.shell_quote(dir)) end)
-  return dir
-end
+-- A fresh storage directory (the app makes it), removed after the test.
+local data_dir = h.tmppath
 
 -- Starts the app on port 0 with storage in dir through its module (the
 -- same code main.lua runs), so h.start learns the port.
@@ -146,9 +132,9 @@ end
 -- the file out when given.
 local function curl(args, url, out)
   local body, head = out or h.tmpfile(), h.tmpfile()
-  local rc, code = sh(("curl -sS --max-time 20 -o %s -D %s -w '%%{http_code}' %s %s")
-    :format(body, head, args, h.shell_quote(url)))
-  assert(rc == 0, "curl failed: " .. code)
+  local rc, code, err = h.sh(("curl -sS --max-time 20 -o %s -D %s -w '%%{http_code}' %s %s")
+    :format(body, head, args, h.shell_quote(url)), 60)
+  assert(rc == 0, "curl failed: " .. code .. err)
   local headers = {}
   for name, value in h.slurp(head):gmatch("([%w%-]+):%s*([^\r\n]*)") do
     headers[name:lower()] = value
@@ -173,24 +159,6 @@ local function upload_raw(p, name, ctype)
   return code, json(body)
 end
 
--- The names in a directory (nil entries "." and ".." left out).
-local function ls(dir)
-  local _, out = sh("ls -A " .. h.shell_quote(dir))
-  local names = {}
-  for name in out:gmatch("[^\n]+") do names[#names + 1] = name end
-  return names
-end
-
--- Waits up to limit seconds for pred() to hold.
-local function eventually(pred, limit)
-  local deadline = cohost.monotonic() + (limit or 10)
-  while not pred() do
-    if cohost.monotonic() > deadline then return false end
-    cohost.sleep(0.02)
-  end
-  return true
-end
-
 local function listing(p, page)
   local code, body = curl("", p.url .. "/api/images?page=" .. page)
   assert.equal(200, code)
@@ -208,11 +176,11 @@ describe("imagehost", function()
       :format(h.COHOST, port, h.shell_quote(dir), log, pidfile))
     defer(function() os.execute("kill " .. h.slurp(pidfile):match("%d+") .. " 2>/dev/null") end)
     local code
-    assert.is_true(eventually(function()
-      code = select(2, sh(("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/"):format(port)))
+    assert.is_true(h.wait_for(function()
+      code = select(2, h.sh(("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/"):format(port), 60))
       return code == "200"
     end), "no answer: " .. h.slurp(log))
-    assert.equal("directory", (select(2, sh("stat -c %F " .. h.shell_quote(dir .. "/images")))):match("%S+"))
+    assert.equal("directory", (select(2, h.sh("stat -c %F " .. h.shell_quote(dir .. "/images")))):match("%S+"))
     assert.is_truthy(h.try_slurp(dir .. "/meta.db"))
   end)
 
@@ -249,8 +217,8 @@ describe("imagehost", function()
     assert.equal(200, gcode)
     assert.equal("image/png", hd["content-type"])
     assert.equal(sum, sha256_file(out))
-    assert.same({ sum }, ls(p.dir .. "/images"))
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({ sum }, h.ls(p.dir .. "/images"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
   end)
 
   it("detects PNG, JPEG, GIF and WebP by their bytes and reads their dimensions", function()
@@ -276,7 +244,7 @@ describe("imagehost", function()
     assert.equal(r1.id, r2.id)
     assert.is_nil(r2.delete_token)
     assert.equal(1, listing(p, 1).total)
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
   end)
 
   it("refuses what is not an image with 415 and keeps nothing", function()
@@ -288,8 +256,8 @@ describe("imagehost", function()
     code, r = upload_form(p, "bad.png")    -- PNG magic, no IHDR
     assert.equal(415, code)
     assert.matches("unreadable header", r.error)
-    assert.same({}, ls(p.dir .. "/images"))
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({}, h.ls(p.dir .. "/images"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
     assert.equal(0, listing(p, 1).total)
   end)
 
@@ -298,7 +266,7 @@ describe("imagehost", function()
     local code, body = curl("-F note=hello", p.url .. "/images")
     assert.equal(400, code)
     assert.matches('no "file" field', json(body).error)
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
   end)
 
   it("answers 413 past the size limit, whatever the framing, and keeps nothing", function()
@@ -316,8 +284,8 @@ describe("imagehost", function()
     code = curl("-H 'Transfer-Encoding: chunked' --data-binary @" .. h.shell_quote(img("huge.png")),
                 p.url .. "/images")
     assert.equal(413, code)
-    assert.same({}, ls(p.dir .. "/images"))
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({}, h.ls(p.dir .. "/images"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
     -- The server still works.
     assert.equal(201, (upload_form(p, "a.png")))
   end)
@@ -354,7 +322,7 @@ describe("imagehost", function()
     assert.equal(404, (curl("", p.url .. a.url)))
     assert.equal(404, (curl("", p.url .. b.url)))
     assert.equal(404, (curl("-X DELETE -H 'X-Delete-Token: " .. a.delete_token .. "'", p.url .. a.url)))
-    assert.same({}, ls(p.dir .. "/images"))
+    assert.same({}, h.ls(p.dir .. "/images"))
     assert.equal(0, listing(p, 1).total)
     -- Uploaded again, it is new: a fresh token.
     local code, again = upload_form(p, "a.png")
@@ -411,32 +379,31 @@ describe("imagehost", function()
       assert(s:send(head .. first))
       -- The upload sits in tmp/, growing; images/ has nothing under any name.
       local tmp = p.dir .. "/tmp"
-      assert.is_true(eventually(function()
-        local names = ls(tmp)
+      assert.is_true(h.wait_for(function()
+        local names = h.ls(tmp)
         if #names ~= 1 then return false end
-        local _, size = sh("stat -c %s " .. h.shell_quote(tmp .. "/" .. names[1]))
+        local _, size = h.sh("stat -c %s " .. h.shell_quote(tmp .. "/" .. names[1]))
         return tonumber(size) >= 65536
       end), kind .. ": no temp file with the data so far")
-      assert.matches("^upload%-", ls(tmp)[1])
-      assert.same({}, ls(p.dir .. "/images"), kind)
+      assert.matches("^upload%-", h.ls(tmp)[1])
+      assert.same({}, h.ls(p.dir .. "/images"), kind)
       assert.equal(404, (curl("", p.url .. "/i/" .. sha256_file(img("c.jpg")))), kind)
       s:close()
-      assert.is_true(eventually(function() return #ls(tmp) == 0 end), kind .. ": the temp file stayed")
-      assert.same({}, ls(p.dir .. "/images"), kind)
+      assert.is_true(h.wait_for(function() return #h.ls(tmp) == 0 end), kind .. ": the temp file stayed")
+      assert.same({}, h.ls(p.dir .. "/images"), kind)
       assert.equal(0, listing(p, 1).total, kind)
     end
   end)
 
   it("stores 50 concurrent uploads of different images correctly", function()
     local p = start(data_dir())
-    local out = data_dir()
-    assert(os.execute("mkdir -p " .. out) == 0)
-    local rc, log = sh(([[
+    local out = h.tmpdir()
+    local rc, log, err = h.sh(([[
 for i in $(seq 1 50); do
   curl -sS --max-time 30 -o %s/r$i -w '%%{http_code}' -F file=@%s/p$i.png %s/images >%s/c$i &
 done
-wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
-    assert.equal(0, rc, log)
+wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out), 60)
+    assert.equal(0, rc, log .. err)
     local ids = {}
     for i = 1, 50 do
       assert.equal("201", h.slurp(out .. "/c" .. i), "upload " .. i)
@@ -454,26 +421,25 @@ wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
     end
     assert.equal(50, seen)
     -- Every stored file holds exactly its bytes.
-    local _, sums = sh(("cd %s/images && sha256sum *"):format(h.shell_quote(p.dir)))
+    local _, sums = h.sh(("cd %s/images && sha256sum *"):format(h.shell_quote(p.dir)))
     local n = 0
     for sum, name in sums:gmatch("(%x+)%s+(%x+)") do
       assert.equal(name, sum)
       n = n + 1
     end
     assert.equal(50, n)
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
   end)
 
   it("with two workers, stores the same bytes uploaded at once on both as one image", function()
     local p = start(data_dir(), "-w 2")
-    local out = data_dir()
-    assert(os.execute("mkdir -p " .. out) == 0)
-    local rc, log = sh(([[
+    local out = h.tmpdir()
+    local rc, log, err = h.sh(([[
 for i in $(seq 1 40); do
   curl -sS --max-time 30 -o %s/r$i -w '%%{http_code}' -F file=@%s/p$(( i %% 10 + 1 )).png %s/images >%s/c$i &
 done
-wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
-    assert.equal(0, rc, log)
+wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out), 60)
+    assert.equal(0, rc, log .. err)
     local created, ids = 0, {}
     for i = 1, 40 do
       local code = h.slurp(out .. "/c" .. i)
@@ -486,8 +452,8 @@ wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
     assert.equal(10, n)
     assert.equal(10, created)
     assert.equal(10, listing(p, 1).total)
-    assert.equal(10, #ls(p.dir .. "/images"))
-    assert.same({}, ls(p.dir .. "/tmp"))
+    assert.equal(10, #h.ls(p.dir .. "/images"))
+    assert.same({}, h.ls(p.dir .. "/tmp"))
   end)
 
   it("keeps its images across a restart and repairs files and rows that disagree", function()
@@ -516,7 +482,7 @@ wait]]):format(out, img("p1.png"):match("^(.*)/"), p.url, out))
     assert.equal(200, (curl("", p.url .. "/i/" .. c_id, out)))
     assert.equal(c_id, sha256_file(out))
     assert.equal(404, (curl("", p.url .. b.url)))
-    assert.same({}, ls(dir .. "/tmp"))
+    assert.same({}, h.ls(dir .. "/tmp"))
     -- a's token from before the restart still works.
     assert.equal(204, (curl("-X DELETE -H 'X-Delete-Token: " .. a.delete_token .. "'", p.url .. a.url)))
   end)

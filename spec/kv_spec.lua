@@ -12,19 +12,11 @@ local NULL = setmetatable({}, { __tostring = function() return "NULL" end })
 
 -- -- Helpers ---------------------------------------------------------------
 
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  os.execute("mkdir -p " .. h.shell_quote(d))
-  defer(function() os.execute("rm -rf " .. h.shell_quote(d)) end)
-  return d
-end
-
 -- Starts a server on dir (a fresh one by default) with extra args;
 -- stopped after the test. Returns the process (port, pid, dir, err).
 local function start(opts)
   opts = opts or {}
-  local dir = opts.dir or tmpdir()
+  local dir = opts.dir or h.tmpdir()
   local p = h.start(("%s --port 0 --announce --dir %s %s"):format(KV, h.shell_quote(dir), opts.args or ""))
   p.dir = dir
   defer(p.stop)
@@ -68,8 +60,7 @@ end
 
 -- A connection: c:call(...) sends one request and returns its reply.
 local function client(port)
-  local s = h.connect(port, 5000)
-  defer(function() s:close() end)
+  local s = h.dial(port, 5000)
   return {
     sock = s,
     call = function(_, ...)
@@ -85,8 +76,7 @@ end
 -- more for anything extra (a server that keeps the connection open can
 -- be slow to answer on a loaded machine, so no fixed wait decides).
 local function raw(port, bytes, wait, want)
-  local s = h.connect(port, math.floor((wait or 0.5) * 1000))
-  defer(function() s:close() end)
+  local s = h.dial(port, math.floor((wait or 0.5) * 1000))
   s:send(bytes)
   local got, n = {}, 0
   while true do
@@ -772,7 +762,7 @@ describe("kv's append-only log", function()
   end)
 
   it("truncates a zero-filled tail, and refuses to start on garbage mid-log", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local path = dir .. "/appendonly.aof"
     local good = encode({ "SET", "a", "1" })
     h.write_file(path, good .. string.rep("\0", 100))

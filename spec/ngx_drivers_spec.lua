@@ -270,7 +270,7 @@ end)
 
 describe("resty.websocket (Debian's lua-nginx-websocket, unmodified)", function()
   it("client talks to a cohost.websocket server", function()
-    local l = assert(http.listen("127.0.0.1:0", function(req, res)
+    local port = h.http_serve(function(req, res)
       local ws = websocket.upgrade(req, res, { timeout = 2000 })
       if not ws then return end
       while true do
@@ -279,9 +279,7 @@ describe("resty.websocket (Debian's lua-nginx-websocket, unmodified)", function(
         ws:send("echo: " .. data, typ)
       end
       ws:close()
-    end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end)
     local client = require "resty.websocket.client"
     local wb = assert(client:new({ timeout = 2000 }))
     assert(wb:connect("ws://127.0.0.1:" .. port .. "/chat"))
@@ -302,7 +300,7 @@ describe("resty.websocket (Debian's lua-nginx-websocket, unmodified)", function(
   it("server (ngx.req.socket(true) over res:hijack) talks to a cohost.websocket client", function()
     local server = require "resty.websocket.server"
     local seen = {}
-    local l = assert(http.listen("127.0.0.1:0", function()
+    local port = h.http_serve(function()
       local wb, err = server:new({ timeout = 2000, max_payload_len = 65535 })
       if not wb then
         seen.err = err
@@ -317,9 +315,7 @@ describe("resty.websocket (Debian's lua-nginx-websocket, unmodified)", function(
         end
         if typ == "text" then wb:send_text(data:upper()) end
       end
-    end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end)
     local ws = assert(websocket.connect("ws://127.0.0.1:" .. port .. "/", { timeout = 2000 }))
     assert(ws:send("shout"))
     local data, typ = ws:recv()
@@ -332,15 +328,13 @@ describe("resty.websocket (Debian's lua-nginx-websocket, unmodified)", function(
   it("server refuses a plain GET with the driver's own error", function()
     local server = require "resty.websocket.server"
     local err_seen
-    local l = assert(http.listen("127.0.0.1:0", function()
+    local port = h.http_serve(function()
       local wb, err = server:new()
       if not wb then
         err_seen = err
         return ngx.exit(400)
       end
-    end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end)
     local res = assert(http.request("http://127.0.0.1:" .. port .. "/"))
     assert.equal(400, res.status)
     assert.equal('bad "upgrade" request header: nil', err_seen)
@@ -411,7 +405,7 @@ describe("luasql.postgres (Debian's lua-sql-postgres, unmodified)", function()
   it("runs 20 handlers of SELECT pg_sleep(1) in about 1 s while an echo client is served", function()
     -- The handlers are HTTP requests to an in-process server, each doing
     -- a blocking LuaSQL query: libpq's reads park only their coroutine.
-    local l = assert(http.listen("127.0.0.1:0", function(req, res)
+    local port = h.http_serve(function(req, res)
       local conn, env = connect()
       local cur = assert(conn:execute("SELECT pg_sleep(1), 'done'::text AS d"))
       local row = cur:fetch({}, "a")
@@ -419,9 +413,7 @@ describe("luasql.postgres (Debian's lua-sql-postgres, unmodified)", function()
       conn:close()
       env:close()
       res:send(row.d)
-    end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end)
     local _, echo_port = h.serve(function(sock)
       while true do
         local line = sock:receive()

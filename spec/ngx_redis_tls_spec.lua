@@ -17,34 +17,19 @@ local redis = require "resty.redis"
 
 local dir, ca, srv   -- srv: { port, pid, log }
 
--- Blocks the worker; only in setup and teardown, with no server of ours
--- waiting on it.
-local function must(cmd)
-  local ok = os.execute(cmd .. " >/dev/null 2>&1")
-  assert(ok == true or ok == 0, "failed: " .. cmd)
-end
-
 -- -- redis-server with TLS, in the background for the whole file ----------
 
 setup(function()
   dir = os.tmpname()
   os.remove(dir)
-  must("mkdir " .. dir)
-  local function p(name) return dir .. "/" .. name end
-  ca = p("ca.pem")
-  local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-  must(("openssl req -x509 %s -keyout %s -out %s -days 2 -subj /CN=cohost-redis-test-ca")
-    :format(ec, p("ca.key"), ca))
-  h.write_file(p("srv.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-  must(("openssl req -new %s -keyout %s -out %s -subj /CN=localhost")
-    :format(ec, p("srv.key"), p("srv.csr")))
-  must(("openssl x509 -req -in %s -CA %s -CAkey %s -CAcreateserial -days 2 -out %s -extfile %s")
-    :format(p("srv.csr"), ca, p("ca.key"), p("srv.pem"), p("srv.ext")))
+  h.must("mkdir " .. dir)
+  ca = h.tls_ca(dir, "cohost-redis-test-ca")
+  local srv_cert, srv_key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
 
-  local port, log = h.free_port(), p("redis.log")
+  local port, log = h.free_port(), dir .. "/redis.log"
   local cmd = ("redis-server --port 0 --bind 127.0.0.1 --tls-port %d --tls-cert-file %s "
     .. "--tls-key-file %s --tls-ca-cert-file %s --tls-auth-clients no --save '' --appendonly no")
-    :format(port, p("srv.pem"), p("srv.key"), ca)
+    :format(port, srv_cert, srv_key, ca)
   local pid = h.spawn(cmd, log)
   srv = { port = port, pid = pid, log = log }
   h.wait_port(port, log)

@@ -12,9 +12,7 @@ local defer = h.cleanups(after_each)
 local M = require "cohost.ngx"
 
 -- Runs a script (text) in a child cohost; returns code, stdout, stderr.
-local function run(script, args)
-  return h.run((args or "") .. " " .. h.shell_quote(h.tmpfile(script)))
-end
+local run = h.run_script   -- (script source, cohost options)
 
 -- -- Install and guards ------------------------------------------------------
 
@@ -77,10 +75,8 @@ describe("cohost.ngx install", function()
   end)
 
   it("lets a user's own resty.X win over the alias", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. dir .. "/resty") == 0)
-    defer(function() os.execute("rm -rf " .. dir) end)
+    local dir = h.tmpdir()
+    assert(os.execute("mkdir " .. dir .. "/resty") == 0)
     h.write_file(dir .. "/resty/redis.lua", "return { mine = true }")
     local saved = package.path
     package.path = dir .. "/?.lua;" .. package.path
@@ -605,9 +601,7 @@ end)
 -- Serves handler with cohost.http on port 0 (closed after the test);
 -- returns the base URL.
 local function serve(handler)
-  local l = assert(http.listen("127.0.0.1:0", handler))
-  defer(function() l:close() end)
-  local _, port = l:addr()
+  local port = h.http_serve(handler)
   return "http://127.0.0.1:" .. port, port
 end
 
@@ -788,12 +782,10 @@ describe("ngx inside cohost.http handlers", function()
   end)
 
   it("read_body past max_body_size answers 413", function()
-    local l = assert(http.listen("127.0.0.1:0", function()
+    local port = h.http_serve(function()
       ngx.req.read_body()
       ngx.print("not reached")
-    end, { max_body_size = 10 }))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    end, { max_body_size = 10 })
     local r = get("http://127.0.0.1:" .. port .. "/", { method = "POST",
       body = coroutine.wrap(function() coroutine.yield(("x"):rep(100)) end) })
     assert.equal(413, r.status)

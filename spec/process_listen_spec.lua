@@ -41,37 +41,18 @@ local function written(log)
   return t
 end
 
--- The master's children.
-local function children(master)
-  local pids = {}
-  local list = h.try_slurp(("/proc/%d/task/%d/children"):format(master, master)) or ""
-  for pid in list:gmatch("%d+") do pids[#pids + 1] = tonumber(pid) end
-  return pids
-end
-
 -- Waits (10 s at most) until fn() is true; raises with what otherwise.
 local function until_true(fn, what)
-  for _ = 1, 500 do
-    if fn() then return end
-    cohost.sleep(0.02)
-  end
-  error("timed out waiting: " .. what)
+  assert(h.eventually(fn), "timed out waiting: " .. what)
 end
 
--- One HTTP request over host (a unix path or 127.0.0.1) and port: the pid
--- that answered, or nil, err.
+-- One HTTP request over a unix socket (a path) or 127.0.0.1 (a port): the
+-- pid that answered, or nil and the error (or the body).
 local function request(path_or_port)
-  local s = cohost.tcp()
-  s:settimeout(5000)
-  local ok, err
-  if type(path_or_port) == "string" then ok, err = s:connect("unix:" .. path_or_port)
-  else ok, err = s:connect("127.0.0.1", path_or_port) end
-  if not ok then return nil, err end
-  s:send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-  local data, rerr = s:receive("*a")
-  s:close()
-  if not data then return nil, rerr end
-  return tonumber(data:match("\r\n\r\n(%d+)$")), data
+  local where = type(path_or_port) == "string" and "unix:" .. path_or_port or path_or_port
+  local status, body = h.get_to_close(where, "/")
+  if not status then return nil, body end
+  return tonumber(body:match("^(%d+)$")), body
 end
 
 describe("--processes with", function()
@@ -86,7 +67,7 @@ describe("--processes with", function()
   it("a unix socket: both processes start and serve it; the master removes it at exit", function()
     local p, log = start("unix:" .. path)
     until_true(function() return #written(log) == 2 end, "both processes listening")
-    assert.equal(2, #children(p.pid))
+    assert.equal(2, #h.children(p.pid))
     assert.equal("socket", lfs.attributes(path, "mode"))
     for _ = 1, 20 do
       local pid, err = request(path)
@@ -113,7 +94,7 @@ describe("--processes with", function()
       n = n + 1
       if not old[pid] then new_seen = true end
       -- Done once only the new generation is left and answers.
-      if new_seen and #written(log) == 4 and #children(p.pid) == 2 then break end
+      if new_seen and #written(log) == 4 and #h.children(p.pid) == 2 then break end
     end
     assert.is_true(new_seen, "no answer from a new process")
     assert.equal(4, #written(log))
@@ -134,7 +115,7 @@ describe("--processes with", function()
     w = written(log)
     assert.equal(w[1].port, w[3].port)
     assert.equal(w[1].port, w[4].port)
-    until_true(function() return #children(p.pid) == 2 end, "the old processes gone")
+    until_true(function() return #h.children(p.pid) == 2 end, "the old processes gone")
     assert.truthy((request(p.port)))
   end)
 

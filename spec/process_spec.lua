@@ -55,68 +55,22 @@ end))
 ]]):format(answer, mark or "/dev/null", tostring(slow or 0)) .. h.REPORT_PORT
 end
 
--- Starts `cohost opts script` on a free port; stopped after the test.
-local function start(opts, path)
-  local port = h.fixed_port()
-  local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
-  defer(p.stop)
-  return p
-end
+-- Starts `cohost opts script PORT` on a fixed free port (new and
+-- restarted workers bind it again); stopped after the test.
+local start = h.start_fixed_port
 
--- A request on a fresh connection: status, headers (lower-case names),
--- body; or nil, err.
-local function get(port, path, sock)
-  local s = sock or h.connect(port, 5000)
-  local ok, err = s:send(("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n"):format(path, sock and "" or "Connection: close\r\n"))
-  if not ok then return nil, err end
-  local line, lerr = s:receive("*l")
-  if not line then return nil, lerr end
-  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
-  local headers = {}
-  while true do
-    local l = s:receive("*l")
-    if not l then return nil, "cut head" end
-    if l == "" then break end
-    local k, v = l:match("^([^:]+):%s*(.*)$")
-    headers[k:lower()] = v
-  end
-  local body = s:receive(tonumber(headers["content-length"]))
-  if not sock then s:close() end
-  return status, headers, body
-end
+-- GET path: status, headers (lower-case names), body; or nil, err. Over
+-- a fresh connection to a port, or an open socket (kept alive).
+local get = h.get
 
 -- GETs path until answer(body) is true; returns that body (nil after
 -- limit seconds). Failed connections count as a miss: during a restart a
 -- connection can meet a closing listener.
 local function until_body(port, path, answer, limit)
-  local t0 = cohost.monotonic()
-  while cohost.monotonic() - t0 < (limit or 10) do
-    local ok, status, _, body = pcall(get, port, path)
-    if ok and status == 200 and answer(body) then return body end
-    cohost.sleep(0.02)
-  end
-end
-
-local function wait_for(pred, limit)
-  local t0 = cohost.monotonic()
-  while cohost.monotonic() - t0 < (limit or 10) do
-    if pred() then return true end
-    cohost.sleep(0.02)
-  end
-  return false
-end
-
--- Waits until n distinct worker processes have answered on port (they
--- start one by one; h.start waited for the first only).
-local function wait_up(port, n)
-  local pids, count = {}, 0
-  local t0 = cohost.monotonic()
-  while count < n and cohost.monotonic() - t0 < 20 do
-    local ok, status, _, body = pcall(get, port, "/")
-    local pid = ok and status == 200 and body:match("pid=(%d+)")
-    if pid and not pids[pid] then pids[pid], count = true, count + 1 end
-  end
-  assert(count == n, ("%d of %d worker processes answered"):format(count, n))
+  return h.eventually(function()
+    local status, _, body = get(port, path)
+    return status == 200 and answer(body) and body
+  end, limit) or nil
 end
 
 local function alive(pid)
@@ -142,7 +96,7 @@ describe("--processes", function()
 
   it("gives every thread of every process its own worker id", function()
     local p = start("--processes 2 -w 2", h.tmpfile(script("v1")))
-    wait_up(p.port, 2)
+    h.wait_workers(p, 2)
     local ids, pids = {}, {}
     for _ = 1, 1000 do
       local status, _, body = get(p.port, "/")
@@ -175,7 +129,7 @@ describe("--processes", function()
       return
     end
     local p = start(("--processes 2 --cpu-affinity %d,%d"):format(cpus[2], cpus[1]), h.tmpfile(script("v1")))
-    wait_up(p.port, 2)
+    h.wait_workers(p, 2)
     local seen = {}
     for _ = 1, 1000 do
       local _, _, body = get(p.port, "/")
@@ -206,22 +160,20 @@ describe("--processes", function()
   end)
 
   it("replaces at once a worker told to drain by a SIGTERM of its own, which finishes its requests", function()
-    local mark = os.tmpname()
-    os.remove(mark)
-    defer(function() os.remove(mark) end)
+    local mark = h.tmppath()
     local p = start("--processes 1", h.tmpfile(script("v1", mark, 1)))
     local _, _, body = get(p.port, "/")
     local pid = tonumber(body:match("pid=(%d+)"))
     local slow = h.connect(p.port, 10000)
     assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
-    assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+    assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
     os.execute("kill -TERM " .. pid)
     local again = until_body(p.port, "/", function(b) return not b:find("pid=" .. pid .. "$") end)
     assert.truthy(again, "no replacement answered")
     local rest = assert(slow:receive("*a"))
     assert.truthy(rest:find("Connection: close", 1, true), rest)
     assert.truthy(rest:find("\r\n\r\nv1 id=0 count=1 cpu=%d+ pid=" .. pid .. "$"), rest)
-    assert.is_true(wait_for(function()
+    assert.is_true(h.wait_for(function()
       return h.slurp(p.err):find(("old worker process 0 (pid %d) exited with code 0"):format(pid), 1, true)
     end), h.slurp(p.err))
     assert.truthy(h.slurp(p.err):find(("worker process 0 (pid %d) drains on a signal of its own; starting a replacement"):format(pid), 1, true))
@@ -248,7 +200,7 @@ end)
 describe("--shdict", function()
   it("is one store for every process: incr from all of them adds up", function()
     local p = start("--processes 2 --shdict hits:1m", h.tmpfile(script("v1")))
-    wait_up(p.port, 2)
+    h.wait_workers(p, 2)
     local pids, seen = {}, {}
     h.run_all(4, function()
       for _ = 1, 50 do
@@ -311,21 +263,19 @@ end)
 
 describe("SIGHUP", function()
   it("reloads: in-flight requests finish on the old script, new ones get the new one", function()
-    local mark = os.tmpname()
-    os.remove(mark)
-    defer(function() os.remove(mark) end)
+    local mark = h.tmppath()
     local path = h.tmpfile(script("old", mark, 1.5))
     local p = start("--processes 2", path)
-    wait_up(p.port, 2)
+    h.wait_workers(p, 2)
     -- An idle keep-alive connection and a request in flight, both on old workers.
     local idle = h.connect(p.port, 5000)
-    local status, headers, body = get(p.port, "/", idle)
+    local status, headers, body = get(idle, "/")
     assert.equal(200, status)
     assert.is_nil(headers.connection)   -- HTTP/1.1: kept alive
     assert.matches("^old ", body)
     local slow = h.connect(p.port, 10000)
     assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
-    assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+    assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
     h.write_file(path, script("new", mark, 0))
     p.signal("HUP")
     -- The slow request ends with its old answer, and no keep-alive.
@@ -342,7 +292,7 @@ describe("SIGHUP", function()
     assert.matches("^old ", assert(slow:receive(tonumber(headers["content-length"]))))
     -- New connections reach the new script only, once the switch is done.
     assert.truthy(until_body(p.port, "/", function(b) return b:find("^new ") end), "the new script never answered")
-    assert.is_true(wait_for(function() return h.slurp(p.err):find("old worker process 1", 1, true) and
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("old worker process 1", 1, true) and
                                               h.slurp(p.err):find("old worker process 0", 1, true) end),
                    h.slurp(p.err))
     for _ = 1, 20 do
@@ -364,7 +314,7 @@ describe("SIGHUP", function()
     local p = start("--processes 1", path)
     h.write_file(path, "error('broken on purpose')")
     p.signal("HUP")
-    assert.is_true(wait_for(function() return h.slurp(p.err):find("reload failed", 1, true) end), h.slurp(p.err))
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("reload failed", 1, true) end), h.slurp(p.err))
     for _ = 1, 5 do
       local status, _, body = get(p.port, "/")
       assert.equal(200, status)
@@ -375,13 +325,11 @@ end)
 
 describe("SIGTERM to the master", function()
   it("drains every worker: in-flight requests complete, then exit 0", function()
-    local mark = os.tmpname()
-    os.remove(mark)
-    defer(function() os.remove(mark) end)
+    local mark = h.tmppath()
     local p = start("--processes 2", h.tmpfile(script("v1", mark, 1)))
     local slow = h.connect(p.port, 10000)
     assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
-    assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+    assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
     p.signal("TERM")
     assert.equal("HTTP/1.1 200 OK", slow:receive("*l"))
     local rest = assert(slow:receive("*a"))
@@ -393,19 +341,17 @@ describe("SIGTERM to the master", function()
 
   it("a second SIGTERM, or SIGQUIT, stops every worker at once with code 1", function()
     for _, sigs in ipairs { { "TERM", "TERM" }, { "QUIT" } } do
-      local mark = os.tmpname()
-      os.remove(mark)
-      defer(function() os.remove(mark) end)
+      local mark = h.tmppath()
       local p = start("--processes 1 --shutdown-timeout 30", h.tmpfile(script("v1", mark, 30)))
       local _, _, body = get(p.port, "/")
       local pid = tonumber(body:match("pid=(%d+)"))
       local slow = h.connect(p.port, 10000)
       assert(slow:send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"))
-      assert.is_true(wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
+      assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end), "/slow never started")
       for i, sig in ipairs(sigs) do
         p.signal(sig)
         if i < #sigs then
-          assert.is_true(wait_for(function() return h.slurp(p.err):find("master: draining", 1, true) end))
+          assert.is_true(h.wait_for(function() return h.slurp(p.err):find("master: draining", 1, true) end))
         end
       end
       assert.equal(1, p.wait(10), table.concat(sigs, ", "))
@@ -422,12 +368,12 @@ describe("a drain", function()
     local p = start("--log-level info", h.tmpfile(script("v1")))
     local early = h.connect(p.port, 5000)   -- connected, request not sent yet
     local kept = h.connect(p.port, 5000)
-    assert.equal(200, (get(p.port, "/", kept)))   -- idle between requests now
+    assert.equal(200, (get(kept, "/")))   -- idle between requests now
     p.signal("TERM")
-    assert.is_true(wait_for(function() return h.slurp(p.err):find("shutting down", 1, true) end))
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("shutting down", 1, true) end))
     -- The drain gives each a moment (a second) to send its next request.
     for _, sock in ipairs { early, kept } do
-      local status, headers, body = get(p.port, "/", sock)
+      local status, headers, body = get(sock, "/")
       assert.equal(200, status, tostring(headers) .. h.slurp(p.err))
       assert.equal("close", headers.connection)
       assert.matches("^v1 ", body)
@@ -438,7 +384,7 @@ describe("a drain", function()
   it("closes a connection that stays idle, and exits", function()
     local p = start("", h.tmpfile(script("v1")))
     local kept = h.connect(p.port, 5000)
-    assert.equal(200, (get(p.port, "/", kept)))
+    assert.equal(200, (get(kept, "/")))
     p.signal("TERM")
     local data, err = kept:receive("*l")
     assert.is_nil(data)
@@ -451,7 +397,7 @@ describe("--max-connections", function()
   it("answers 503 with Connection: close on an HTTP listener that is full", function()
     local p = start("--max-connections 1", h.tmpfile(script("v1")))
     local held = h.connect(p.port, 5000)
-    local status = get(p.port, "/", held)   -- admitted: it holds the one slot
+    local status = get(held, "/")   -- admitted: it holds the one slot
     assert.equal(200, status)
     local out = h.tmpfile()
     local rc = os.execute(("curl -sS -i -m 5 http://127.0.0.1:%d/ >%s 2>&1"):format(p.port, out))
@@ -462,7 +408,7 @@ describe("--max-connections", function()
     assert.matches("\r\n\r\n503 Service Unavailable\n$", answer)
     held:close()
     assert.truthy(until_body(p.port, "/", function(b) return b:find("^v1 ") end), "no 200 once the slot was free")
-    assert.is_true(wait_for(function()
+    assert.is_true(h.wait_for(function()
       return h.slurp(p.err):find("1 connections reached (--max-connections): answering 503 to new ones", 1, true)
     end))
   end)
@@ -483,6 +429,6 @@ end))
     assert.equal("", data, err)   -- an orderly close (FIN), not a reset
     assert.is_nil(partial)
     held:close()
-    assert.is_true(wait_for(function() return h.slurp(p.err):find("(--max-connections): closing new ones", 1, true) end))
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("(--max-connections): closing new ones", 1, true) end))
   end)
 end)

@@ -60,77 +60,12 @@ function done(summary)
 end
 ]]
 
--- Starts `cohost opts script` on a fixed free port (h.fixed_port: new
--- and restarted workers bind it again); stopped after the test.
-local function start(opts, path)
-  local port = h.fixed_port()
-  local p = h.start(("%s %s %d"):format(opts, q(path), port), 60)
-  defer(p.stop)
-  return p
-end
-
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir " .. q(dir)) == 0)
-  defer(function() os.execute("rm -rf " .. q(dir)) end)
-  return dir
-end
-
-local function wait_for(pred, limit)
-  local t0 = cohost.monotonic()
-  while cohost.monotonic() - t0 < (limit or 10) do
-    if pred() then return true end
-    cohost.sleep(0.02)
-  end
-  return false
-end
-
--- Reads one response from s: status, headers (lower-case names), body; or
--- nil, err.
-local function read_response(s)
-  local line, err = s:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.1 (%d+)"))
-  local headers = {}
-  while true do
-    local l, lerr = s:receive("*l")
-    if not l then return nil, lerr end
-    if l == "" then break end
-    local k, v = l:match("^([^:]+):%s*(.*)$")
-    headers[k:lower()] = v
-  end
-  local body, berr = s:receive(tonumber(headers["content-length"]))
-  if not body then return nil, berr end
-  return status, headers, body
-end
+-- Starts `cohost opts script PORT` on a fixed free port (new and
+-- restarted workers bind it again); stopped after the test.
+local start = h.start_fixed_port
 
 -- GET path on a fresh connection: status, headers, body; or nil, err.
-local function get(port, path)
-  local s = cohost.tcp()
-  s:settimeout(5000)
-  local ok, err = s:connect("127.0.0.1", port)
-  if not ok then return nil, err end
-  ok, err = s:send(("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"):format(path))
-  if not ok then s:close() return nil, err end
-  local status, headers, body = read_response(s)
-  s:close()
-  return status, headers, body
-end
-
--- The pids of n distinct worker processes answering on p.port (they
--- start one by one; h.start waited for the first only).
-local function wait_up(p, n)
-  local pids, count = {}, 0
-  local t0 = cohost.monotonic()
-  while count < n and cohost.monotonic() - t0 < 20 do
-    local status, _, body = get(p.port, "/")
-    local pid = status == 200 and tonumber(body:match("pid=(%d+)"))
-    if pid and not pids[pid] then pids[pid], count = true, count + 1 end
-  end
-  assert(count == n, ("%d of %d worker processes answered: %s"):format(count, n, h.slurp(p.err)))
-  return pids
-end
+local get = h.get
 
 local function count(s, pattern)
   return select(2, s:gsub(pattern, ""))
@@ -159,7 +94,7 @@ local function wrk(port, secs, path)
     if pid then os.execute("kill -INT " .. pid .. " 2>/dev/null") end
   end
   function w.wait()
-    assert(wait_for(function() return h.try_slurp(rc) end, secs + 15), "wrk did not end")
+    assert(h.wait_for(function() return h.try_slurp(rc) end, secs + 15), "wrk did not end")
     local text = h.slurp(out)
     local r = { out = text }
     local line = text:match("wrk (requests=[^\n]*)")
@@ -181,7 +116,7 @@ describe("under wrk -c50 load", function()
   it("SIGHUP three times fails no request, and answers come from every script generation", function()
     local path = h.tmpfile(script("gen1"))
     local p = start("--processes 2 --shutdown-timeout 5", path)
-    wait_up(p, 2)
+    h.wait_workers(p, 2)
     -- wrk runs until stopped, 1 s after the last reload: a loaded machine
     -- can take a while to start the new workers, and a fixed duration
     -- could end before the last generation answered.
@@ -192,7 +127,7 @@ describe("under wrk -c50 load", function()
       p.signal("HUP")
       -- A SIGHUP while a reload waits for its new workers is ignored: wait
       -- for this one to have started its workers before the next.
-      assert.is_true(wait_for(function()
+      assert.is_true(h.wait_for(function()
         return count(h.slurp(p.err), "reload: 2 new worker processes started") == g - 1
       end, 10), h.slurp(p.err))
       cohost.sleep(1)
@@ -207,16 +142,16 @@ describe("under wrk -c50 load", function()
     for g = 1, 4 do assert.is_true(r["gen" .. g] > 0, "no answer from gen" .. g .. ": " .. r.out) end
     assert.equal(r.requests, r.gen1 + r.gen2 + r.gen3 + r.gen4, r.out)
     -- The old generations are gone; the last one answers.
-    assert.is_true(wait_for(function() return count(h.slurp(p.err), "old worker process %d %(pid %d+%) exited with code 0") == 6 end),
+    assert.is_true(h.wait_for(function() return count(h.slurp(p.err), "old worker process %d %(pid %d+%) exited with code 0") == 6 end),
                    h.slurp(p.err))
     for _ = 1, 10 do assert.matches("^gen4 ", select(3, get(p.port, "/"))) end
     assert.is_nil(p.exited())
   end)
 
   it("SIGTERM lets 20 requests in flight finish with full bodies, then the master exits 0", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local p = start("--processes 2 --shutdown-timeout 5", h.tmpfile(script("v1", dir, 1)))
-    wait_up(p, 2)
+    h.wait_workers(p, 2)
     local w = wrk(p.port, 3)
     cohost.sleep(0.5)
     local results = {}
@@ -225,11 +160,11 @@ describe("under wrk -c50 load", function()
       clients[i] = cohost.spawn(function()
         local s = h.connect(p.port, 10000)
         assert(s:send(("GET /slow/%d HTTP/1.1\r\nHost: x\r\n\r\n"):format(i)))
-        results[i] = { read_response(s) }
+        results[i] = { h.read_response(s) }
         s:close()
       end)
     end
-    assert.is_true(wait_for(function()
+    assert.is_true(h.wait_for(function()
       for i = 1, 20 do
         if not h.try_slurp(dir .. "/" .. i) then return false end
       end
@@ -260,13 +195,13 @@ describe("under wrk -c50 load", function()
 
   it("a worker process killed with SIGKILL is restarted and the port keeps answering", function()
     local p = start("--processes 2", h.tmpfile(script("v1")))
-    local before = wait_up(p, 2)
+    local before = h.wait_workers(p, 2)
     local w = wrk(p.port, 5)
     cohost.sleep(1.5)
     local victim = next(before)
     os.execute("kill -KILL " .. victim)
     local replacement
-    assert.is_true(wait_for(function()
+    assert.is_true(h.wait_for(function()
       local status, _, body = get(p.port, "/")
       local pid = status == 200 and tonumber(body:match("pid=(%d+)"))
       if pid and not before[pid] then replacement = pid end
@@ -305,18 +240,18 @@ describe("SIGTERM during a reload", function()
   -- worker reported started, which means "stop at once", and its
   -- in-flight request was cut.)
   it("lets the old worker's in-flight request finish, and the master exits 0", function()
-    local dir = tmpdir()
+    local dir = h.tmpdir()
     local path = h.tmpfile(script("v1", dir, 2))
     local p = start("--processes 1 --shutdown-timeout 10", path)
-    wait_up(p, 1)
+    h.wait_workers(p, 1)
     local result
     local client = cohost.spawn(function()
       local s = h.connect(p.port, 10000)
       assert(s:send("GET /slow/1 HTTP/1.1\r\nHost: x\r\n\r\n"))
-      result = { read_response(s) }
+      result = { h.read_response(s) }
       s:close()
     end)
-    assert.is_true(wait_for(function() return h.try_slurp(dir .. "/1") end, 5), "/slow/1 did not start")
+    assert.is_true(h.wait_for(function() return h.try_slurp(dir .. "/1") end, 5), "/slow/1 did not start")
     -- The new generation listens, then takes a second more to start.
     local f = assert(io.open(path, "w"))
     f:write(script("v2", dir, 0), "\nrequire('cohost').sleep(1)\n")
@@ -338,12 +273,12 @@ end)
 describe("--shutdown-timeout", function()
   for _, opts in ipairs { "", "--processes 2" } do
     it("bounds the exit on SIGTERM even with a handler asleep for 60 s" .. (opts == "" and "" or " (" .. opts .. ")"), function()
-      local dir = tmpdir()
+      local dir = h.tmpdir()
       local p = start(opts .. " --shutdown-timeout 2", h.tmpfile(script("v1", dir)))
-      if opts ~= "" then wait_up(p, 2) end
+      if opts ~= "" then h.wait_workers(p, 2) end
       local s = h.connect(p.port, 15000)
       assert(s:send("GET /park HTTP/1.1\r\nHost: x\r\n\r\n"))
-      assert.is_true(wait_for(function() return h.try_slurp(dir .. "/park") ~= nil end, 5), "/park never started")
+      assert.is_true(h.wait_for(function() return h.try_slurp(dir .. "/park") ~= nil end, 5), "/park never started")
       local t0 = cohost.monotonic()
       p.signal("TERM")
       local data, err, partial = s:receive("*a")

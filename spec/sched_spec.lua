@@ -15,12 +15,7 @@ local function compute(seconds)
   while cohost.monotonic() - t0 < seconds do end
 end
 
--- The value at fraction p of the sorted list.
-local function percentile(list, p)
-  local sorted = { unpack(list) }
-  table.sort(sorted)
-  return sorted[math.max(1, math.ceil(#sorted * p))]
-end
+local percentile = h.percentile   -- the value at fraction p of the sorted list
 
 -- Starts a thread that computes `slice` seconds between cohost.sleep(0)
 -- calls until stopped (after the test at the latest); returns stop().
@@ -43,13 +38,7 @@ local function spinner(slice, opts)
   return halt
 end
 
-local function echo(sock)
-  while true do
-    local line = sock:receive()
-    if not line then return end
-    sock:send({ line, "\n" })
-  end
-end
+local echo = h.echo_lines
 
 describe("fairness", function()
   -- Without the time limit a batch of 64 such slices would hold I/O back
@@ -57,8 +46,7 @@ describe("fairness", function()
   it("keeps echo round trips short while a thread computes 2 ms between sleep(0)s", function()
     local _, port = h.serve(echo)
     local stop = spinner(0.002)
-    local s = h.connect(port, 5000)
-    defer(function() s:close() end)
+    local s = h.dial(port, 5000)
     local rtts = {}
     for i = 1, 100 do
       local t0 = cohost.monotonic()
@@ -78,8 +66,7 @@ describe("fairness", function()
   it("keeps echo round trips short while a thread calls sleep(0) in a tight loop", function()
     local _, port = h.serve(echo)
     local stop = spinner(0)
-    local s = h.connect(port, 5000)
-    defer(function() s:close() end)
+    local s = h.dial(port, 5000)
     local rtts = {}
     for i = 1, 200 do
       local t0 = cohost.monotonic()
@@ -249,11 +236,9 @@ describe("a high listener under load", function()
   it("answers ahead of a normal one while 200 normal threads compute, and the work completes", function()
     local p = h.start("-w 1 " .. q(h.tmpfile(LOADED_SERVER)))
     defer(p.stop)
-    local hi = h.connect(p.port, 10000)
-    defer(function() hi:close() end)
+    local hi = h.dial(p.port, 10000)
     hi:send("port\n")
-    local lo = h.connect(tonumber(hi:receive()), 10000)
-    defer(function() lo:close() end)
+    local lo = h.dial(tonumber(hi:receive()), 10000)
     hi:send("go\n")
     assert.equal("0", hi:receive())
     -- Each round asks both at once, the normal one first; the answer that
@@ -362,7 +347,7 @@ end
         for c = lo, hi do cpus[#cpus + 1] = c end
       end
     end
-    local code, out, err = h.run("--cpu-affinity auto -w 2 " .. q(h.tmpfile(REPORT)))
+    local code, out, err = h.run_script(REPORT, "--cpu-affinity auto -w 2")
     assert.equal(0, code, err)
     local by_id = lines(out)
     for id = 0, 1 do
@@ -372,7 +357,7 @@ end
   end)
 
   it("is off by default: workers keep the process's CPUs", function()
-    local code, out, err = h.run("-w 2 " .. q(h.tmpfile(REPORT)))
+    local code, out, err = h.run_script(REPORT, "-w 2")
     assert.equal(0, code, err)
     local by_id = lines(out)
     assert.equal(allowed_list(), by_id[0].mask)

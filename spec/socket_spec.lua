@@ -28,25 +28,10 @@ end
 
 -- A handler that sends data one byte per packet, then holds the
 -- connection for hold seconds (0: closes it at once).
-local function drip(data, hold)
-  return function(sock)
-    sock:setoption("tcp-nodelay", true)
-    for i = 1, #data do
-      if not sock:send(data:sub(i, i)) then return end   -- the client left
-      cohost.sleep(0.001)
-    end
-    if hold and hold > 0 then cohost.sleep(hold) end
-  end
-end
+local drip = h.drip
 
 -- Echoes lines back until the client goes away.
-local function echo_lines(sock)
-  while true do
-    local line = sock:receive()
-    if not line then return end
-    sock:send({ line, "\n" })
-  end
-end
+local echo_lines = h.echo_lines
 
 describe("cohost.listen", function()
   it("listens on port 0 and addr() gives the bound host and port", function()

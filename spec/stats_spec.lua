@@ -2,8 +2,6 @@
 -- (/status JSON, /metrics Prometheus text) of a child cohost with two
 -- workers, driven over 127.0.0.1.
 local cohost = require "cohost"
-local http = require "cohost.http"
-local cjson = require "cjson"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
@@ -67,13 +65,10 @@ describe("cohost.stats()", function()
   end)
 
   it("counts requests served by cohost.http and their open connections", function()
-    local l = assert(http.listen("127.0.0.1:0", function(req, res) res:send("ok") end))
-    defer(function() l:close() end)
-    local _, port = l:addr()
+    local port = h.http_serve(function(req, res) res:send("ok") end)
     local before = cohost.stats()
     for _ = 1, 5 do assert.equal(200, (get(port, "/"))) end
-    local s = h.connect(port, 5000)   -- kept open: one more connection
-    defer(function() s:close() end)
+    local s = h.dial(port, 5000)   -- kept open: one more connection
     assert(s:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
     assert(s:receive("*l"))
     local after = cohost.stats()
@@ -126,14 +121,7 @@ end))
   end
 
   -- /status once it answers (worker 0 starts it after its main chunk).
-  local function status(port)
-    for _ = 1, 200 do
-      local ok, code, _, body = pcall(get, port, "/status")
-      if ok and code == 200 then return cjson.decode(body) end
-      cohost.sleep(0.02)
-    end
-    error("no /status on port " .. port)
-  end
+  local status = h.status_json
 
   it("serves every worker's requests, connections and coroutines as JSON", function()
     local sport = h.free_port()
@@ -253,7 +241,7 @@ end))
   end)
 
   it("exits with an error when the status address is bad", function()
-    local code, _, err = h.run("--status-addr 127.0.0.1:99999 " .. h.shell_quote(h.tmpfile(app)), { limit = 10 })
+    local code, _, err = h.run_script(app, "--status-addr 127.0.0.1:99999", { limit = 10 })
     assert.equal(1, code)
     assert.truthy(err:find("--status-addr 127.0.0.1:99999: bad address", 1, true), err)
   end)

@@ -6,7 +6,7 @@
 local cohost = require "cohost"
 local cjson = require "cjson"
 local h = require "spec.helper"
-local defer = h.cleanups(after_each)
+h.cleanups(after_each)
 
 local app = [[
 local cohost = require "cohost"
@@ -23,43 +23,23 @@ assert(http.listen("127.0.0.1:" .. port, function(req, res)
 end))
 ]] .. h.REPORT_PORT
 
--- GET on a new connection: status, body.
-local function get(port, path)
-  local code, _, body = h.http_get(port, path)
-  return code, body
-end
+-- GET on a new connection: status, body; or nil, err.
+local get = h.get_to_close
 
 -- Starts the app with a status endpoint; returns the child (p.port, p.pid
 -- the master's) and the status port.
 local function start()
   local sport = h.fixed_port()
-  local p = h.start(("--processes 2 -w 2 --status-addr 127.0.0.1:%d %s %d")
-                    :format(sport, h.shell_quote(h.tmpfile(app)), h.fixed_port()), 60)
-  defer(p.stop)
+  local p = h.start_fixed_port(("--processes 2 -w 2 --status-addr 127.0.0.1:%d"):format(sport), h.tmpfile(app))
   return p, sport
-end
-
--- The worker processes' pids: the master's children, sorted.
-local function children(master)
-  local pids = {}
-  local list = h.try_slurp(("/proc/%d/task/%d/children"):format(master, master)) or ""
-  for pid in list:gmatch("%d+") do pids[#pids + 1] = tonumber(pid) end
-  table.sort(pids)
-  return pids
 end
 
 -- /status decoded, once it answers; scrapes counts the answers.
 local scrapes = 0
 local function status(port)
-  for _ = 1, 250 do
-    local ok, code, body = pcall(get, port, "/status")
-    if ok and code == 200 then
-      scrapes = scrapes + 1
-      return cjson.decode(body)
-    end
-    cohost.sleep(0.02)
-  end
-  error("no /status on port " .. port)
+  local st = h.status_json(port)
+  scrapes = scrapes + 1
+  return st
 end
 
 -- Why st is not a full picture of two running processes of 2 workers whose
@@ -67,7 +47,7 @@ end
 local function incomplete(st, master)
   if #st.workers ~= 4 then return "workers: " .. #st.workers end
   if #st.processes ~= 2 then return "processes: " .. #st.processes end
-  local kids = children(master)
+  local kids = h.children(master)
   if #kids ~= 2 then return "the master has " .. #kids .. " children" end
   local pids = {}
   for i, pr in ipairs(st.processes) do

@@ -8,13 +8,6 @@ local timer = cohost.timer
 local h = require "spec.helper"
 h.cleanups(after_each)
 
--- Runs `build/cohost script` (script given as text) with a 20 s bound.
--- Returns exit code, stdout, stderr and seconds taken. `signal`, if
--- given, is sent after `after` seconds.
-local function run(script_text, signal, after)
-  return h.run(h.shell_quote(h.tmpfile(script_text)), { signal = signal, after = after })
-end
-
 describe("cohost.timer.at", function()
   it("calls fn(false, ...) after the delay, without blocking the caller", function()
     local got, at
@@ -157,21 +150,21 @@ io.stdout:flush()
   end
 
   it("run pending callbacks at once with premature = true when cohost.shutdown() is called", function()
-    local code, out, err, took = run(script .. "cohost.sleep(0.2)\ncohost.shutdown()\n")
+    local code, out, err, took = h.run_script(script .. "cohost.sleep(0.2)\ncohost.shutdown()\n")
     assert.equal(0, code, err)
     assert.same({ "at\ttrue\tA", "due\tfalse", "every\ttrue\tB" }, lines(out))
     assert.is_true(took < 5, ("took %.2f s"):format(took))
   end)
 
   it("run pending callbacks at once with premature = true on SIGTERM", function()
-    local code, out, err, took = run(script, "TERM", 0.5)
+    local code, out, err, took = h.run_script(script, nil, { signal = "TERM", after = 0.5 })
     assert.equal(0, code, err)
     assert.same({ "at\ttrue\tA", "due\tfalse", "every\ttrue\tB" }, lines(out))
     assert.is_true(took < 5, ("took %.2f s"):format(took))
   end)
 
   it("a pending timer keeps the process alive until it fires", function()
-    local code, out, err, took = run([[
+    local code, out, err, took = h.run_script([[
 require("cohost").timer.at(0.3, function(premature) print("fired", premature) end)
 ]])
     assert.equal(0, code, err)
@@ -180,7 +173,7 @@ require("cohost").timer.at(0.3, function(premature) print("fired", premature) en
   end)
 
   it("an error in a timer.every run is logged with its traceback", function()
-    local code, _, err = run([[
+    local code, _, err = h.run_script([[
 local cohost = require "cohost"
 local t = cohost.timer.every(0.02, function(premature)
   if not premature then error("tick failed on purpose") end

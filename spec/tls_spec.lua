@@ -3,61 +3,26 @@
 -- openssl s_server and curl, against a throwaway CA made here with the
 -- openssl command line.
 local cohost = require "cohost"
-local http = require "cohost.http"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
 local dir, ca, srv_cert, srv_key, cli_cert, cli_key, self_cert, self_key
 
--- Blocks the worker; only in setup, with no server of ours running.
-local function must(cmd)
-  local ok = os.execute(cmd .. " >/dev/null 2>&1")
-  assert(ok == true or ok == 0, "failed: " .. cmd)
-end
-
 setup(function()
   dir = os.tmpname()
   os.remove(dir)
-  must("mkdir " .. dir)
-  local function p(name) return dir .. "/" .. name end
-  ca, srv_cert, srv_key = p("ca.pem"), p("srv.pem"), p("srv.key")
-  cli_cert, cli_key, self_cert, self_key = p("cli.pem"), p("cli.key"), p("self.pem"), p("self.key")
-  local ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
-  must(("openssl req -x509 %s -keyout %s -out %s -days 2 -subj /CN=cohost-test-ca")
-    :format(ec, p("ca.key"), ca))
-  h.write_file(p("srv.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-  h.write_file(p("cli.ext"), "extendedKeyUsage=clientAuth\n")
-  for _, c in ipairs { { "srv", "localhost" }, { "cli", "client" } } do
-    local n = c[1]
-    must(("openssl req -new %s -keyout %s -out %s -subj /CN=%s")
-      :format(ec, p(n .. ".key"), p(n .. ".csr"), c[2]))
-    must(("openssl x509 -req -in %s -CA %s -CAkey %s -CAcreateserial -days 2 -out %s -extfile %s")
-      :format(p(n .. ".csr"), ca, p("ca.key"), p(n .. ".pem"), p(n .. ".ext")))
-  end
-  must(("openssl req -x509 %s -keyout %s -out %s -days 2 -subj /CN=localhost "
-        .. "-addext subjectAltName=DNS:localhost,IP:127.0.0.1"):format(ec, self_key, self_cert))
+  h.must("mkdir " .. dir)
+  ca = h.tls_ca(dir, "cohost-test-ca")
+  srv_cert, srv_key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+  cli_cert, cli_key = h.tls_cert(dir, "cli", "client", "extendedKeyUsage=clientAuth")
+  self_cert, self_key = dir .. "/self.pem", dir .. "/self.key"
+  h.must(("openssl req -x509 %s -keyout %s -out %s -days 2 -subj /CN=localhost "
+        .. "-addext subjectAltName=DNS:localhost,IP:127.0.0.1"):format(h.TLS_NEWKEY, self_key, self_cert))
 end)
 
 teardown(function()
   if dir then os.execute("rm -rf " .. h.shell_quote(dir)) end
 end)
-
--- Runs cmd in the background (bounded by timeout), parking until it ends;
--- returns its exit code, stdout and stderr.
-local function sh(cmd, limit)
-  limit = limit or 20
-  local out, err, rc = h.tmpfile(), h.tmpfile(), h.tmpfile()
-  os.remove(rc)
-  os.execute(("(timeout %d sh -c %s >%s 2>%s </dev/null; echo $? >%s.tmp; mv %s.tmp %s) >/dev/null 2>&1 &")
-    :format(limit, h.shell_quote(cmd), out, err, rc, rc, rc))
-  local t0 = cohost.monotonic()
-  while true do
-    local code = tonumber(h.try_slurp(rc) or "")
-    if code then return code, h.slurp(out), h.slurp(err) end
-    assert(cohost.monotonic() - t0 < limit + 5, "background command never ended: " .. cmd)
-    cohost.sleep(0.01)
-  end
-end
 
 -- A TLS echo listener: each line comes back until the client closes.
 local function tls_echo(opts, seen)
@@ -75,14 +40,9 @@ local function tls_echo(opts, seen)
   return port
 end
 
--- A client cosocket connected to port, not yet handshaked.
-local function dial(port)
-  local s = cohost.tcp()
-  s:settimeout(5000)
-  assert(s:connect("127.0.0.1", port))
-  defer(function() s:close() end)
-  return s
-end
+-- A client cosocket connected to port, not yet handshaked; closed after
+-- the test.
+local dial = h.dial
 
 -- openssl s_server on a free port with extra args, stopped (and seen to
 -- be gone) after the test.
@@ -94,32 +54,16 @@ local function s_server(args)
   local pid = tonumber(h.slurp(pidf))
   defer(function()
     os.execute("kill " .. pid .. " 2>/dev/null")
-    local gone = false
-    for _ = 1, 200 do
-      local s = cohost.tcp()
-      s:settimeout(500)
-      local ok = s:connect("127.0.0.1", port)
-      s:close()
-      if not ok then gone = true break end
-      cohost.sleep(0.02)
-    end
-    assert(gone, "openssl s_server still listening")
+    assert(h.wait_for(function() return not h.listening(port, 500) end, 4), "openssl s_server still listening")
   end)
-  for _ = 1, 500 do   -- until it listens
-    local s = cohost.tcp()
-    s:settimeout(500)
-    local ok = s:connect("127.0.0.1", port)
-    s:close()
-    if ok then return port end
-    cohost.sleep(0.02)
-  end
-  error("openssl s_server did not start")
+  h.wait_port(port)
+  return port
 end
 
 describe("a TLS listener", function()
   it("echoes to openssl s_client verifying it against the CA", function()
     local port = tls_echo()
-    local code, out, err = sh(("printf 'last hello tls\\n' | openssl s_client -connect 127.0.0.1:%d "
+    local code, out, err = h.sh(("printf 'last hello tls\\n' | openssl s_client -connect 127.0.0.1:%d "
       .. "-CAfile %s -verify_return_error -verify_hostname localhost -quiet"):format(port, ca))
     assert.are.equal(0, code, err)
     assert.matches("hello tls", out)
@@ -202,7 +146,7 @@ describe("a TLS listener", function()
   it("refuses a client without a certificate when ssl_verify_client is set", function()
     local seen = {}
     local port = tls_echo({ ssl_client_ca = ca, ssl_verify_client = true }, seen)
-    local code = sh(("printf 'last hi\\n' | openssl s_client -connect 127.0.0.1:%d -CAfile %s -quiet")
+    local code = h.sh(("printf 'last hi\\n' | openssl s_client -connect 127.0.0.1:%d -CAfile %s -quiet")
       :format(port, ca))
     assert.are_not.equal(0, code)
     -- A cohost client without one: TLS 1.3 may finish the client's side of
@@ -227,7 +171,7 @@ describe("a TLS listener", function()
     s:send("with cert\n")
     assert.are.equal("with cert", s:receive("*l"))
     assert.matches("CN=client", seen[1].peer_subject)
-    local code, out = sh(("printf 'last hi\\n' | openssl s_client -connect 127.0.0.1:%d -CAfile %s "
+    local code, out = h.sh(("printf 'last hi\\n' | openssl s_client -connect 127.0.0.1:%d -CAfile %s "
       .. "-cert %s -key %s -quiet"):format(port, ca, cli_cert, cli_key))
     assert.are.equal(0, code)
     assert.matches("hi", out)
@@ -319,16 +263,13 @@ describe("a TLS http.listen", function()
   local function serve(handler, opts)
     opts = opts or {}
     opts.ssl_cert, opts.ssl_key = srv_cert, srv_key
-    local l = assert(http.listen("127.0.0.1:0", handler, opts))
-    defer(function() l:close() end)
-    local _, port = l:addr()
-    return port
+    return h.http_serve(handler, opts)
   end
 
   it("serves curl three requests on one kept-alive connection", function()
     local port = serve(function(req, res) res:send("path " .. req.path .. "\n") end)
     local u = ("https://127.0.0.1:%d"):format(port)
-    local code, out, err = sh(("curl -sS --cacert %s -w 'connects=%%{num_connects}\\n' %s/a %s/b %s/c")
+    local code, out, err = h.sh(("curl -sS --cacert %s -w 'connects=%%{num_connects}\\n' %s/a %s/b %s/c")
       :format(ca, u, u, u))
     assert.are.equal(0, code, err)
     assert.are.equal("path /a\nconnects=1\npath /b\nconnects=0\npath /c\nconnects=0\n", out)
@@ -336,10 +277,10 @@ describe("a TLS http.listen", function()
 
   it("sends a 1 MiB file through TLS intact", function()
     local f = h.tmpfile()
-    assert.are.equal(0, (sh(("head -c 1048576 /dev/urandom >%s"):format(f))))
+    assert.are.equal(0, (h.sh(("head -c 1048576 /dev/urandom >%s"):format(f))))
     local port = serve(function(_, res) assert(res:sendfile(f)) end)
     local out = h.tmpfile()
-    local code, _, err = sh(("curl -sS --cacert %s -o %s https://localhost:%d/f"):format(ca, out, port))
+    local code, _, err = h.sh(("curl -sS --cacert %s -o %s https://localhost:%d/f"):format(ca, out, port))
     assert.are.equal(0, code, err)
     assert.is_true(h.slurp(out) == h.slurp(f), "bodies differ")
   end)
@@ -372,10 +313,10 @@ describe("a TLS http.listen", function()
 
   it("reads a POST body through TLS and echoes it", function()
     local f, out = h.tmpfile(), h.tmpfile()
-    assert.are.equal(0, (sh(("head -c 300000 /dev/urandom >%s"):format(f))))
+    assert.are.equal(0, (h.sh(("head -c 300000 /dev/urandom >%s"):format(f))))
     local port = serve(function(req, res) res:send(assert(req:body())) end,
                        { max_body_size = 1048576 })
-    local code, _, err = sh(("curl -sS --cacert %s --data-binary @%s -o %s https://127.0.0.1:%d/p")
+    local code, _, err = h.sh(("curl -sS --cacert %s --data-binary @%s -o %s https://127.0.0.1:%d/p")
       :format(ca, f, out, port))
     assert.are.equal(0, code, err)
     assert.is_true(h.slurp(out) == h.slurp(f), "bodies differ")
@@ -383,9 +324,9 @@ describe("a TLS http.listen", function()
 
   it("closes quietly on a failed handshake and keeps serving", function()
     local port = serve(function(_, res) res:send("fine") end)
-    local code = sh(("curl -sS http://127.0.0.1:%d/"):format(port))   -- plain to TLS
+    local code = h.sh(("curl -sS http://127.0.0.1:%d/"):format(port))   -- plain to TLS
     assert.are_not.equal(0, code)
-    local code2, out = sh(("curl -sS --cacert %s https://127.0.0.1:%d/"):format(ca, port))
+    local code2, out = h.sh(("curl -sS --cacert %s https://127.0.0.1:%d/"):format(ca, port))
     assert.are.equal(0, code2)
     assert.are.equal("fine", out)
   end)

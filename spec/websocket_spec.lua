@@ -12,7 +12,7 @@ local websocket = require "cohost.websocket"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
-local PY = "/usr/bin/python3"   -- Debian's, which has python3-websockets
+local PY = h.PYTHON   -- Debian's, which has python3-websockets
 local GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 local MIB = 1024 * 1024
 
@@ -31,22 +31,10 @@ local function py_spawn(code, args, limit)
   return out, err, rc
 end
 
--- Runs a Python script to completion without blocking the worker (the
--- spec's own servers keep serving): returns exit code, stdout, stderr.
-local function py_run(code, args)
-  local out, err, rc = py_spawn(code, args)
-  for _ = 1, 2500 do
-    local code_ = tonumber(h.try_slurp(rc) or "")
-    if code_ then return code_, h.slurp(out), h.slurp(err) end
-    cohost.sleep(0.01)
-  end
-  error("python did not finish: " .. h.slurp(err))
-end
-
 -- The stdout of a Python client script, which must exit 0; its lines as
 -- a table of "key value" pairs.
 local function py_client(code, args)
-  local rc, out, err = py_run(code, args)
+  local rc, out, err = h.python(code, args)
   assert(rc == 0, "python client failed (" .. rc .. "):\n" .. out .. err)
   local res = {}
   for k, v in out:gmatch("(%S+) ([^\n]*)\n") do res[k] = v end
@@ -278,9 +266,8 @@ end
 -- handler's last recv results and upgrade error land in the returned
 -- table's fields: events (every recv result), upgrade_err.
 local function ws_server(opts, fn)
-  local http = require "cohost.http"
   local seen = { events = {} }
-  local l = assert(http.listen("127.0.0.1:0", function(req, res)
+  local port = h.http_serve(function(req, res)
     local ws, err = websocket.upgrade(req, res, opts)
     if not ws then
       seen.upgrade_err = err
@@ -300,9 +287,7 @@ local function ws_server(opts, fn)
       if typ == "text" or typ == "binary" then ws:send(data, typ) end
     end
     seen.done = true
-  end))
-  defer(function() l:close() end)
-  local _, port = l:addr()
+  end)
   seen.port = port
   return seen
 end
@@ -346,8 +331,7 @@ end
 
 -- Sends a raw request head and returns the status code, headers and body.
 local function raw_request(port, head)
-  local s = h.connect(port)
-  defer(function() s:close() end)
+  local s = h.dial(port, 2000)
   assert(s:send(head))
   local status = tonumber(assert(s:receive("*l")):match("^HTTP/1%.1 (%d+)"))
   local headers = {}
@@ -441,8 +425,7 @@ end)
 describe("websocket.upgrade handshake checks", function()
   it("answers the RFC 6455 sample key with its accept value", function()
     local seen = ws_server()
-    local s = h.connect(seen.port)
-    defer(function() s:close() end)
+    local s = h.dial(seen.port, 2000)
     assert(s:send(handshake(GOOD)))
     assert.equal("HTTP/1.1 101 Switching Protocols", s:receive("*l"))
     local head = {}
@@ -512,8 +495,7 @@ describe("websocket.upgrade handshake checks", function()
 
   it("accepts header names and the upgrade tokens in any case", function()
     local seen = ws_server()
-    local s = h.connect(seen.port)
-    defer(function() s:close() end)
+    local s = h.dial(seen.port, 2000)
     assert(s:send(handshake {
       "upgrade: WebSocket", "CONNECTION: keep-alive, UPGRADE",
       "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==", "SEC-WEBSOCKET-VERSION: 13",
@@ -735,8 +717,7 @@ describe("server protocol checks (raw client frames)", function()
 
   it("hands surplus bytes after the handshake to the websocket", function()
     local seen = ws_server()
-    local s = h.connect(seen.port)
-    defer(function() s:close() end)
+    local s = h.dial(seen.port, 2000)
     -- The handshake and the first frame in one write.
     assert(s:send(handshake(GOOD) .. frame(1, "early")))
     repeat local line = assert(s:receive("*l")) until line == ""
