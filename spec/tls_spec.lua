@@ -292,14 +292,14 @@ describe("a TLS http.listen", function()
   it("sends two files through TLS at once to slow readers, each intact", function()
     local f = { h.tmpfile(), h.tmpfile() }
     for i = 1, 2 do
-      assert.are.equal(0, (sh(("head -c 16000000 /dev/urandom >%s"):format(f[i]))))
+      assert.are.equal(0, (h.sh(("head -c 16000000 /dev/urandom >%s"):format(f[i]))))
     end
     local port = serve(function(req, res) assert(res:sendfile(f[tonumber(req.path:sub(2))])) end)
     local out, codes = { h.tmpfile(), h.tmpfile() }, {}
     local threads = {}
     for i = 1, 2 do
       threads[i] = cohost.spawn(function()
-        codes[i] = sh(("curl -sS --limit-rate 8M --cacert %s -o %s https://localhost:%d/%d")
+        codes[i] = h.sh(("curl -sS --limit-rate 8M --cacert %s -o %s https://localhost:%d/%d")
           :format(ca, out[i], port, i), 30)
       end)
     end
