@@ -20,7 +20,9 @@
 #   bash scripts/bench/http_profile.sh [SCRIPT [N1 N2 [TOP [SECS]]]]
 #   (defaults: examples/hello.lua 20000 40000 15 5; HTTP_PROFILE_CONNS=50
 #   sets the wrk connections; HTTP_PROFILE_QUICK=1 runs cohost's callgrind
-#   figure alone, for the edit-measure loop)
+#   figure alone, for the edit-measure loop; BENCH_BASE_COHOST=another
+#   cohost binary, as for run.sh, puts that binary's callgrind figure, run
+#   in turn with build/cohost's on the same SCRIPT, and new/base beside it)
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . scripts/bench/lib.sh
@@ -35,15 +37,16 @@ LOGS=$OUT                         # start_server's logs
 mkdir -p "$OUT"
 command -v wrk > /dev/null || { log "wrk is missing"; exit 1; }
 [ -x build/cohost ] || { log "build/cohost is missing (make)"; exit 1; }
+base_check || exit 1
 
-# serve NAME WRAPPER...: starts WRAPPER build/cohost -w 1 SCRIPT PORT on CPU 0,
+# serve NAME BIN WRAPPER...: starts WRAPPER BIN -w 1 SCRIPT PORT on CPU 0,
 # output in $OUT/NAME.log, and waits (30 s at most: valgrind starts
 # slowly) until it accepts; sets SRV (the wrapper's pid) and PORT.
 serve() {
-  local name=$1
-  shift
+  local name=$1 bin=$2
+  shift 2
   PORT=$(free_port)
-  start_server "$name" "$@" build/cohost -w 1 "$SCRIPT" "$PORT"
+  start_server "$name" "$@" "$bin" -w 1 "$SCRIPT" "$PORT"
   SRV=$SRV_PID
   wait_port "$PORT" "$SRV" 30 && return 0
   log "server did not start (see $OUT/$name.log)"
@@ -69,14 +72,16 @@ load() {
   return 1
 }
 
-# callgrind_run N: Ir total of one callgrind run serving N requests.
+# callgrind_run N [BIN SUFFIX]: Ir total of one callgrind run of BIN
+# (default build/cohost) serving N requests; its files are named with
+# SUFFIX after "callgrind" or "valgrind".
 callgrind_run() {
-  local n=$1
-  serve "valgrind.$n" valgrind --tool=callgrind \
-    --callgrind-out-file="$OUT/callgrind.$n" || return 1
-  load "$n" "$OUT/wrk.callgrind.$n.log" || { unserve; return 1; }
+  local n=$1 bin=${2:-build/cohost} sfx=${3:-}
+  serve "valgrind$sfx.$n" "$bin" valgrind --tool=callgrind \
+    --callgrind-out-file="$OUT/callgrind$sfx.$n" || return 1
+  load "$n" "$OUT/wrk.callgrind$sfx.$n.log" || { unserve; return 1; }
   unserve
-  collected "$OUT/valgrind.$n.log"
+  collected "$OUT/valgrind$sfx.$n.log"
 }
 
 # per_request A B: (B - A) / (N2 - N1), rounded, or nothing if either
@@ -109,9 +114,16 @@ echo "cohost $SCRIPT, 1 worker on CPU 0; wrk -t1 -c$CONNS keep-alive GET / on CP
 
 if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null; then
   echo; echo "== callgrind: user-space instructions ($N1 and $N2 requests)"
-  if i1=$(callgrind_run "$N1") && i2=$(callgrind_run "$N2"); then
+  # The base binary's runs come in turn with build/cohost's.
+  b1=""; b2=""
+  if i1=$(callgrind_run "$N1") && { [ -z "$BASE_COHOST" ] || b1=$(callgrind_run "$N1" "$BASE_COHOST" _base); } &&
+     i2=$(callgrind_run "$N2") && { [ -z "$BASE_COHOST" ] || b2=$(callgrind_run "$N2" "$BASE_COHOST" _base); }; then
     n=$(per_request "$i1" "$i2")
     [ -n "$n" ] && echo "instructions per request: $n ($i2 - $i1 over $(( N2 - N1 )) requests)"
+    if [ -n "$BASE_COHOST" ]; then
+      b=$(per_request "$b1" "$b2")
+      echo "base $(describe "$BASE_COHOST"): ${b:--} instructions per request ($b2 - $b1); new/base $(ratio "$n" "$b")x"
+    fi
     echo "top $TOP by self instructions, run of $N2 (start-up included):"
     callgrind_annotate "$OUT/callgrind.$N2" 2>/dev/null |
       awk '/file:function/ { on = 1; getline; next } on && NF { print } on && !NF && n++ { exit }' |
@@ -134,7 +146,7 @@ fi
 
 if command -v strace > /dev/null; then
   echo; echo "== strace -c: system calls per request ($N1 requests, start-up included)"
-  if serve strace strace -f -c -o "$OUT/strace.txt"; then
+  if serve strace build/cohost strace -f -c -o "$OUT/strace.txt"; then
     if load "$N1" "$OUT/wrk.strace.log"; then
       unserve
       awk -v n="$N1" '$1 ~ /^[0-9.]+$/ && NF >= 5 {
@@ -151,7 +163,7 @@ fi
 
 if command -v perf > /dev/null; then
   echo; echo "== perf record -e cpu-clock: ${SECS} s at full speed, samples of the server"
-  if serve perf; then
+  if serve perf build/cohost; then
     taskset -c "$CLI_CPU" perf record -q -e cpu-clock -p "$SRV" -o "$OUT/perf.data" -- \
       wrk -t1 -c"$CONNS" -d"${SECS}s" "http://127.0.0.1:$PORT/" > "$OUT/wrk.perf.log" 2>&1
     unserve

@@ -12,27 +12,30 @@
 #   - sets B (build/bench), LOGS (build/bench/logs, not created here), HZ
 #     (/proc/PID/stat's unit of CPU time), SRV_CPU=0 for servers and
 #     micro-benchmarks, CLI_CPU=1 for load generators (0 on one CPU);
+#   - sets COHOST (build/cohost) and BASE_COHOST (BENCH_BASE_COHOST made
+#     absolute, empty if unset; see with_base);
 #   - traps EXIT to stop every process in PIDS (start_server adds to it)
 #     and then remove every directory in CLEANUP_DIRS; INT and TERM exit
 #     with 130 through that trap.
 # A script may change after sourcing: BENCH_TAG (prefix of log lines,
 # "bench"), TABLE (the file title, row and note append to; empty:
 # stdout), RESULTS (where result appends, /dev/null), QUIET_MAX (seconds
-# wait_quiet waits at most, 5), LOG_PREFIX (before start_server's NAME
-# in its log file's name, empty), LOGS, SRV_CPU and CLI_CPU.
+# wait_quiet waits at most, 5), LOG_PREFIX and LOG_SUFFIX (around
+# start_server's NAME in its log file's name, empty), LOGS, SRV_CPU and
+# CLI_CPU.
 #
 # Groups below: processes (start_server, stop_server, stop_peer, forget),
 # ports and waiting (free_port, wait_port, wait_http, wait_quiet,
 # disturbed), readings from /proc (cpu_ticks, busy_ticks, rss_kib,
 # status_kib, pss_kib, fd_count, collected), numbers (kv, median, ratio,
 # fmt, per_conn, wrk_us), output (log, result, title, row, note) and peers
-# (nginx_start).
+# (nginx_start, with_base, base_label, base_check, describe).
 #
 # Nothing here sets shell options: run.sh and prio_bench.sh run under
 # set -u -o pipefail, kv_bench.sh and imagehost_bench.sh under set -e too,
 # so a helper succeeds unless its comment says when it is false (the
-# waits, disturbed); the number helpers print "-" for a
-# missing value.
+# waits, disturbed, base_check); the number helpers print "-" for a missing
+# value.
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 FILES=$(ulimit -n)
@@ -50,6 +53,16 @@ TABLE=""
 RESULTS=/dev/null
 QUIET_MAX=5
 LOG_PREFIX=""
+LOG_SUFFIX=""
+
+# A relative BENCH_BASE_COHOST is taken from the directory the script was
+# started in: the script's cd left it in OLDPWD.
+COHOST=build/cohost
+BASE_COHOST=${BENCH_BASE_COHOST:-}
+case $BASE_COHOST in
+  "" | /*) ;;
+  *) BASE_COHOST=$(realpath -m -- "${OLDPWD:-$PWD}/$BASE_COHOST") ;;
+esac
 
 # -- Processes ---------------------------------------------------------------
 
@@ -69,11 +82,11 @@ trap stop_all EXIT
 trap 'exit 130' INT TERM
 
 # start_server NAME CMD...: runs CMD pinned to SRV_CPU in the background,
-# output in $LOGS/$LOG_PREFIX$NAME.log; sets SRV_PID (taskset
+# output in $LOGS/$LOG_PREFIX$NAME$LOG_SUFFIX.log; sets SRV_PID (taskset
 # execs, so it is CMD's pid) and adds it to PIDS.
 start_server() {
   local name=$1; shift
-  taskset -c "$SRV_CPU" "$@" > "$LOGS/$LOG_PREFIX$name.log" 2>&1 &
+  taskset -c "$SRV_CPU" "$@" > "$LOGS/$LOG_PREFIX$name$LOG_SUFFIX.log" 2>&1 &
   SRV_PID=$!
   PIDS+=("$SRV_PID")
 }
@@ -300,4 +313,39 @@ nginx_start() {
   [ -n "$worker" ] || return 1
   PIDS+=("$worker")
   PEER_MEASURE=$worker
+}
+
+# with_base COHOST_PEERS PEER...: the PEERs, one a word, and after each one
+# that is in COHOST_PEERS (the peers run by $COHOST) its twin NAME_base when
+# BENCH_BASE_COHOST is set. A section starts NAME_base as it starts NAME,
+# with COHOST=$BASE_COHOST and LOG_SUFFIX=_base (run.sh's peer_start), so
+# both are measured in the same interleaved runs.
+with_base() {
+  local cohost=" $1 " p out=""
+  shift
+  for p in "$@"; do
+    out+=" $p"
+    [ -n "$BASE_COHOST" ] && [ "${cohost/ $p /}" != "$cohost" ] && out+=" ${p}_base"
+  done
+  echo "${out# }"
+}
+
+# base_label LABEL: the label of a base twin: LABEL without a trailing
+# " (...)", then " (base)" ("cohost Lua (echo.lua)" -> "cohost Lua (base)").
+base_label() { echo "${1% (*)} (base)"; }
+
+# base_check: false, with a log line, if BENCH_BASE_COHOST is set but is not
+# an executable.
+base_check() {
+  [ -z "$BASE_COHOST" ] || [ -x "$BASE_COHOST" ] && return 0
+  log "BENCH_BASE_COHOST=$BASE_COHOST is not an executable"
+  return 1
+}
+
+# describe BIN: BIN and, if it sits in a git work tree's build/, that
+# tree's commit, "-dirty" if it has changes ("build/cohost (be3d9c4)").
+describe() {
+  local c
+  c=$(git -C "$(dirname "$1")/.." describe --always --dirty 2>/dev/null) || c=""
+  echo "$1${c:+ ($c)}"
 }

@@ -23,6 +23,11 @@
 #   PRIO_SECS         seconds per measured run (default 5; quick 2)
 #   PRIO_WORK_US      CPU work per heavy request, us (default 200)
 #   BENCH_RESULTS     file to append key=value figures to (run.sh's)
+#   BENCH_BASE_COHOST another cohost binary (run.sh's): every run is done
+#                     with it too, in turn, and each row gets a twin
+#                     "... (base)" below it with a note of new/base
+#                     (results: the key with _base after the class or
+#                     mode)
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
 . scripts/bench/lib.sh
@@ -35,11 +40,20 @@ if [ "$QUICK" = 1 ]; then SECS=${PRIO_SECS:-2}; else SECS=${PRIO_SECS:-5}; fi
 WORK_US=${PRIO_WORK_US:-200}
 RESULTS=${BENCH_RESULTS:-/dev/null}
 QUIET_MAX=5
+# The binaries measured, one suffix each after a dot (so that the empty
+# one is a word too): "" for build/cohost, "_base" for BENCH_BASE_COHOST,
+# which runs in turn with it.
+VARIANTS=.
+[ -n "$BASE_COHOST" ] && VARIANTS=". ._base"
 
 for tool in wrk curl taskset; do
   command -v "$tool" > /dev/null || { printf '\n== Scheduling\n  skipped: %s is missing\n' "$tool"; exit 0; }
 done
 [ -x build/cohost ] || { printf '\n== Scheduling\n  skipped: build/cohost is missing (make all)\n'; exit 0; }
+base_check || exit 1
+
+# bin SUFFIX: the binary of a variant.
+bin() { if [ -n "$1" ]; then echo "$BASE_COHOST"; else echo build/cohost; fi; }
 
 # From wrk --latency output on stdin: "p99_us req_s p50_us".
 wrk_figures() {
@@ -54,17 +68,22 @@ quiet() {
   wait_quiet || log "the machine is busy ($QUIET_BUSY% of the CPUs): figures may be noisy"
 }
 
+# base_note SUFFIX WHAT NEW BASE: under a base row, NEW/BASE.
+base_note() {
+  [ -n "$1" ] && note "  ^ new/base: $(ratio "$3" "$4")x $2"
+}
+
 # -- 1. Health check under load ------------------------------------------------
 
-health_run() {   # CLASS -> "p99_us req_s p50_us load_req_s" or nothing
+health_run() {   # CLASS SUFFIX -> "p99_us req_s p50_us load_req_s" or nothing
   local class=$1 ph pl pid load_out line
   ph=$(free_port); pl=$(free_port)
   quiet
-  taskset -c "$SRV_CPU" build/cohost -w 1 scripts/bench/prio_server.lua "$ph" "$pl" "$class" "$WORK_US" \
-    >> "$LOGS/prio_server.log" 2>&1 &
+  taskset -c "$SRV_CPU" "$(bin "$2")" -w 1 scripts/bench/prio_server.lua "$ph" "$pl" "$class" "$WORK_US" \
+    >> "$LOGS/prio_server$2.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   if ! wait_http "$ph" "$pid" || ! wait_http "$pl" "$pid"; then
-    log "server did not start (see $LOGS/prio_server.log)"; stop_server "$pid"; return
+    log "server did not start (see $LOGS/prio_server$2.log)"; stop_server "$pid"; return
   fi
   taskset -c "$CLI_CPU" wrk -t1 -c100 -d1s "http://127.0.0.1:$pl/" > /dev/null 2>&1   # warm-up
   load_out=$(mktemp)
@@ -83,41 +102,56 @@ health_run() {   # CLASS -> "p99_us req_s p50_us load_req_s" or nothing
 section_health() {
   printf '\n== Scheduling: health check (wrk -c2, GET / "ok") while wrk -c100 loads a %d us endpoint on the same worker; server on CPU %d, wrk on CPU %d, median of %d x %d s\n' \
     "$WORK_US" "$SRV_CPU" "$CLI_CPU" "$REPS" "$SECS"
-  local r class line p q m l
+  local r class line p q m l v k label
   local -A P99 P50 RATE LOAD
   for r in $(seq "$REPS"); do
     for class in normal high; do
-      log "health check, listener $class, run $r/$REPS"
-      line=$(health_run "$class")
-      [ -n "$line" ] || continue
-      read -r p q m l <<< "$line"
-      P99[$class]+=" $p"; RATE[$class]+=" $q"; P50[$class]+=" $m"; LOAD[$class]+=" $l"
+      for v in $VARIANTS; do
+        v=${v#.}
+        log "health check, listener $class$v, run $r/$REPS"
+        line=$(health_run "$class" "$v")
+        [ -n "$line" ] || continue
+        k=$class$v
+        read -r p q m l <<< "$line"
+        P99[$k]+=" $p"; RATE[$k]+=" $q"; P50[$k]+=" $m"; LOAD[$k]+=" $l"
+      done
     done
   done
-  local pn ph
-  pn=$(median ${P99[normal]:-}); ph=$(median ${P99[high]:-})
   for class in normal high; do
-    row "health p99, listener $class" "$(fmt "$(median ${P99[$class]:-})" 0)" "us" \
-      "p50 $(fmt "$(median ${P50[$class]:-})" 0) us, $(fmt "$(median ${RATE[$class]:-})" 0) req/s; load $(fmt "$(median ${LOAD[$class]:-})" 0) req/s"
-    result "prio.health_p50_us.$class" "$(median ${P50[$class]:-})"
+    for v in $VARIANTS; do
+      v=${v#.}
+      k=$class$v
+      label="health p99, listener $class"; [ -n "$v" ] && label="health p99, $class (base)"
+      row "$label" "$(fmt "$(median ${P99[$k]:-})" 0)" "us" \
+        "p50 $(fmt "$(median ${P50[$k]:-})" 0) us, $(fmt "$(median ${RATE[$k]:-})" 0) req/s; load $(fmt "$(median ${LOAD[$k]:-})" 0) req/s"
+      base_note "$v" "p99" "$(median ${P99[$class]:-})" "$(median ${P99[$k]:-})"
+      result "prio.health_p50_us.$k" "$(median ${P50[$k]:-})"
+    done
   done
-  row "normal/high" "$(ratio "$pn" "$ph" 1)" "x" "p99 of the health check"
-  result prio.health_p99_us.normal "$pn"; result prio.health_p99_us.high "$ph"
-  result prio.load_req_s.normal "$(median ${LOAD[normal]:-})"; result prio.load_req_s.high "$(median ${LOAD[high]:-})"
+  for v in $VARIANTS; do
+    v=${v#.}
+    row "normal/high${v:+ (base)}" "$(ratio "$(median ${P99[normal$v]:-})" "$(median ${P99[high$v]:-})" 1)" "x" "p99 of the health check"
+    for class in normal high; do
+      result "prio.health_p99_us.$class$v" "$(median ${P99[$class$v]:-})"
+    done
+    for class in normal high; do
+      result "prio.load_req_s.$class$v" "$(median ${LOAD[$class$v]:-})"
+    done
+  done
 }
 
 # -- 2. Affinity -------------------------------------------------------------------
 
-affinity_run() {   # MODE -> "p99_us req_s req_per_cpu_s" or nothing
+affinity_run() {   # MODE SUFFIX -> "p99_us req_s req_per_cpu_s" or nothing
   local mode=$1 port pid t0 t1 out opts=""
   [ "$mode" = pinned ] && opts="--cpu-affinity auto"
   port=$(free_port)
   quiet
   # shellcheck disable=SC2086
-  build/cohost -w 2 $opts examples/hello.lua "$port" >> "$LOGS/prio_hello.log" 2>&1 &
+  "$(bin "$2")" -w 2 $opts examples/hello.lua "$port" >> "$LOGS/prio_hello$2.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   if ! wait_http "$port" "$pid"; then
-    log "hello server did not start (see $LOGS/prio_hello.log)"; stop_server "$pid"; return
+    log "hello server did not start (see $LOGS/prio_hello$2.log)"; stop_server "$pid"; return
   fi
   wrk -t2 -c100 -d1s "http://127.0.0.1:$port/" > /dev/null 2>&1   # warm-up
   t0=$(cpu_ticks "$pid")
@@ -134,27 +168,40 @@ affinity_run() {   # MODE -> "p99_us req_s req_per_cpu_s" or nothing
 
 section_affinity() {
   printf '\n== Affinity: examples/hello.lua on --workers 2, wrk -t2 -c100 (unpinned), median of %d x %d s\n' "$REPS" "$SECS"
-  local r mode line p q c
+  local r mode line p q c v k
   local -A P99 RATE PERCPU
   for r in $(seq "$REPS"); do
     for mode in unpinned pinned; do
-      log "affinity $mode, run $r/$REPS"
-      line=$(affinity_run "$mode")
-      [ -n "$line" ] || continue
-      read -r p q c <<< "$line"
-      P99[$mode]+=" $p"; RATE[$mode]+=" $q"; PERCPU[$mode]+=" $c"
+      for v in $VARIANTS; do
+        v=${v#.}
+        log "affinity $mode$v, run $r/$REPS"
+        line=$(affinity_run "$mode" "$v")
+        [ -n "$line" ] || continue
+        k=$mode$v
+        read -r p q c <<< "$line"
+        P99[$k]+=" $p"; RATE[$k]+=" $q"; PERCPU[$k]+=" $c"
+      done
     done
   done
   local mode_label
   for mode in unpinned pinned; do
-    mode_label=$mode; [ "$mode" = pinned ] && mode_label="pinned (--cpu-affinity auto)"
-    row "$mode_label" "$(fmt "$(median ${PERCPU[$mode]:-})" 0)" "req/CPU-s" \
-      "p99 $(fmt "$(median ${P99[$mode]:-})" 0) us, $(fmt "$(median ${RATE[$mode]:-})" 0) req/s"
-    result "prio.affinity.$mode.req_per_cpu_s" "$(median ${PERCPU[$mode]:-})"
-    result "prio.affinity.$mode.p99_us" "$(median ${P99[$mode]:-})"
-    result "prio.affinity.$mode.req_s" "$(median ${RATE[$mode]:-})"
+    for v in $VARIANTS; do
+      v=${v#.}
+      k=$mode$v
+      mode_label=$mode; [ "$mode" = pinned ] && mode_label="pinned (--cpu-affinity auto)"
+      [ -n "$v" ] && mode_label="$mode (base)"
+      row "$mode_label" "$(fmt "$(median ${PERCPU[$k]:-})" 0)" "req/CPU-s" \
+        "p99 $(fmt "$(median ${P99[$k]:-})" 0) us, $(fmt "$(median ${RATE[$k]:-})" 0) req/s"
+      base_note "$v" "req/CPU-s" "$(median ${PERCPU[$mode]:-})" "$(median ${PERCPU[$k]:-})"
+      result "prio.affinity.$k.req_per_cpu_s" "$(median ${PERCPU[$k]:-})"
+      result "prio.affinity.$k.p99_us" "$(median ${P99[$k]:-})"
+      result "prio.affinity.$k.req_s" "$(median ${RATE[$k]:-})"
+    done
   done
-  row "pinned/unpinned" "$(ratio "$(median ${PERCPU[pinned]:-})" "$(median ${PERCPU[unpinned]:-})" 1)" "x" "per server CPU-second"
+  for v in $VARIANTS; do
+    v=${v#.}
+    row "pinned/unpinned${v:+ (base)}" "$(ratio "$(median ${PERCPU[pinned$v]:-})" "$(median ${PERCPU[unpinned$v]:-})" 1)" "x" "per server CPU-second"
+  done
 }
 
 section_health

@@ -61,6 +61,18 @@
 #                        counts (default "50 1000"), seconds, runs per server
 #   BENCH_HTTP_SCRIPT    cohost's HTTP server (default examples/hello.lua;
 #                        takes its port as arg[1], GET / answers "hello")
+#   BENCH_BASE_COHOST    another cohost binary (absolute, or relative to the
+#                        directory make bench runs in), e.g. a clone's
+#                        build/cohost, which finds its own lua/ beside it:
+#                        every peer run by build/cohost (echo and idle: lua,
+#                        lua_copy; http and idle_http: cohost) gets a twin
+#                        NAME_base run by that binary with the same script,
+#                        measured in the same interleaved runs, printed as
+#                        a row "... (base)" below it with a note of the
+#                        ratios new/base; results NAME_base.* and
+#                        NAME.vs_NAME_base.* (prio_bench.sh does the same
+#                        for its rows, http_profile.sh for its instruction
+#                        count per request)
 #
 # Adding a section: write scripts/bench/sections/NAME.sh with a function
 # section_NAME that calls title once and row (or its own printf) per line
@@ -70,7 +82,8 @@
 # with start_server and sets PEER_LABEL, and if needed PEER_INIT (bytes
 # loadgen sends once per connection first) and PEER_MEASURE
 # (comma-separated pids whose CPU time counts, e.g. the nginx worker;
-# default the started pid), then add NAME to ECHO_PEERS. Figures also go
+# default the started pid), then add NAME to ECHO_PEERS; a peer that runs
+# $COHOST also goes in COHOST_PEERS to get its base twin. Figures also go
 # to build/bench/results.txt as key=value lines.
 
 set -u -o pipefail
@@ -83,19 +96,23 @@ mkdir -p "$LOGS"
 rm -f "$LOGS"/*.log
 : > "$RESULTS"
 : > "$TABLE"
+base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio"}
-ECHO_PEERS=${BENCH_ECHO_PEERS:-"lua ch epoll nginx tarantool"}  # table order
+COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
+# shellcheck disable=SC2086  # word lists
+ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua ch epoll nginx tarantool})  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
 ECHO_VS="epoll ch nginx tarantool"
-IDLE_PEERS=${BENCH_IDLE_PEERS:-"lua lua_copy ch ch_copy nginx tarantool"}  # table order
+# shellcheck disable=SC2086
+IDLE_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_IDLE_PEERS:-lua lua_copy ch ch_copy nginx tarantool})  # table order
 IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}
 IDLE_HTTP_CONNS=${BENCH_IDLE_CONNS:-10000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
-HTTP_PEERS="cohost nginxlua nginx"  # table order and order of the runs
-IDLE_HTTP_PEERS="cohost nginxlua"
+HTTP_PEERS=$(with_base "$COHOST_PEERS" cohost nginxlua nginx)  # table and run order
+IDLE_HTTP_PEERS=$(with_base "$COHOST_PEERS" cohost nginxlua)
 HTTP_SCRIPT=${BENCH_HTTP_SCRIPT:-examples/hello.lua}
 
 if [ "$QUICK" = 1 ]; then
@@ -140,19 +157,26 @@ pinned() { taskset -c "$SRV_CPU" timeout -k 2 120 "$@" 2>> "$LOGS/micro.log"; }
 
 # A peer of section KIND (echo: also idle's; http: also idle_http's) is
 # started by KIND_start_NAME PORT, which sets PEER_LABEL, and if needed
-# PEER_INIT and PEER_MEASURE.
+# PEER_INIT and PEER_MEASURE; NAME_base is NAME run by BASE_COHOST.
 PEER_LABEL=""; PEER_INIT=""; PEER_MEASURE=""
 
 # peer_known KIND PEER: true if there is a start function for PEER.
-peer_known() { declare -F "${1}_start_$2" > /dev/null; }
+peer_known() { declare -F "${1}_start_${2%_base}" > /dev/null; }
 
 # peer_start KIND PEER PORT: starts PEER and waits until it accepts on
 # PORT; sets SRV_PID, PEER_LABEL, PEER_INIT and PEER_MEASURE (default
 # SRV_PID). False, with what it started stopped, if it did not start.
 peer_start() {
-  local kind=$1 name=$2 port=$3 ok=1
-  PEER_LABEL=$name; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
+  local kind=$1 name=${2%_base} port=$3 ok=1 base=""
+  PEER_LABEL=$2; PEER_INIT=""; PEER_MEASURE=""; SRV_PID=""
+  if [ "$name" != "$2" ]; then
+    base=1; COHOST=$BASE_COHOST; LOG_SUFFIX=_base
+  fi
   "${kind}_start_$name" "$port" && wait_port "$port" "$SRV_PID" || ok=""
+  if [ -n "$base" ]; then
+    COHOST=build/cohost; LOG_SUFFIX=""
+    PEER_LABEL=$(base_label "$PEER_LABEL")
+  fi
   PEER_MEASURE=${PEER_MEASURE:-$SRV_PID}
   [ -n "$ok" ] && return 0
   [ -n "$SRV_PID" ] && stop_peer "$SRV_PID" "$PEER_MEASURE"
@@ -250,6 +274,23 @@ run_ratio() {
   median $ratios
 }
 
+# vs_base SECTION PEER CONNS REPS UNIT: under the row of a base twin PEER
+# (NAME_base), if NAME ran too, a note with NAME/PEER per server
+# CPU-second and per second (medians of per-run ratios) and of the p99
+# (ratio of medians); the same as SECTION.NAME.cCONNS.vs_PEER.{UNIT_per_cpu_s,
+# UNIT_s,p99} results.
+vs_base() {
+  local sec=$1 peer=$2 c=$3 reps=$4 unit=$5 new=${2%_base} pc ms p9
+  [ "$peer" != "$new" ] && [ -n "${PORT[$new]:-}" ] || return 0
+  pc=$(fmt "$(run_ratio RUN "$new" "$peer" "$c" "$reps")" 2)
+  ms=$(fmt "$(run_ratio RUNRATE "$new" "$peer" "$c" "$reps")" 2)
+  p9=$(ratio "$(median ${P99[$new.$c]:-})" "$(median ${P99[$peer.$c]:-})")
+  note "  ^ new/base: ${pc}x $unit/CPU-s, ${ms}x $unit/s, ${p9}x p99"
+  result "$sec.$new.c$c.vs_$peer.${unit}_per_cpu_s" "$pc"
+  result "$sec.$new.c$c.vs_$peer.${unit}_s" "$ms"
+  result "$sec.$new.c$c.vs_$peer.p99" "$p9"
+}
+
 for f in scripts/bench/sections/*.sh; do
   # shellcheck source=/dev/null
   . "$f"
@@ -270,6 +311,8 @@ done
     "$([ "$QUICK" = 1 ] && echo quick || echo full)" \
     "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)" "$(nproc)" \
     "$(uname -r)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+  [ -n "$BASE_COHOST" ] &&
+    echo "new: $(describe build/cohost); base: $(describe "$BASE_COHOST")"
   cat "$TABLE"
   echo
   [ "$BUSIEST" -gt 0 ] && echo "warning: the machine was up to $BUSIEST% busy before some runs"

@@ -20,8 +20,8 @@ echo_start_epoll() {
 STATUS_ADDR=""
 echo_start_lua() {
   PEER_LABEL="cohost Lua (echo.lua)"
-  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
-  start_server echo_lua build/cohost ${STATUS_ADDR:+--status-addr "$STATUS_ADDR"} \
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
+  start_server echo_lua "$COHOST" ${STATUS_ADDR:+--status-addr "$STATUS_ADDR"} \
     examples/echo.lua "$1"
 }
 
@@ -29,8 +29,8 @@ echo_start_lua() {
 # coroutines keep only the used part of their stack, on the heap.
 echo_start_lua_copy() {
   PEER_LABEL="cohost Lua, copy stacks"
-  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
-  start_server echo_lua_copy build/cohost --stack-mode copy \
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
+  start_server echo_lua_copy "$COHOST" --stack-mode copy \
     ${STATUS_ADDR:+--status-addr "$STATUS_ADDR"} examples/echo.lua "$1"
 }
 
@@ -113,6 +113,7 @@ section_echo() {
         note "  ^ ${FAILED[$peer.$c]} of $ECHO_REPS runs failed (see $LOGS/loadgen.log)"
       [ -n "${DISTURBED[$peer.$c]:-}" ] &&
         note "  ^ ${DISTURBED[$peer.$c]} of $ECHO_REPS runs shared the machine with other load"
+      vs_base echo "$peer" "$c" "$ECHO_REPS" msgs
     done
   done
   note "msgs/CPU-s = messages / server utime+stime over the window (/proc/PID/stat);"

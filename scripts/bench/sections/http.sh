@@ -10,9 +10,9 @@
 
 http_start_cohost() {
   PEER_LABEL="cohost ($HTTP_SCRIPT)"
-  [ -x build/cohost ] || { log "build/cohost is missing (make all)"; return 1; }
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
   [ -f "$HTTP_SCRIPT" ] || { log "$HTTP_SCRIPT is missing"; return 1; }
-  start_server http_cohost build/cohost -w 1 "$HTTP_SCRIPT" "$1"
+  start_server http_cohost "$COHOST" -w 1 "$HTTP_SCRIPT" "$1"
 }
 
 http_start_nginxlua() {
@@ -145,6 +145,7 @@ section_http() {
         note "  ^ wrk counted ${ERRS[$peer.$c]} socket errors over the runs (see $LOGS/wrk.log)"
       [ -n "${DISTURBED[$peer.$c]:-}" ] &&
         note "  ^ ${DISTURBED[$peer.$c]} of $HTTP_REPS runs shared the machine with other load"
+      vs_base http "$peer" "$c" "$HTTP_REPS" req
     done
   done
   note "req/CPU-s = requests / server utime+stime over the run (/proc/PID/stat;"

@@ -127,6 +127,24 @@ idle_run() {
   return 0
 }
 
+# base_ratios PEER REPS ARRAY...: for a base twin PEER (NAME_base) whose
+# NAME ran too (the caller's LABEL), NAME/PEER of each ARRAY's figures of
+# runs 1..REPS (ARRAY[NAME.r] / ARRAY[PEER.r], the median of these
+# per-run ratios, as run_ratio's), one a word; nothing otherwise.
+base_ratios() {
+  local peer=$1 new=${1%_base} reps=$2 a r rs
+  [ "$peer" != "$new" ] && [ -n "${LABEL[$new]:-}" ] || return 0
+  shift 2
+  for a in "$@"; do
+    local -n arr=$a
+    rs=""
+    for r in $(seq "$reps"); do
+      rs+=" $(ratio "${arr[$new.$r]:-}" "${arr[$peer.$r]:-}" 3)"
+    done
+    printf '%s ' "$(fmt "$(median $rs)" 2)"
+  done
+}
+
 # -- Section idle --------------------------------------------------------------
 
 # Memory per idle connection (issue 7): IDLE_CONNS connections to every
@@ -137,8 +155,8 @@ section_idle() {
   local n=$IDLE_N k=$IDLE_K
   title "Idle connections: server RSS growth with $n connections parked in a read, median of $IDLE_REPS$IDLE_LIMITED"
   need idle_clients || return
-  local peer r kib anon saved lua
-  local -A LABEL KIB ANON HELD SECS RSS0 RSS1 SHORT LOST SKIP SAVED LUA RUNKIB
+  local peer r kib anon saved lua pk pa
+  local -A LABEL KIB ANON HELD SECS RSS0 RSS1 SHORT LOST SKIP SAVED LUA RUNKIB RUNANON
   LOG_PREFIX=idle_              # server logs beside those of section echo
   for r in $(seq "$IDLE_REPS"); do
     for peer in $IDLE_PEERS; do
@@ -153,8 +171,9 @@ section_idle() {
       fi
       LABEL[$peer]=$IR_LABEL
       RUNKIB[$peer.$r]=$(per_conn "$IR_RSS0" "$IR_RSS1" "$IR_HELD")
+      RUNANON[$peer.$r]=$(per_conn "$IR_ANON0" "$IR_ANON1" "$IR_HELD")
       KIB[$peer]+=" ${RUNKIB[$peer.$r]}"
-      ANON[$peer]+=" $(per_conn "$IR_ANON0" "$IR_ANON1" "$IR_HELD")"
+      ANON[$peer]+=" ${RUNANON[$peer.$r]}"
       HELD[$peer]=$IR_HELD; SECS[$peer]=$IR_SECS
       RSS0[$peer]=$IR_RSS0; RSS1[$peer]=$IR_RSS1
       [ "$IR_HELD" -lt "$n" ] && SHORT[$peer]=$(( ${SHORT[$peer]:-0} + 1 ))
@@ -185,6 +204,12 @@ section_idle() {
     result "idle.$peer.anon_kib_per_conn" "$anon"
     result "idle.$peer.rss_before_kib" "${RSS0[$peer]}"
     result "idle.$peer.rss_after_kib" "${RSS1[$peer]}"
+    read -r pk pa <<< "$(base_ratios "$peer" "$IDLE_REPS" RUNKIB RUNANON)"
+    if [ -n "${pk:-}" ]; then
+      note "  ^ new/base: ${pk}x KiB/conn, ${pa}x anon/conn (median of per-run ratios)"
+      result "idle.${peer%_base}.vs_$peer.kib_per_conn" "$pk"
+      result "idle.${peer%_base}.vs_$peer.anon_kib_per_conn" "$pa"
+    fi
   done
   note "KiB/conn = median of (VmRSS after - VmRSS before) / connections (runs: each"
   note "run's figure), of the nginx worker for nginx; anon = RssAnon only;"
@@ -225,7 +250,8 @@ section_idle_http() {
   need idle_clients || return
   printf "  %-32s %7s %10s %10s %9s %9s %9s %s\n" server conns rss_before rss_after \
     KiB/conn anon/conn pss/conn "open time" >> "$TABLE"
-  local peer kib anon pss what
+  local peer kib anon pss what new
+  local -A LABEL RUNKIB RUNANON RUNPSS
   LOG_PREFIX=idle_
   for peer in $IDLE_HTTP_PEERS; do
     log "idle_http $peer: $n connections"
@@ -236,6 +262,7 @@ section_idle_http() {
     kib=$(per_conn "$IR_RSS0" "$IR_RSS1" "$IR_HELD")
     anon=$(per_conn "$IR_ANON0" "$IR_ANON1" "$IR_HELD")
     pss=$(per_conn "$IR_PSS0" "$IR_PSS1" "$IR_HELD")
+    LABEL[$peer]=$IR_LABEL; RUNKIB[$peer.1]=$kib; RUNANON[$peer.1]=$anon; RUNPSS[$peer.1]=$pss
     printf "  %-32s %7s %10s %10s %9s %9s %9s %s\n" "$IR_LABEL" "$IR_HELD" \
       "${IR_RSS0:--} KiB" "${IR_RSS1:--} KiB" "$kib" "$anon" "$pss" \
       "${IR_SECS} s, $k clients" >> "$TABLE"
@@ -252,6 +279,14 @@ section_idle_http() {
     result "idle_http.$peer.pss_kib_per_conn" "$pss"
     result "idle_http.$peer.rss_before_kib" "$IR_RSS0"; result "idle_http.$peer.rss_after_kib" "$IR_RSS1"
     result "idle_http.$peer.fds_gained" "$IR_FDS"
+    read -r kib anon pss <<< "$(base_ratios "$peer" 1 RUNKIB RUNANON RUNPSS)"
+    if [ -n "${kib:-}" ]; then
+      new=${peer%_base}
+      note "  ^ new/base: ${kib}x KiB/conn, ${anon}x anon/conn, ${pss}x pss/conn"
+      result "idle_http.$new.vs_$peer.kib_per_conn" "$kib"
+      result "idle_http.$new.vs_$peer.anon_kib_per_conn" "$anon"
+      result "idle_http.$new.vs_$peer.pss_kib_per_conn" "$pss"
+    fi
   done
   note "KiB/conn = (VmRSS after - before) / connections; anon = RssAnon only;"
   note "pss = Pss (smaps_rollup); kernel socket buffers are in none of them."
