@@ -20,47 +20,36 @@
 #   bash scripts/bench/http_profile.sh [SCRIPT [N1 N2 [TOP [SECS]]]]
 #   (defaults: examples/hello.lua 20000 40000 15 5; HTTP_PROFILE_CONNS=50
 #   sets the wrk connections; HTTP_PROFILE_QUICK=1 runs cohost's callgrind
-#   figure alone, for the edit-measure loop)
+#   figure alone, for the edit-measure loop; BENCH_BASE_COHOST=another
+#   cohost binary, as for run.sh, puts that binary's callgrind figure, run
+#   in turn with build/cohost's on the same SCRIPT, and new/base beside it)
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
+. scripts/bench/lib.sh
 
+BENCH_TAG=http_profile
 SCRIPT=${1:-examples/hello.lua}
 CONNS=${HTTP_PROFILE_CONNS:-50}   # wrk connections
 QUICK=${HTTP_PROFILE_QUICK:-}
 N1=${2:-20000}; N2=${3:-40000}; TOP=${4:-15}; SECS=${5:-5}
 OUT=build/bench/profile
+LOGS=$OUT                         # start_server's logs
 mkdir -p "$OUT"
-command -v wrk > /dev/null || { echo "http_profile: wrk is missing" >&2; exit 1; }
-[ -x build/cohost ] || { echo "http_profile: build/cohost is missing (make)" >&2; exit 1; }
-ulimit -n "$(ulimit -Hn)" 2>/dev/null
+command -v wrk > /dev/null || { log "wrk is missing"; exit 1; }
+[ -x build/cohost ] || { log "build/cohost is missing (make)"; exit 1; }
+base_check || exit 1
 
-SRV=""
-trap '[ -n "$SRV" ] && kill -KILL "$SRV" 2>/dev/null' EXIT
-
-# A loopback port nobody listens on, below the ephemeral range.
-free_port() {
-  local low p
-  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
-  while :; do
-    p=$(( 20000 + RANDOM % (low - 20000) ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
-# serve LOG WRAPPER...: starts WRAPPER build/cohost -w 1 SCRIPT PORT on
-# CPU 0 and waits (30 s at most: valgrind starts slowly) until it accepts;
-# sets SRV (the wrapper's pid) and PORT.
+# serve NAME BIN WRAPPER...: starts WRAPPER BIN -w 1 SCRIPT PORT on CPU 0,
+# output in $OUT/NAME.log, and waits (30 s at most: valgrind starts
+# slowly) until it accepts; sets SRV (the wrapper's pid) and PORT.
 serve() {
-  local log=$1; shift
+  local name=$1 bin=$2
+  shift 2
   PORT=$(free_port)
-  taskset -c 0 "$@" build/cohost -w 1 "$SCRIPT" "$PORT" > "$log" 2>&1 &
-  SRV=$!
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
-    kill -0 "$SRV" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "http_profile: server did not start (see $log)" >&2
+  start_server "$name" "$@" "$bin" -w 1 "$SCRIPT" "$PORT"
+  SRV=$SRV_PID
+  wait_port "$PORT" "$SRV" 30 && return 0
+  log "server did not start (see $OUT/$name.log)"
   return 1
 }
 
@@ -69,29 +58,37 @@ serve() {
 unserve() {
   local kid
   kid=$(cat "/proc/$SRV/task/$SRV/children" 2>/dev/null)
-  kill -TERM "${kid%% *}" "$SRV" 2>/dev/null
-  for _ in $(seq 300); do kill -0 "$SRV" 2>/dev/null || break; sleep 0.1; done
-  wait "$SRV" 2>/dev/null
-  SRV=""
+  [ -n "$kid" ] && kill -TERM "${kid%% *}" 2>/dev/null
+  stop_server "$SRV" 30
 }
 
 # load N LOG: wrk until N answers (scripts/bench/http_count.lua); fails
 # unless all N were 200.
 load() {
-  HTTP_COUNT=$1 taskset -c 1 timeout 310 wrk -t1 -c"$CONNS" -d300s --timeout 30s \
+  HTTP_COUNT=$1 taskset -c "$CLI_CPU" timeout 310 wrk -t1 -c"$CONNS" -d300s --timeout 30s \
     -s scripts/bench/http_count.lua "http://127.0.0.1:$PORT/" > "$2" 2>&1
   grep -q "^requests=$1 non200=0" "$2" && return 0
-  echo "http_profile: wrk did not get $1 answers 200 (see $2)" >&2
+  log "wrk did not get $1 answers 200 (see $2)"
   return 1
 }
 
-# callgrind_run N: Ir total of one callgrind run serving N requests.
+# callgrind_run N [BIN SUFFIX]: Ir total of one callgrind run of BIN
+# (default build/cohost) serving N requests; its files are named with
+# SUFFIX after "callgrind" or "valgrind".
 callgrind_run() {
-  serve "$OUT/valgrind.$1.log" valgrind --tool=callgrind \
-    --callgrind-out-file="$OUT/callgrind.$1" || return 1
-  load "$1" "$OUT/wrk.callgrind.$1.log" || { unserve; return 1; }
+  local n=$1 bin=${2:-build/cohost} sfx=${3:-}
+  serve "valgrind$sfx.$n" "$bin" valgrind --tool=callgrind \
+    --callgrind-out-file="$OUT/callgrind$sfx.$n" || return 1
+  load "$n" "$OUT/wrk.callgrind$sfx.$n.log" || { unserve; return 1; }
   unserve
-  sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$OUT/valgrind.$1.log"
+  collected "$OUT/valgrind$sfx.$n.log"
+}
+
+# per_request A B: (B - A) / (N2 - N1), rounded, or nothing if either
+# total is missing.
+per_request() {
+  awk -v a="$1" -v b="$2" -v n=$(( N2 - N1 )) 'BEGIN {
+    if (a > 0 && b > 0) printf "%.0f\n", (b - a) / n }'
 }
 
 # nginx_ir CONF N: Ir total of nginx (scripts/bench/CONF, one process)
@@ -103,28 +100,30 @@ nginx_ir() {
   sed -e "s|@PORT@|$PORT|g" -e "s|@PREFIX@|$dir|g" -e "s|@FILES@|1024|g" \
     -e "s|^master_process on;.*|master_process off;|" \
     "scripts/bench/$conf" > "$dir/nginx.conf" || return 1
-  taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.$n" \
-    nginx -p "$dir/" -c nginx.conf -e stderr > "$dir/valgrind.$n.log" 2>&1 &
-  SRV=$!
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && { ok=1; break; }
-    kill -0 "$SRV" 2>/dev/null || break
-    sleep 0.1
-  done
-  [ -n "$ok" ] && load "$n" "$dir/wrk.$n.log" || ok=""
+  start_server "nginx_${conf%.conf}/valgrind.$n" valgrind --tool=callgrind \
+    --callgrind-out-file="$dir/callgrind.$n" nginx -p "$dir/" -c nginx.conf -e stderr
+  SRV=$SRV_PID
+  wait_port "$PORT" "$SRV" 30 && load "$n" "$dir/wrk.$n.log" && ok=1
   kill -QUIT "$SRV" 2>/dev/null   # nginx's graceful stop
   wait "$SRV" 2>/dev/null
-  SRV=""
-  [ -n "$ok" ] && sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$dir/valgrind.$n.log"
+  forget "$SRV"
+  [ -n "$ok" ] && collected "$dir/valgrind.$n.log"
 }
 
 echo "cohost $SCRIPT, 1 worker on CPU 0; wrk -t1 -c$CONNS keep-alive GET / on CPU 1"
 
 if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null; then
   echo; echo "== callgrind: user-space instructions ($N1 and $N2 requests)"
-  if i1=$(callgrind_run "$N1") && i2=$(callgrind_run "$N2"); then
-    awk -v a="$i1" -v b="$i2" -v n=$(( N2 - N1 )) 'BEGIN {
-      if (a > 0 && b > 0) printf "instructions per request: %.0f (%s - %s over %d requests)\n", (b - a) / n, b, a, n }'
+  # The base binary's runs come in turn with build/cohost's.
+  b1=""; b2=""
+  if i1=$(callgrind_run "$N1") && { [ -z "$BASE_COHOST" ] || b1=$(callgrind_run "$N1" "$BASE_COHOST" _base); } &&
+     i2=$(callgrind_run "$N2") && { [ -z "$BASE_COHOST" ] || b2=$(callgrind_run "$N2" "$BASE_COHOST" _base); }; then
+    n=$(per_request "$i1" "$i2")
+    [ -n "$n" ] && echo "instructions per request: $n ($i2 - $i1 over $(( N2 - N1 )) requests)"
+    if [ -n "$BASE_COHOST" ]; then
+      b=$(per_request "$b1" "$b2")
+      echo "base $(describe "$BASE_COHOST"): ${b:--} instructions per request ($b2 - $b1); new/base $(ratio "$n" "$b")x"
+    fi
     echo "top $TOP by self instructions, run of $N2 (start-up included):"
     callgrind_annotate "$OUT/callgrind.$N2" 2>/dev/null |
       awk '/file:function/ { on = 1; getline; next } on && NF { print } on && !NF && n++ { exit }' |
@@ -133,8 +132,8 @@ if command -v valgrind > /dev/null && command -v callgrind_annotate > /dev/null;
     if [ -z "$QUICK" ] && command -v nginx > /dev/null; then
       for conf in nginx_http_lua.conf nginx_http_plain.conf; do
         if i1=$(nginx_ir "$conf" "$N1") && i2=$(nginx_ir "$conf" "$N2"); then
-          awk -v a="$i1" -v b="$i2" -v n=$(( N2 - N1 )) -v c="$conf" 'BEGIN {
-            if (a > 0 && b > 0) printf "%s: %.0f instructions per request\n", c, (b - a) / n }'
+          n=$(per_request "$i1" "$i2")
+          [ -n "$n" ] && echo "$conf: $n instructions per request"
         fi
       done
     fi
@@ -147,7 +146,7 @@ fi
 
 if command -v strace > /dev/null; then
   echo; echo "== strace -c: system calls per request ($N1 requests, start-up included)"
-  if serve "$OUT/strace.log" strace -f -c -o "$OUT/strace.txt"; then
+  if serve strace build/cohost strace -f -c -o "$OUT/strace.txt"; then
     if load "$N1" "$OUT/wrk.strace.log"; then
       unserve
       awk -v n="$N1" '$1 ~ /^[0-9.]+$/ && NF >= 5 {
@@ -164,8 +163,8 @@ fi
 
 if command -v perf > /dev/null; then
   echo; echo "== perf record -e cpu-clock: ${SECS} s at full speed, samples of the server"
-  if serve "$OUT/perf.log"; then
-    taskset -c 1 perf record -q -e cpu-clock -p "$SRV" -o "$OUT/perf.data" -- \
+  if serve perf build/cohost; then
+    taskset -c "$CLI_CPU" perf record -q -e cpu-clock -p "$SRV" -o "$OUT/perf.data" -- \
       wrk -t1 -c"$CONNS" -d"${SECS}s" "http://127.0.0.1:$PORT/" > "$OUT/wrk.perf.log" 2>&1
     unserve
     grep -E "Requests/sec" "$OUT/wrk.perf.log"

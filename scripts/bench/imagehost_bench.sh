@@ -20,6 +20,8 @@
 # upload stays on disk), REPS (default 3), CONNS (default 50).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
+BENCH_TAG=imagehost_bench
 
 SECS=${SECS:-10}
 UP_SECS=$(( SECS < 5 ? SECS : 5 ))
@@ -30,12 +32,8 @@ command -v wrk >/dev/null || { echo "wrk is not installed (apt-get install wrk)"
 [ -x build/cohost ] || { echo "build/cohost is missing: run make" >&2; exit 1; }
 
 work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+CLEANUP_DIRS+=("$work")
+LOGS=$work                        # server.log
 
 # A 100 KiB PNG of random pixels (incompressible, so it stays that size).
 python3 - "$work/img.png" <<'EOF'
@@ -49,19 +47,11 @@ png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2,
 open(sys.argv[1], "wb").write(png)
 EOF
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-taskset -c 0 build/cohost examples/imagehost/main.lua --port "$port" --dir "$work/data" \
-  2>"$work/server.log" &
-pid=$!
-for _ in $(seq 100); do
-  curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-  sleep 0.05
-done
-
-rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$pid/status"; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
-hz=$(getconf CLK_TCK)
-rss_start=$(rss_kib)
+port=$(free_port)
+start_server server build/cohost examples/imagehost/main.lua --port "$port" --dir "$work/data"
+pid=$SRV_PID
+wait_port "$port" "$pid" || { log "the server did not start:"; cat "$work/server.log" >&2; exit 1; }
+rss_start=$(rss_kib "$pid")
 
 id=$(curl -s --data-binary @"$work/img.png" -H 'Content-Type: image/png' \
        "http://127.0.0.1:$port/images" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
@@ -84,11 +74,6 @@ function request()
 end
 EOF
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-
-# wrk's latency ("812.34us", "3.10ms", "1.02s") in ms.
-to_ms() { awk '{ v = $1 + 0; if ($1 ~ /us$/) v /= 1000; else if ($1 ~ /[0-9]s$/ && $1 !~ /ms$/) v *= 1000; printf "%.2f", v }'; }
-
 # run NAME SECONDS wrk-args...: one line with the medians of req/s, MiB/s,
 # p99 and requests per server CPU-second.
 run() {
@@ -96,22 +81,22 @@ run() {
   local rates=() cpus=() p99s=() non2xx=0
   for _ in $(seq "$REPS"); do
     local t0 out t1 rate bad
-    t0=$(cpu_ticks)
-    out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${secs}s" --latency "$@")
-    t1=$(cpu_ticks)
+    t0=$(cpu_ticks "$pid")
+    out=$(taskset -c "$CLI_CPU" wrk -t1 -c"$CONNS" -d"${secs}s" --latency "$@")
+    t1=$(cpu_ticks "$pid")
     rate=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
     bad=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
     non2xx=$(( non2xx + ${bad:-0} ))
     rates+=("$rate")
-    p99s+=("$(awk '$1 == "99%" { print $2 }' <<<"$out" | to_ms)")
-    cpus+=("$(awk -v r="$rate" -v s="$secs" -v d=$(( t1 - t0 )) -v hz="$hz" \
+    p99s+=("$(fmt "$(ratio "$(wrk_us "$(awk '$1 == "99%" { print $2 }' <<<"$out")")" 1000 6)" 2)")
+    cpus+=("$(awk -v r="$rate" -v s="$secs" -v d=$(( t1 - t0 )) -v hz="$HZ" \
                'BEGIN { if (d > 0) printf "%.0f", r * s / (d / hz); else print 0 }')")
   done
   local rate
-  rate=$(printf '%s\n' "${rates[@]}" | median)
+  rate=$(median "${rates[@]}")
   printf "%-9s %9.0f req/s %8.1f MiB/s   p99 %8s ms %9s req/CPU-s   non-2xx %d\n" "$name" "$rate" \
     "$(awk -v r="$rate" -v b="$size" 'BEGIN { print r * b / 1048576 }')" \
-    "$(printf '%s\n' "${p99s[@]}" | median)" "$(printf '%s\n' "${cpus[@]}" | median)" "$non2xx"
+    "$(median "${p99s[@]}")" "$(median "${cpus[@]}")" "$non2xx"
 }
 
 echo "imagehost: $size-byte PNG, $CONNS connections, median of $REPS runs; server on CPU 0, wrk on CPU 1"
@@ -119,4 +104,4 @@ run download "$SECS" "http://127.0.0.1:$port/i/$id"
 run dedup "$UP_SECS" -s "$work/dedup.lua" "http://127.0.0.1:$port/images"
 run upload "$UP_SECS" -s "$work/upload.lua" "http://127.0.0.1:$port/images"
 stored=$(ls "$work/data/images" | wc -l)
-echo "RSS: $rss_start KiB at start, $(rss_kib) KiB at the end ($stored images stored)"
+echo "RSS: $rss_start KiB at start, $(rss_kib "$pid") KiB at the end ($stored images stored)"

@@ -13,14 +13,19 @@
 # both); the table shows the median ops/s of each, kv/redis, and the
 # server CPU time per request (utime + stime from /proc, which a busy
 # machine disturbs less than ops/s).
+#
+# Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop),
+# SERVER_CPU and CLIENT_CPU (default 0 and 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/bench/lib.sh
 
+BENCH_TAG=kv_bench
 N=${N:-200000}
 ROUNDS=${ROUNDS:-3}
 TESTS=${TESTS:-set,get,incr,lpush,lpop}
-SERVER_CPU=${SERVER_CPU:-0}
-CLIENT_CPU=${CLIENT_CPU:-1}
+SRV_CPU=${SERVER_CPU:-0}
+CLI_CPU=${CLIENT_CPU:-1}
 
 for p in redis-server redis-benchmark redis-cli taskset; do
   command -v "$p" >/dev/null || { echo "kv_bench: $p is missing (apt-get install redis-server util-linux)" >&2; exit 1; }
@@ -28,18 +33,8 @@ done
 [ -x build/cohost ] || make -s all
 
 work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# A free TCP port on 127.0.0.1.
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+CLEANUP_DIRS+=("$work")
+LOGS=$work                        # the servers' logs
 
 wait_ready() {
   for _ in $(seq 1 100); do
@@ -50,28 +45,20 @@ wait_ready() {
   exit 1
 }
 
-# start_kv PORT DIR ARGS... / start_redis PORT DIR ARGS... (taskset execs
-# the server, so $! is its pid; the last one started is in $spid).
+# start_kv PORT DIR ARGS... / start_redis PORT DIR ARGS... (the last one
+# started is in $spid).
 start_kv() {
   local port=$1 dir=$2; shift 2
-  taskset -c "$SERVER_CPU" build/cohost examples/kv/main.lua --port "$port" --dir "$dir" "$@" \
-    >"$work/kv.$port.log" 2>&1 &
-  pids+=($!)
-  spid=$!
+  start_server "kv.$port" build/cohost examples/kv/main.lua --port "$port" --dir "$dir" "$@"
+  spid=$SRV_PID
   wait_ready "$port"
 }
 start_redis() {
   local port=$1 dir=$2; shift 2
-  taskset -c "$SERVER_CPU" redis-server --port "$port" --dir "$dir" --save "" "$@" \
-    >"$work/redis.$port.log" 2>&1 &
-  pids+=($!)
-  spid=$!
+  start_server "redis.$port" redis-server --port "$port" --dir "$dir" --save "" "$@"
+  spid=$SRV_PID
   wait_ready "$port"
 }
-
-# CPU ticks (user + system) the process has used.
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-HZ=$(getconf CLK_TCK)
 
 # bench PORT PID PIPELINE -> "TEST rps cpu_us_per_request" lines, one
 # redis-benchmark run per test, in the order given (lpop pops what lpush
@@ -80,19 +67,18 @@ bench() {
   redis-cli -p "$1" flushall >/dev/null
   local t a b rps
   for t in ${TESTS//,/ }; do
-    a=$(ticks "$2")
-    rps=$(taskset -c "$CLIENT_CPU" redis-benchmark -p "$1" -t "$t" -n "$N" -c 50 -P "$3" --csv 2>/dev/null |
+    a=$(cpu_ticks "$2")
+    rps=$(taskset -c "$CLI_CPU" redis-benchmark -p "$1" -t "$t" -n "$N" -c 50 -P "$3" --csv 2>/dev/null |
       awk -F'"' 'NR > 1 && $2 != "" { print $4 }')
-    b=$(ticks "$2")
+    b=$(cpu_ticks "$2")
     awk -v t="$t" -v r="$rps" -v c=$((b - a)) -v hz="$HZ" -v n="$N" \
       'BEGIN { printf "%s %s %.3f\n", toupper(t), r, c * 1e6 / hz / n }'
   done
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 # run LABEL KV_PORT KV_PID REDIS_PORT REDIS_PID: interleaved rounds, then
 # the table.
+# shellcheck disable=SC2046  # median takes one value a word
 run() {
   local label=$1 kvp=$2 kvpid=$3 rp=$4 rpid=$5
   for P in 1 16; do
@@ -105,18 +91,18 @@ run() {
       ratio "kv us/op" "redis us/op"
     for t in ${TESTS//,/ }; do
       t=$(echo "$t" | tr a-z A-Z)
-      k=$(awk -v t="$t" '$1 == t { print $2 }' "$work/kv.res" | median)
-      r=$(awk -v t="$t" '$1 == t { print $2 }' "$work/redis.res" | median)
-      kc=$(awk -v t="$t" '$1 == t { print $3 }' "$work/kv.res" | median)
-      rc=$(awk -v t="$t" '$1 == t { print $3 }' "$work/redis.res" | median)
+      k=$(median $(awk -v t="$t" '$1 == t { print $2 }' "$work/kv.res"))
+      r=$(median $(awk -v t="$t" '$1 == t { print $2 }' "$work/redis.res"))
+      kc=$(median $(awk -v t="$t" '$1 == t { print $3 }' "$work/kv.res"))
+      rc=$(median $(awk -v t="$t" '$1 == t { print $3 }' "$work/redis.res"))
       awk -v l="$label" -v p="-P $P" -v t="$t" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
         'BEGIN { printf "%-9s %-6s %-6s %11.0f %11.0f %6.2f %9.2f %9.2f\n", l, p, t, k, r, k / r, kc, rc }'
     done
   done
 }
 
-echo "kv_bench: redis-benchmark -t $TESTS -n $N -c 50 [-P 16], servers on CPU $SERVER_CPU," \
-     "client on CPU $CLIENT_CPU, median of $ROUNDS"
+echo "kv_bench: redis-benchmark -t $TESTS -n $N -c 50 [-P 16], servers on CPU $SRV_CPU," \
+     "client on CPU $CLI_CPU, median of $ROUNDS"
 echo "kv_bench: $(redis-server --version | cut -d' ' -f1-3), cohost $(build/cohost -v 2>&1 | head -1)"
 
 kvp=$(free_port); rp=$(free_port)

@@ -23,78 +23,37 @@
 #   PRIO_SECS         seconds per measured run (default 5; quick 2)
 #   PRIO_WORK_US      CPU work per heavy request, us (default 200)
 #   BENCH_RESULTS     file to append key=value figures to (run.sh's)
+#   BENCH_BASE_COHOST another cohost binary (run.sh's): every run is done
+#                     with it too, in turn, and each row gets a twin
+#                     "... (base)" below it with a note of new/base
+#                     (results: the key with _base after the class or
+#                     mode)
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
+. scripts/bench/lib.sh
 
-B=build/bench
-LOGS=$B/logs
 mkdir -p "$LOGS"
+BENCH_TAG=prio_bench
 QUICK=${BENCH_QUICK:-0}
 REPS=${PRIO_REPS:-3}
 if [ "$QUICK" = 1 ]; then SECS=${PRIO_SECS:-2}; else SECS=${PRIO_SECS:-5}; fi
 WORK_US=${PRIO_WORK_US:-200}
 RESULTS=${BENCH_RESULTS:-/dev/null}
-HZ=$(getconf CLK_TCK)
-SRV_CPU=0
-CLI_CPU=1
-[ "$(nproc)" -lt 2 ] && CLI_CPU=0
-
-log() { printf 'prio_bench: %s\n' "$*" >&2; }
-row() { printf "  %-32s %10s %-14s %s\n" "$@"; }
-result() { echo "$1=$2" >> "$RESULTS"; }
+QUIET_MAX=5
+# The binaries measured, one suffix each after a dot (so that the empty
+# one is a word too): "" for build/cohost, "_base" for BENCH_BASE_COHOST,
+# which runs in turn with it.
+VARIANTS=.
+[ -n "$BASE_COHOST" ] && VARIANTS=". ._base"
 
 for tool in wrk curl taskset; do
   command -v "$tool" > /dev/null || { printf '\n== Scheduling\n  skipped: %s is missing\n' "$tool"; exit 0; }
 done
 [ -x build/cohost ] || { printf '\n== Scheduling\n  skipped: build/cohost is missing (make all)\n'; exit 0; }
+base_check || exit 1
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  PIDS=()
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  local low p
-  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
-  while :; do
-    p=$(( 20000 + RANDOM % (low - 20000) ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
-
-# wait_http PORT PID: until GET / on PORT answers (5 s at most) or PID dies.
-wait_http() {
-  for _ in $(seq 100); do
-    kill -0 "$2" 2>/dev/null || return 1
-    curl -sf --max-time 1 "http://127.0.0.1:$1/" > /dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
-stop() {
-  kill -TERM "$1" 2>/dev/null
-  for _ in $(seq 20); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$1" 2>/dev/null
-  wait "$1" 2>/dev/null
-  local keep=() q
-  for q in "${PIDS[@]}"; do [ "$q" = "$1" ] || keep+=("$q"); done
-  PIDS=("${keep[@]}")
-}
-
-cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
-
-# wrk_us VALUE: a wrk latency ("745.00us", "1.23ms", "2.01s") in us.
-wrk_us() {
-  awk -v v="$1" 'BEGIN {
-    n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
-    if (u == "us") print n; else if (u == "ms") print n * 1000
-    else if (u == "s") print n * 1000000; else print "" }'
-}
+# bin SUFFIX: the binary of a variant.
+bin() { if [ -n "$1" ]; then echo "$BASE_COHOST"; else echo build/cohost; fi; }
 
 # From wrk --latency output on stdin: "p99_us req_s p50_us".
 wrk_figures() {
@@ -103,48 +62,28 @@ wrk_figures() {
     { read -r p r m; echo "$(wrk_us "${p:-x}") ${r:-} $(wrk_us "${m:-x}")"; }
 }
 
-# Waits until both CPUs are nearly idle (under 10% busy over 0.3 s), 5 s
-# at most, as run.sh does: other work on the machine shows in tails first.
-wait_quiet() {
-  local end=$(( SECONDS + 5 )) a b busy
-  while [ $SECONDS -lt $end ]; do
-    a=$(head -1 /proc/stat); sleep 0.3; b=$(head -1 /proc/stat)
-    busy=$(awk -v a="$a" -v b="$b" 'BEGIN {
-      split(a, x); split(b, y); t = 0
-      for (i = 2; i <= 9; i++) t += y[i] - x[i]
-      idle = (y[5] - x[5]) + (y[6] - x[6])
-      print (t > 0 ? int(100 * (t - idle) / t) : 0) }')
-    [ "$busy" -lt 10 ] && return 0
-  done
-  log "the machine is busy ($busy% of the CPUs): figures may be noisy"
+# quiet: wait_quiet, saying so if the machine stayed busy: other work on
+# the machine shows in tails first.
+quiet() {
+  wait_quiet || log "the machine is busy ($QUIET_BUSY% of the CPUs): figures may be noisy"
 }
 
-median() {
-  printf '%s\n' "$@" | grep -E '^[0-9.]+$' | sort -g |
-    awk '{ v[NR] = $1 } END {
-      if (NR == 0) { print "-"; exit }
-      print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+# base_note SUFFIX WHAT NEW BASE: under a base row, NEW/BASE.
+base_note() {
+  [ -n "$1" ] && note "  ^ new/base: $(ratio "$3" "$4")x $2"
 }
-
-ratio() {
-  awk -v a="$1" -v b="$2" 'BEGIN {
-    if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 == 0) print "-"
-    else printf "%.1f\n", a / b }'
-}
-
-fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN { if (v ~ /^[0-9.]+$/) printf "%.*f\n", d, v; else print "-" }'; }
 
 # -- 1. Health check under load ------------------------------------------------
 
-health_run() {   # CLASS -> "p99_us req_s p50_us load_req_s" or nothing
+health_run() {   # CLASS SUFFIX -> "p99_us req_s p50_us load_req_s" or nothing
   local class=$1 ph pl pid load_out line
   ph=$(free_port); pl=$(free_port)
-  wait_quiet
-  taskset -c "$SRV_CPU" build/cohost -w 1 scripts/bench/prio_server.lua "$ph" "$pl" "$class" "$WORK_US" \
-    >> "$LOGS/prio_server.log" 2>&1 &
+  quiet
+  taskset -c "$SRV_CPU" "$(bin "$2")" -w 1 scripts/bench/prio_server.lua "$ph" "$pl" "$class" "$WORK_US" \
+    >> "$LOGS/prio_server$2.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   if ! wait_http "$ph" "$pid" || ! wait_http "$pl" "$pid"; then
-    log "server did not start (see $LOGS/prio_server.log)"; stop "$pid"; return
+    log "server did not start (see $LOGS/prio_server$2.log)"; stop_server "$pid"; return
   fi
   taskset -c "$CLI_CPU" wrk -t1 -c100 -d1s "http://127.0.0.1:$pl/" > /dev/null 2>&1   # warm-up
   load_out=$(mktemp)
@@ -157,47 +96,62 @@ health_run() {   # CLASS -> "p99_us req_s p50_us load_req_s" or nothing
   cat "$load_out" >> "$LOGS/prio_wrk.log"
   echo "$line $(wrk_figures < "$load_out" | cut -d' ' -f2)"
   rm -f "$load_out"
-  stop "$pid"
+  stop_server "$pid"
 }
 
 section_health() {
   printf '\n== Scheduling: health check (wrk -c2, GET / "ok") while wrk -c100 loads a %d us endpoint on the same worker; server on CPU %d, wrk on CPU %d, median of %d x %d s\n' \
     "$WORK_US" "$SRV_CPU" "$CLI_CPU" "$REPS" "$SECS"
-  local r class line p q m l
+  local r class line p q m l v k label
   local -A P99 P50 RATE LOAD
   for r in $(seq "$REPS"); do
     for class in normal high; do
-      log "health check, listener $class, run $r/$REPS"
-      line=$(health_run "$class")
-      [ -n "$line" ] || continue
-      read -r p q m l <<< "$line"
-      P99[$class]+=" $p"; RATE[$class]+=" $q"; P50[$class]+=" $m"; LOAD[$class]+=" $l"
+      for v in $VARIANTS; do
+        v=${v#.}
+        log "health check, listener $class$v, run $r/$REPS"
+        line=$(health_run "$class" "$v")
+        [ -n "$line" ] || continue
+        k=$class$v
+        read -r p q m l <<< "$line"
+        P99[$k]+=" $p"; RATE[$k]+=" $q"; P50[$k]+=" $m"; LOAD[$k]+=" $l"
+      done
     done
   done
-  local pn ph
-  pn=$(median ${P99[normal]:-}); ph=$(median ${P99[high]:-})
   for class in normal high; do
-    row "health p99, listener $class" "$(fmt "$(median ${P99[$class]:-})")" "us" \
-      "p50 $(fmt "$(median ${P50[$class]:-})") us, $(fmt "$(median ${RATE[$class]:-})") req/s; load $(fmt "$(median ${LOAD[$class]:-})") req/s"
-    result "prio.health_p50_us.$class" "$(median ${P50[$class]:-})"
+    for v in $VARIANTS; do
+      v=${v#.}
+      k=$class$v
+      label="health p99, listener $class"; [ -n "$v" ] && label="health p99, $class (base)"
+      row "$label" "$(fmt "$(median ${P99[$k]:-})" 0)" "us" \
+        "p50 $(fmt "$(median ${P50[$k]:-})" 0) us, $(fmt "$(median ${RATE[$k]:-})" 0) req/s; load $(fmt "$(median ${LOAD[$k]:-})" 0) req/s"
+      base_note "$v" "p99" "$(median ${P99[$class]:-})" "$(median ${P99[$k]:-})"
+      result "prio.health_p50_us.$k" "$(median ${P50[$k]:-})"
+    done
   done
-  row "normal/high" "$(ratio "$pn" "$ph")" "x" "p99 of the health check"
-  result prio.health_p99_us.normal "$pn"; result prio.health_p99_us.high "$ph"
-  result prio.load_req_s.normal "$(median ${LOAD[normal]:-})"; result prio.load_req_s.high "$(median ${LOAD[high]:-})"
+  for v in $VARIANTS; do
+    v=${v#.}
+    row "normal/high${v:+ (base)}" "$(ratio "$(median ${P99[normal$v]:-})" "$(median ${P99[high$v]:-})" 1)" "x" "p99 of the health check"
+    for class in normal high; do
+      result "prio.health_p99_us.$class$v" "$(median ${P99[$class$v]:-})"
+    done
+    for class in normal high; do
+      result "prio.load_req_s.$class$v" "$(median ${LOAD[$class$v]:-})"
+    done
+  done
 }
 
 # -- 2. Affinity -------------------------------------------------------------------
 
-affinity_run() {   # MODE -> "p99_us req_s req_per_cpu_s" or nothing
+affinity_run() {   # MODE SUFFIX -> "p99_us req_s req_per_cpu_s" or nothing
   local mode=$1 port pid t0 t1 out opts=""
   [ "$mode" = pinned ] && opts="--cpu-affinity auto"
   port=$(free_port)
-  wait_quiet
+  quiet
   # shellcheck disable=SC2086
-  build/cohost -w 2 $opts examples/hello.lua "$port" >> "$LOGS/prio_hello.log" 2>&1 &
+  "$(bin "$2")" -w 2 $opts examples/hello.lua "$port" >> "$LOGS/prio_hello$2.log" 2>&1 &
   pid=$!; PIDS+=("$pid")
   if ! wait_http "$port" "$pid"; then
-    log "hello server did not start (see $LOGS/prio_hello.log)"; stop "$pid"; return
+    log "hello server did not start (see $LOGS/prio_hello$2.log)"; stop_server "$pid"; return
   fi
   wrk -t2 -c100 -d1s "http://127.0.0.1:$port/" > /dev/null 2>&1   # warm-up
   t0=$(cpu_ticks "$pid")
@@ -209,32 +163,45 @@ affinity_run() {   # MODE -> "p99_us req_s req_per_cpu_s" or nothing
   read -r p q _ <<< "$line"
   echo "$p $q $(awk -v q="$q" -v s="$SECS" -v t=$(( t1 - t0 )) -v hz="$HZ" \
     'BEGIN { if (t > 0) printf "%.0f", q * s / (t / hz) }')"
-  stop "$pid"
+  stop_server "$pid"
 }
 
 section_affinity() {
   printf '\n== Affinity: examples/hello.lua on --workers 2, wrk -t2 -c100 (unpinned), median of %d x %d s\n' "$REPS" "$SECS"
-  local r mode line p q c
+  local r mode line p q c v k
   local -A P99 RATE PERCPU
   for r in $(seq "$REPS"); do
     for mode in unpinned pinned; do
-      log "affinity $mode, run $r/$REPS"
-      line=$(affinity_run "$mode")
-      [ -n "$line" ] || continue
-      read -r p q c <<< "$line"
-      P99[$mode]+=" $p"; RATE[$mode]+=" $q"; PERCPU[$mode]+=" $c"
+      for v in $VARIANTS; do
+        v=${v#.}
+        log "affinity $mode$v, run $r/$REPS"
+        line=$(affinity_run "$mode" "$v")
+        [ -n "$line" ] || continue
+        k=$mode$v
+        read -r p q c <<< "$line"
+        P99[$k]+=" $p"; RATE[$k]+=" $q"; PERCPU[$k]+=" $c"
+      done
     done
   done
   local mode_label
   for mode in unpinned pinned; do
-    mode_label=$mode; [ "$mode" = pinned ] && mode_label="pinned (--cpu-affinity auto)"
-    row "$mode_label" "$(fmt "$(median ${PERCPU[$mode]:-})")" "req/CPU-s" \
-      "p99 $(fmt "$(median ${P99[$mode]:-})") us, $(fmt "$(median ${RATE[$mode]:-})") req/s"
-    result "prio.affinity.$mode.req_per_cpu_s" "$(median ${PERCPU[$mode]:-})"
-    result "prio.affinity.$mode.p99_us" "$(median ${P99[$mode]:-})"
-    result "prio.affinity.$mode.req_s" "$(median ${RATE[$mode]:-})"
+    for v in $VARIANTS; do
+      v=${v#.}
+      k=$mode$v
+      mode_label=$mode; [ "$mode" = pinned ] && mode_label="pinned (--cpu-affinity auto)"
+      [ -n "$v" ] && mode_label="$mode (base)"
+      row "$mode_label" "$(fmt "$(median ${PERCPU[$k]:-})" 0)" "req/CPU-s" \
+        "p99 $(fmt "$(median ${P99[$k]:-})" 0) us, $(fmt "$(median ${RATE[$k]:-})" 0) req/s"
+      base_note "$v" "req/CPU-s" "$(median ${PERCPU[$mode]:-})" "$(median ${PERCPU[$k]:-})"
+      result "prio.affinity.$k.req_per_cpu_s" "$(median ${PERCPU[$k]:-})"
+      result "prio.affinity.$k.p99_us" "$(median ${P99[$k]:-})"
+      result "prio.affinity.$k.req_s" "$(median ${RATE[$k]:-})"
+    done
   done
-  row "pinned/unpinned" "$(ratio "$(median ${PERCPU[pinned]:-})" "$(median ${PERCPU[unpinned]:-})")" "x" "per server CPU-second"
+  for v in $VARIANTS; do
+    v=${v#.}
+    row "pinned/unpinned${v:+ (base)}" "$(ratio "$(median ${PERCPU[pinned$v]:-})" "$(median ${PERCPU[unpinned$v]:-})" 1)" "x" "per server CPU-second"
+  done
 }
 
 section_health
