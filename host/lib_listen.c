@@ -62,12 +62,7 @@ static void anchor_free(void *p)
   free(a);
 }
 
-static int fail(lua_State *L, const char *msg)
-{
-  lua_pushnil(L);
-  lua_pushstring(L, msg);
-  return 2;
-}
+#define fail ch_lib_fail
 
 /* -- Connections to a Lua handler ----------------------------------------- */
 
@@ -359,14 +354,7 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   int r = ch_listener_open(spec, &a, alen, &o, &l);
   if (r < 0) {
     free(an);
-    const char *e = ch_errstr(-r);
-    char low[128];
-    size_t i;
-    for (i = 0; e[i] && i < sizeof low - 1; i++)
-      low[i] = (char)(e[i] >= 'A' && e[i] <= 'Z' ? e[i] + 32 : e[i]);
-    lua_pushnil(L);
-    lua_pushlstring(L, low, i);
-    return 2;
+    return ch_lib_fail_errno(L, -r);
   }
   lua_pushvalue(L, 2);
   an->ref = luaL_ref(L, LUA_REGISTRYINDEX);

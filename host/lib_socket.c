@@ -34,7 +34,6 @@
 #include "net/addr.h"
 #include "net/keepalive.h"
 #include "net/stream.h"
-#include "net/tls.h"
 
 /* A cancelled wait raises a Lua error through our frames; the busy flags
 ** are cleared by cleanup handlers, which only run with unwind tables. */
@@ -43,7 +42,6 @@
 #endif
 
 #define TCP_MT      "cohost.tcp"
-#define SESSION_MT  "cohost.ssl_session"
 
 #define TIMEOUT_MS   60000        /* lua_socket_{connect,send,read}_timeout */
 #define KEEPALIVE_MS 60000        /* lua_socket_keepalive_timeout */
@@ -56,40 +54,9 @@
 
 /* -- Helpers -------------------------------------------------------------- */
 
-/* Pushes OpenResty's word for err, lower-cased as LuaSocket has it. */
-static void push_errstr(lua_State *L, int err)
-{
-  const char *s = ch_errstr(err);
-  char buf[128];
-  size_t i;
-  for (i = 0; s[i] && i < sizeof buf - 1; i++) buf[i] = (char)tolower((unsigned char)s[i]);
-  lua_pushlstring(L, buf, i);
-}
-
-static int fail(lua_State *L, const char *msg)
-{
-  lua_pushnil(L);
-  lua_pushstring(L, msg);
-  return 2;
-}
-
-static int fail_errno(lua_State *L, int err)
-{
-  lua_pushnil(L);
-  push_errstr(L, err);
-  return 2;
-}
-
-/* Busy flags live while an operation may wait. The cleanup clears them
-** however the function is left, including a "cancelled" error raised
-** after a wait and unwound through this frame. */
-static void unbusy(uint8_t **flag)
-{
-  **flag = 0;
-}
-
-#define BUSY(flagp) \
-  uint8_t *busy_ __attribute__((cleanup(unbusy))) = (flagp); *busy_ = 1
+#define fail ch_lib_fail
+#define fail_errno ch_lib_fail_errno
+#define BUSY CH_LIB_BUSY
 
 /* Raises "cancelled" when a wait said the task was cancelled: a wait
 ** that parks returns -ECANCELED, and the task must end. */
@@ -200,23 +167,6 @@ const char *ch_socket_payload(lua_State *L, int idx, size_t *len)
 
 /* -- TCP sockets ---------------------------------------------------------- */
 
-struct tcp {
-  struct ch_stream s;       /* the connection: fd (-1 when not connected),
-                            ** TLS state, receive buffer */
-  int connect_ms;           /* timeouts in ms, > 0 */
-  int send_ms;
-  int read_ms;
-  int reused;               /* times this connection came from a pool */
-  int pool_size;            /* opts.pool_size of the last connect; 0: default */
-  char *key;                /* pool key of the connection (malloc), or NULL */
-  uint8_t reading;          /* busy flags: a task is inside that operation */
-  uint8_t writing;
-  uint8_t connecting;
-  uint8_t read_closed;      /* OpenResty's half states: a read error closes */
-  uint8_t write_closed;     /* the read part, a write error the write part */
-  uint8_t downstream;       /* accepted by a listener: no pool key */
-};
-
 static const luaL_Reg tcp_methods[];
 
 /* This worker's TCP metatable, for the fast check below. One lua_State
@@ -240,9 +190,9 @@ static void push_tcp_mt(lua_State *L)
 /* luaL_checkudata finds the metatable by name, interning the name and
 ** reading the registry on every call (about 150 instructions, twice per
 ** echoed message); comparing metatable pointers costs a few. */
-static struct tcp *check_tcp(lua_State *L)
+struct ch_socket *ch_socket_check(lua_State *L)
 {
-  struct tcp *u = lua_touserdata(L, 1);
+  struct ch_socket *u = lua_touserdata(L, 1);
   if (u && lua_getmetatable(L, 1)) {
     int ok = lua_topointer(L, -1) == tcp_mt;
     lua_pop(L, 1);
@@ -251,9 +201,9 @@ static struct tcp *check_tcp(lua_State *L)
   return luaL_checkudata(L, 1, TCP_MT);   /* raises the usual error */
 }
 
-static struct tcp *push_tcp(lua_State *L)
+static struct ch_socket *push_tcp(lua_State *L)
 {
-  struct tcp *u = lua_newuserdata(L, sizeof *u);
+  struct ch_socket *u = lua_newuserdata(L, sizeof *u);
   memset(u, 0, sizeof *u);
   ch_stream_init(&u->s, -1, NULL);
   u->connect_ms = u->send_ms = u->read_ms = TIMEOUT_MS;
@@ -265,7 +215,7 @@ static struct tcp *push_tcp(lua_State *L)
 /* Closes u's connection without waiting. A reader or writer parked on it
 ** wakes and returns "closed"; a parked reader still owns the buffer then,
 ** and frees it itself (ch_stream_close leaves it). */
-static void finalize(struct tcp *u)
+void ch_socket_finalize(struct ch_socket *u)
 {
   ch_stream_close(&u->s, 1);
   free(u->key);
@@ -273,17 +223,17 @@ static void finalize(struct tcp *u)
   u->read_closed = u->write_closed = 0;
 }
 
-static void read_close(struct tcp *u)
+static void read_close(struct ch_socket *u)
 {
   u->read_closed = 1;
   ch_stream_drop(&u->s);
-  if (u->write_closed) finalize(u);
+  if (u->write_closed) ch_socket_finalize(u);
 }
 
-static void write_close(struct tcp *u)
+static void write_close(struct ch_socket *u)
 {
   u->write_closed = 1;
-  if (u->read_closed) finalize(u);
+  if (u->read_closed) ch_socket_finalize(u);
 }
 
 static int closed(lua_State *L)
@@ -309,13 +259,12 @@ static size_t strip_cr(char *p, size_t n)
 ** keeps the socket; EOF ("closed") and errors close its read part, as
 ** ngx_http_lua_socket_read_error_retval_handler does. err: 0 for EOF, or
 ** -errno from the stream (a cancellation raises instead). */
-static int read_fail(lua_State *L, struct tcp *u, ssize_t err, const char *p, size_t len,
+static int read_fail(lua_State *L, struct ch_socket *u, ssize_t err, const char *p, size_t len,
                      size_t consumed)
 {
   check_cancel(L, err);
-  lua_pushnil(L);
-  if (err == 0 || err == -EBADF) lua_pushliteral(L, "closed");
-  else push_errstr(L, (int)-err);
+  if (err == 0 || err == -EBADF) fail(L, "closed");
+  else fail_errno(L, (int)-err);
   lua_pushlstring(L, p, len);
   if (err == -ETIMEDOUT) ch_stream_consume(&u->s, consumed);
   else if (u->s.fd < 0) ch_stream_drop(&u->s);   /* closed under us: ours to free */
@@ -325,7 +274,7 @@ static int read_fail(lua_State *L, struct tcp *u, ssize_t err, const char *p, si
 
 /* Common checks of every read: returns 0 to go on, else the number of
 ** values pushed. */
-static int read_check(lua_State *L, struct tcp *u)
+static int read_check(lua_State *L, struct ch_socket *u)
 {
   if (u->s.fd < 0 || u->read_closed) return closed(L);
   if (u->connecting) return fail(L, "socket busy connecting");
@@ -334,7 +283,7 @@ static int read_check(lua_State *L, struct tcp *u)
 }
 
 /* Yields. receive("*l"): a line without its LF, every CR dropped. */
-static int read_line(lua_State *L, struct tcp *u)
+static int read_line(lua_State *L, struct ch_socket *u)
 {
   size_t len;
   int r = ch_stream_line(&u->s, u->read_ms, &len);
@@ -349,7 +298,7 @@ static int read_line(lua_State *L, struct tcp *u)
 }
 
 /* Yields. receive("*a"): everything up to EOF; "" once at EOF. */
-static int read_all(lua_State *L, struct tcp *u)
+static int read_all(lua_State *L, struct ch_socket *u)
 {
   for (;;) {
     size_t avail = ch_stream_avail(&u->s);
@@ -367,7 +316,7 @@ static int read_all(lua_State *L, struct tcp *u)
 }
 
 /* Yields. receive(n): exactly n bytes. */
-static int read_bytes(lua_State *L, struct tcp *u, size_t n)
+static int read_bytes(lua_State *L, struct ch_socket *u, size_t n)
 {
   for (;;) {
     size_t avail = ch_stream_avail(&u->s);
@@ -391,7 +340,7 @@ static int read_bytes(lua_State *L, struct tcp *u, size_t n)
 ** Returns the data, or nil, err, partial. */
 static int tcp_receive(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int n = lua_gettop(L), r;
   if (n != 1 && n != 2)
     return luaL_error(L, "expecting 1 or 2 arguments (including the object), but got %d", n);
@@ -431,7 +380,7 @@ static int tcp_receive(lua_State *L)
 ** only when nothing has. */
 static int tcp_receiveany(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int n = lua_gettop(L), r;
   if (n != 2) return luaL_error(L, "expecting 2 arguments (including the object), but got %d", n);
   if ((r = read_check(L, u))) return r;
@@ -472,7 +421,7 @@ static int until_iter(lua_State *L)
   if (n > 1) return luaL_error(L, "expecting 0 or 1 arguments, but seen %d", n);
   lua_Integer size = n >= 1 ? luaL_checkinteger(L, 1) : 0;
   if (size < 0) size = 0;
-  struct tcp *u = lua_touserdata(L, lua_upvalueindex(1));
+  struct ch_socket *u = lua_touserdata(L, lua_upvalueindex(1));
   size_t plen;
   const char *pat = lua_tolstring(L, lua_upvalueindex(2), &plen);
   struct until *st = lua_touserdata(L, lua_upvalueindex(3));
@@ -522,7 +471,7 @@ static int tcp_receiveuntil(lua_State *L)
     }
     lua_settop(L, 2);
   }
-  check_tcp(L);
+  ch_socket_check(L);
   size_t plen;
   luaL_checklstring(L, 2, &plen);
   if (plen == 0) return fail(L, "pattern is empty");
@@ -540,12 +489,11 @@ static int tcp_receiveuntil(lua_State *L)
 
 /* Returns nil, err for a failed send; every send error, timeouts included,
 ** closes the write part (ngx_http_lua_socket_write_error_retval_handler). */
-static int write_fail(lua_State *L, struct tcp *u, int err)
+static int write_fail(lua_State *L, struct ch_socket *u, int err)
 {
   check_cancel(L, -err);
-  lua_pushnil(L);
-  if (err == EBADF) lua_pushliteral(L, "closed");
-  else push_errstr(L, err);
+  if (err == EBADF) fail(L, "closed");
+  else fail_errno(L, err);
   if (u->s.fd >= 0) write_close(u);
   return 2;
 }
@@ -553,7 +501,7 @@ static int write_fail(lua_State *L, struct tcp *u, int err)
 /* Yields. send(data): all of it, or nil, err. Returns the byte count. */
 static int tcp_send(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int n = lua_gettop(L);
   if (n != 2) return luaL_error(L, "expecting 2 arguments (including the object), but got %d", n);
   if (u->s.fd < 0 || u->write_closed) return closed(L);
@@ -577,7 +525,7 @@ static int tcp_send(lua_State *L)
 ** on.) */
 static int tcp_shutdown(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   const char *how = luaL_checkstring(L, 2);
   if (strcmp(how, "send") != 0) return luaL_argerror(L, 2, "bad shutdown argument");
   if (u->s.fd < 0 || u->write_closed) return closed(L);
@@ -599,7 +547,7 @@ static int tcp_shutdown(lua_State *L)
 /* Yields. Connects a fresh non-blocking socket to sa within the connect
 ** timeout. Returns 0 with u's stream on it, or an errno (ETIMEDOUT on
 ** timeout, EBADF when closed meanwhile); raises "cancelled". */
-static int dial(lua_State *L, struct tcp *u, const struct sockaddr *sa, socklen_t len)
+static int dial(lua_State *L, struct ch_socket *u, const struct sockaddr *sa, socklen_t len)
 {
   int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
@@ -633,7 +581,7 @@ static void free_ai(struct addrinfo **res)
 ** A pooled connection for the key is reused first. Returns 1 or nil, err. */
 static int tcp_connect(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int n = lua_gettop(L);
   if (n < 2 || n > 4)
     return luaL_error(L, "expecting 2, 3, or 4 arguments (including the object), but seen %d", n);
@@ -687,7 +635,7 @@ static int tcp_connect(lua_State *L)
   } else if (u->connecting) {
     return fail(L, "socket busy connecting");
   }
-  finalize(u);   /* reconnecting closes the old connection, as in OpenResty */
+  ch_socket_finalize(u);   /* reconnecting closes the old connection, as in OpenResty */
   u->downstream = 0;
   u->reused = 0;
   u->pool_size = pool_size;
@@ -707,7 +655,7 @@ static int tcp_connect(lua_State *L)
   int err;
   if (is_unix) {
     if (!(alen = ch_addr_unix(host + 5, &a))) {
-      finalize(u);
+      ch_socket_finalize(u);
       return fail(L, "unix socket path too long");
     }
     err = dial(L, u, &a.sa, alen);
@@ -718,7 +666,7 @@ static int tcp_connect(lua_State *L)
     struct addrinfo *res __attribute__((cleanup(free_ai))) = NULL;
     int gai = ch_addr_resolve(host, port, SOCK_STREAM, 0, &res);
     if (gai) {
-      finalize(u);
+      ch_socket_finalize(u);
       lua_pushnil(L);
       lua_pushfstring(L, "%s could not be resolved (%s)", host, ch_addr_resolve_error(gai));
       return 2;
@@ -732,190 +680,11 @@ static int tcp_connect(lua_State *L)
     }
   }
   if (err) {
-    finalize(u);
+    ch_socket_finalize(u);
     if (err == EBADF) return closed(L);
     return fail_errno(L, err);
   }
   lua_pushinteger(L, 1);
-  return 1;
-}
-
-/* The SNI sent for a server_name: none for an IP literal. */
-static const char *sni(const char *name)
-{
-  unsigned char ip[16];
-  if (!name || inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1) return NULL;
-  return name;
-}
-
-static int same_name(const char *a, const char *b)
-{
-  return (!a && !b) || (a && b && strcasecmp(a, b) == 0);
-}
-
-/* A string option of table t, or NULL. */
-static const char *opt_str(lua_State *L, int t, const char *k)
-{
-  lua_getfield(L, t, k);
-  const char *v = lua_tostring(L, -1);   /* anchored in t */
-  lua_pop(L, 1);
-  return v;
-}
-
-/* Pushes sslhandshake's success value: true when reused_session was
-** false, else a session userdata (usable as reused_session) on box. */
-static int push_session(lua_State *L, int want, struct ch_tls_sess *b)
-{
-  if (!want) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  struct ch_tls_sess **ud = lua_newuserdata(L, sizeof *ud);
-  *ud = b;
-  b->refs++;
-  luaL_getmetatable(L, SESSION_MT);
-  lua_setmetatable(L, -2);
-  return 1;
-}
-
-static void sess_drop(struct ch_tls_sess **b)
-{
-  ch_tls_sess_unref(*b);
-}
-
-static int session_gc(lua_State *L)
-{
-  struct ch_tls_sess **ud = luaL_checkudata(L, 1, SESSION_MT);
-  ch_tls_sess_unref(*ud);
-  *ud = NULL;
-  return 0;
-}
-
-/* The CA bundle handshakes trust when they name none (set_default_ca):
-** OpenResty's lua_ssl_trusted_certificate, for drivers that call
-** sslhandshake without cohost's options. Per worker; "" is the system
-** store. */
-static __thread char default_ca[PATH_MAX];
-
-/* set_default_ca(path | nil) */
-static int sock_set_default_ca(lua_State *L)
-{
-  size_t n = 0;
-  const char *path = luaL_optlstring(L, 1, "", &n);
-  if (n >= sizeof default_ca) return luaL_argerror(L, 1, "path too long");
-  memcpy(default_ca, path, n + 1);
-  return 0;
-}
-
-/* Yields. sslhandshake(reused_session, server_name, verify
-** [, send_status_req [, opts]]): OpenResty's client handshake within the
-** connect timeout. opts (cohost's): ca_file (else the system store),
-** cert and key (a client certificate). Returns a session, true (when
-** reused_session is false), or nil, err: "handshake failed", "timeout",
-** "closed", "20: unable to get local issuer certificate" (verify),
-** "certificate host mismatch". A failure closes the connection. */
-static int tcp_sslhandshake(lua_State *L)
-{
-  struct tcp *u = check_tcp(L);
-  int n = lua_gettop(L);
-  if (n > 6) return luaL_error(L, "ngx.socket sslhandshake: expecting 1 ~ 6 arguments "
-                                  "(including the object), but seen %d", n);
-  lua_settop(L, 6);
-  struct ch_tls_sess **given = NULL;
-  if (!lua_isnil(L, 2) && !(lua_isboolean(L, 2) && !lua_toboolean(L, 2)))
-    given = luaL_checkudata(L, 2, SESSION_MT);
-  int want_session = !(lua_isboolean(L, 2) && !lua_toboolean(L, 2));
-  const char *name = lua_isnil(L, 3) ? NULL : luaL_checkstring(L, 3);
-  int verify = lua_toboolean(L, 4);
-  const char *ca = NULL, *cert = NULL, *key = NULL;
-  int t = lua_istable(L, 5) ? 5 : lua_istable(L, 6) ? 6 : 0;
-  if (t) {
-    ca = opt_str(L, t, "ca_file");
-    cert = opt_str(L, t, "cert");
-    key = opt_str(L, t, "key");
-  }
-  if (!ca && default_ca[0]) ca = default_ca;   /* lua_ssl_trusted_certificate */
-  if (u->s.fd < 0) return closed(L);
-  if (u->connecting) return fail(L, "socket busy connecting");
-  if (u->reading) return fail(L, "socket busy reading");
-  if (u->writing) return fail(L, "socket busy writing");
-  if (u->downstream) return luaL_error(L, "attempt to do ssl handshake on a request socket");
-  char err[256];
-  if (u->s.ssl) {
-    /* Handshaked already (a pooled TLS connection): as OpenResty, return
-    ** at once, but only for the same peer name and verdict, since the pool
-    ** key does not carry them. */
-    const char *was = SSL_get_servername(u->s.ssl, TLSEXT_NAMETYPE_host_name);
-    if (!same_name(was, sni(name))) return fail(L, "ssl connection was made for another server_name");
-    if (verify && ch_tls_verify(u->s.ssl, name, err, sizeof err) < 0) return fail(L, err);
-    struct ch_tls_sess *b = ch_tls_sess_new();
-    if (!b) return fail(L, "no memory");
-    ch_tls_sess_attach(b, u->s.ssl);
-    int r = push_session(L, want_session, b);
-    ch_tls_sess_unref(b);
-    return r;
-  }
-  SSL_CTX *ctx = ch_tls_ctx_client(ca, cert, key, err, sizeof err);
-  if (!ctx) return fail(L, err);
-  SSL *ssl = ch_tls_new(ctx, u->s.fd, 0);
-  /* Dropped however we leave: the handshake may raise "cancelled". */
-  struct ch_tls_sess *b __attribute__((cleanup(sess_drop))) = ch_tls_sess_new();
-  if (!ssl || !b) {
-    ch_tls_free(ssl, 0);
-    return fail(L, "no memory");
-  }
-  if (sni(name)) SSL_set_tlsext_host_name(ssl, name);   /* SNI carries names only (RFC 6066) */
-  if (given && *given && (*given)->s) SSL_set_session(ssl, (*given)->s);
-  ch_tls_sess_attach(b, ssl);   /* picks up a TLS 1.3 ticket later */
-  int r;
-  {
-    BUSY(&u->connecting);
-    u->s.ssl = ssl;
-    r = ch_stream_handshake(&u->s, u->connect_ms);
-  }
-  check_cancel(L, r);
-  if (r == 0 && verify && ch_tls_verify(ssl, name, err, sizeof err) < 0) r = -EACCES;
-  if (r < 0) {
-    if (u->s.fd >= 0) finalize(u);   /* frees ssl */
-    else if (u->s.ssl) { ch_tls_free(u->s.ssl, 0); u->s.ssl = NULL; }
-    if (r == -EACCES) return fail(L, err);
-    if (r == -EBADF) return closed(L);
-    if (r == -ETIMEDOUT) return fail(L, "timeout");
-    return fail(L, "handshake failed");
-  }
-  return push_session(L, want_session, b);
-}
-
-/* sslinfo() -> { protocol, cipher, session_reused, server_name,
-** peer_subject, verify_result } for a TLS connection, or nil, err.
-** cohost's own: what a spec or a handler checks after a handshake. */
-static int tcp_sslinfo(lua_State *L)
-{
-  struct tcp *u = check_tcp(L);
-  if (u->s.fd < 0) return closed(L);
-  if (!u->s.ssl) return fail(L, "not ssl");
-  lua_createtable(L, 0, 6);
-  lua_pushstring(L, SSL_get_version(u->s.ssl));
-  lua_setfield(L, -2, "protocol");
-  lua_pushstring(L, SSL_get_cipher_name(u->s.ssl));
-  lua_setfield(L, -2, "cipher");
-  lua_pushboolean(L, SSL_session_reused(u->s.ssl));
-  lua_setfield(L, -2, "session_reused");
-  const char *sn = SSL_get_servername(u->s.ssl, TLSEXT_NAMETYPE_host_name);
-  if (sn) {
-    lua_pushstring(L, sn);
-    lua_setfield(L, -2, "server_name");
-  }
-  X509 *peer = SSL_get1_peer_certificate(u->s.ssl);
-  if (peer) {
-    char buf[256];
-    X509_NAME_oneline(X509_get_subject_name(peer), buf, sizeof buf);
-    lua_pushstring(L, buf);
-    lua_setfield(L, -2, "peer_subject");
-    X509_free(peer);
-  }
-  lua_pushinteger(L, SSL_get_verify_result(u->s.ssl));
-  lua_setfield(L, -2, "verify_result");
   return 1;
 }
 
@@ -924,7 +693,7 @@ static int tcp_sslinfo(lua_State *L)
 ** without limit. Returns 1 or nil, err. */
 static int tcp_setkeepalive(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int n = lua_gettop(L);
   if (n > 3)
     return luaL_error(L, "expecting 1 to 3 arguments (including the object), but got %d", n);
@@ -945,7 +714,7 @@ static int tcp_setkeepalive(lua_State *L)
   if ((w && w->stopping) || !ch_keepalive_quiet(u->s.fd) || (u->s.ssl && SSL_pending(u->s.ssl))) {
     /* Shutting down: close instead, as OpenResty does while exiting. */
     int dubious = !(w && w->stopping);
-    finalize(u);
+    ch_socket_finalize(u);
     if (dubious) return fail(L, "connection in dubious state");
     lua_pushinteger(L, 1);
     return 1;
@@ -954,7 +723,7 @@ static int tcp_setkeepalive(lua_State *L)
   int r = ch_keepalive_put(u->key, (int)size, (int)idle, u->s.fd, u->s.ssl, u->reused);
   u->s.fd = -1;
   u->s.ssl = NULL;
-  finalize(u);
+  ch_socket_finalize(u);
   if (r < 0) return fail(L, "no memory");
   lua_pushinteger(L, 1);
   return 1;
@@ -962,7 +731,7 @@ static int tcp_setkeepalive(lua_State *L)
 
 static int tcp_getreusedtimes(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   if (u->s.fd < 0) return closed(L);
   lua_pushinteger(L, u->reused);
   return 1;
@@ -970,14 +739,14 @@ static int tcp_getreusedtimes(lua_State *L)
 
 static int tcp_close(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   if (lua_gettop(L) != 1)
     return luaL_error(L, "expecting 1 argument (including the object) but seen %d", lua_gettop(L));
   if (u->s.fd < 0) return closed(L);
   if (u->connecting) return fail(L, "socket busy connecting");
   if (u->reading) return fail(L, "socket busy reading");
   if (u->writing) return fail(L, "socket busy writing");
-  finalize(u);
+  ch_socket_finalize(u);
   lua_pushinteger(L, 1);
   return 1;
 }
@@ -993,7 +762,7 @@ static int timeout_arg(lua_State *L, int idx)
 
 static int tcp_settimeout(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   if (lua_gettop(L) != 2)
     return luaL_error(L, "settimeout: expecting 2 arguments (including the object) but seen %d",
                       lua_gettop(L));
@@ -1003,7 +772,7 @@ static int tcp_settimeout(lua_State *L)
 
 static int tcp_settimeouts(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   if (lua_gettop(L) != 4)
     return luaL_error(L, "settimeouts: expecting 4 arguments (including the object) but seen %d",
                       lua_gettop(L));
@@ -1043,7 +812,7 @@ static int option_arg(lua_State *L, int idx)
 
 static int tcp_setoption(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int i = option_arg(L, 2);
   if (i < 0) return 2;
   if (lua_isnoneornil(L, 3)) return fail(L, "missing the \"value\" argument");
@@ -1057,7 +826,7 @@ static int tcp_setoption(lua_State *L)
 
 static int tcp_getoption(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   int i = option_arg(L, 2);
   if (i < 0) return 2;
   if (u->s.fd < 0) return closed(L);
@@ -1072,7 +841,7 @@ static int tcp_getoption(lua_State *L)
 /* getpeername(): ip, port; or the path for a unix socket. */
 static int tcp_getpeername(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   union ch_addr a;
   socklen_t len = sizeof a;
   if (u->s.fd < 0) return closed(L);
@@ -1093,13 +862,13 @@ static int tcp_getpeername(lua_State *L)
 /* Collected: closes without waiting (a finalizer may never park). */
 static int tcp_gc(lua_State *L)
 {
-  finalize(lua_touserdata(L, 1));
+  ch_socket_finalize(lua_touserdata(L, 1));
   return 0;
 }
 
 static int tcp_tostring(lua_State *L)
 {
-  struct tcp *u = check_tcp(L);
+  struct ch_socket *u = ch_socket_check(L);
   lua_pushfstring(L, "tcp socket (fd %d): %p", u->s.fd, (void *)u);
   return 1;
 }
@@ -1116,11 +885,11 @@ static int sock_tcp(lua_State *L)
 
 struct ch_stream *ch_socket_push_conn(lua_State *L, int fd, SSL *ssl, const char *pre, size_t n)
 {
-  struct tcp *u = push_tcp(L);
+  struct ch_socket *u = push_tcp(L);
   ch_stream_init(&u->s, fd, ssl);   /* owned from here on */
   u->downstream = 1;
   if (ch_stream_put(&u->s, pre, n) < 0) {
-    finalize(u);
+    ch_socket_finalize(u);
     luaL_error(L, "no memory");
   }
   return &u->s;
@@ -1128,11 +897,11 @@ struct ch_stream *ch_socket_push_conn(lua_State *L, int fd, SSL *ssl, const char
 
 void ch_socket_close_at(lua_State *L, int idx)
 {
-  struct tcp *u = lua_touserdata(L, idx);
+  struct ch_socket *u = lua_touserdata(L, idx);
   if (!u || !lua_getmetatable(L, idx)) return;
   int ok = lua_topointer(L, -1) == tcp_mt;
   lua_pop(L, 1);
-  if (ok && u->s.fd >= 0) finalize(u);
+  if (ok && u->s.fd >= 0) ch_socket_finalize(u);
 }
 
 /* -- Module --------------------------------------------------------------- */
@@ -1152,8 +921,8 @@ static const luaL_Reg tcp_methods[] = {
   { "setkeepalive", tcp_setkeepalive },
   { "getreusedtimes", tcp_getreusedtimes },
   { "getpeername", tcp_getpeername },
-  { "sslhandshake", tcp_sslhandshake },
-  { "sslinfo", tcp_sslinfo },
+  { "sslhandshake", ch_ssl_handshake },   /* lib_ssl.c */
+  { "sslinfo", ch_ssl_info },
   { "__gc", tcp_gc },
   { "__tostring", tcp_tostring },
   { NULL, NULL }
@@ -1161,17 +930,12 @@ static const luaL_Reg tcp_methods[] = {
 
 static const luaL_Reg socket_funcs[] = {
   { "tcp", sock_tcp },
-  { "set_default_ca", sock_set_default_ca },
   { NULL, NULL }
 };
 
 int luaopen_cohost_core_socket(lua_State *L)
 {
   push_tcp_mt(L);
-  lua_pop(L, 1);
-  luaL_newmetatable(L, SESSION_MT);
-  lua_pushcfunction(L, session_gc);
-  lua_setfield(L, -2, "__gc");
   lua_pop(L, 1);
   lua_newtable(L);
   luaL_register(L, NULL, socket_funcs);

@@ -1,15 +1,47 @@
 /*
-** What the other bindings need from lib_socket.c's TCP cosockets.
+** What the other bindings need from lib_socket.c's TCP cosockets: the
+** object itself (lib_ssl.c runs its TLS methods), and accepted or
+** upgraded connections made into one (lib_listen.c, lib_http.c).
 */
 #ifndef CH_LIB_SOCKET_H
 #define CH_LIB_SOCKET_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <lua.h>
 #include <openssl/ssl.h>
 
 #include "net/stream.h"
+
+/* A TCP cosocket: the cohost.tcp userdata. */
+struct ch_socket {
+  struct ch_stream s;       /* the connection: fd (-1 when not connected),
+                            ** TLS state, receive buffer */
+  int connect_ms;           /* timeouts in ms, > 0 */
+  int send_ms;
+  int read_ms;
+  int reused;               /* times this connection came from a pool */
+  int pool_size;            /* opts.pool_size of the last connect; 0: default */
+  char *key;                /* pool key of the connection (malloc), or NULL */
+  uint8_t reading;          /* busy flags: a task is inside that operation */
+  uint8_t writing;
+  uint8_t connecting;
+  uint8_t read_closed;      /* OpenResty's half states: a read error closes */
+  uint8_t write_closed;     /* the read part, a write error the write part */
+  uint8_t downstream;       /* accepted by a listener: no pool key */
+};
+
+/* The cosocket at index 1 (the method's self); raises if it is none. */
+struct ch_socket *ch_socket_check(lua_State *L);
+
+/* Closes u's connection without waiting (close_notify once on TLS). A
+** reader or writer parked on it wakes and returns "closed". */
+void ch_socket_finalize(struct ch_socket *u);
+
+/* The TLS methods, in lib_ssl.c: sslhandshake and sslinfo. */
+int ch_ssl_handshake(lua_State *L);
+int ch_ssl_info(lua_State *L);
 
 /* Pushes a cosocket (the cohost.tcp object) owning connected fd and ssl
 ** (NULL: plain), with the n bytes at pre already read into its buffer: an

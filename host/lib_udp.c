@@ -27,38 +27,14 @@
 #define TIMEOUT_MS  60000         /* lua_socket_read_timeout */
 #define UDP_MAX     65536         /* OpenResty's UDP_MAX_DATAGRAM_SIZE */
 
-static int fail(lua_State *L, const char *msg)
-{
-  lua_pushnil(L);
-  lua_pushstring(L, msg);
-  return 2;
-}
-
-/* OpenResty's word for err, lower case. */
-static int fail_errno(lua_State *L, int err)
-{
-  char buf[128];
-  const char *s = ch_errstr(err);
-  size_t i;
-  for (i = 0; s[i] && i < sizeof buf - 1; i++)
-    buf[i] = (char)(s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]);
-  lua_pushnil(L);
-  lua_pushlstring(L, buf, i);
-  return 2;
-}
+#define fail ch_lib_fail
+#define fail_errno ch_lib_fail_errno
+#define BUSY CH_LIB_BUSY
 
 static int closed(lua_State *L)
 {
   return fail(L, "closed");
 }
-
-static void unbusy(uint8_t **flag)
-{
-  **flag = 0;
-}
-
-#define BUSY(flagp) \
-  uint8_t *busy_ __attribute__((cleanup(unbusy))) = (flagp); *busy_ = 1
 
 struct udp {
   int fd;                   /* -1 until setpeername */

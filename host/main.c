@@ -84,6 +84,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.socket", luaopen_cohost_core_socket },
   { "cohost.core.udp", luaopen_cohost_core_udp },
   { "cohost.core.listen", luaopen_cohost_core_listen },
+  { "cohost.core.ssl", luaopen_cohost_core_ssl },
   { "cohost.core.crypto", luaopen_cohost_core_crypto },
   { "cohost.core.http", luaopen_cohost_core_http },
   { "cohost.core.re", luaopen_cohost_core_re },

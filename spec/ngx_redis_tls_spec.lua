@@ -124,7 +124,7 @@ describe("resty.redis 0.27 over TLS to redis-server's --tls-port", function()
     -- lua-resty-redis 0.28+ calls sslhandshake(false, name, verify) with no
     -- options: nginx's lua_ssl_trusted_certificate is the only way in.
     require("cohost.ngx").install { ssl_trusted_certificate = ca }
-    defer(function() require("cohost.core.socket").set_default_ca(nil) end)
+    defer(function() require("cohost.core.ssl").set_default_ca(nil) end)
     local red = new_client()
     local ok, err = connect_tls(red, { ssl = true, ssl_verify = true, server_name = "localhost" })
     assert.is_nil(err)

@@ -288,7 +288,7 @@ function M.install(opts)
   -- opts.ssl_trusted_certificate: the CA bundle sslhandshake trusts when a
   -- driver names none (nginx's lua_ssl_trusted_certificate), per worker.
   if opts and opts.ssl_trusted_certificate then
-    require("cohost.core.socket").set_default_ca(opts.ssl_trusted_certificate)
+    require("cohost.core.ssl").set_default_ca(opts.ssl_trusted_certificate)
   end
   if installed then return ngx end
   installed = true
