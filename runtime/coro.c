@@ -182,5 +182,3 @@ int ch_coro_id(const struct ch_coro *c) { return c->id; }
 void ch_coro_set_udata(struct ch_coro *c, void *udata) { c->udata = udata; }
 void *ch_coro_udata(const struct ch_coro *c) { return c->udata; }
 void ch_coro_set_may_yield(struct ch_coro *c, int on) { c->may_yield = on != 0; }
-int ch_cancelled(const struct ch_coro *c) { return c->cancelled; }
-unsigned ch_cancel_hits(const struct ch_coro *c) { return c->cancel_hits; }

@@ -307,19 +307,6 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 /* -- Connections ---------------------------------------------------------- */
 
-struct accept_io {
-  struct ch_io_op op;
-  struct sockaddr *addr;
-  socklen_t *len;
-  int flags;
-};
-
-static ssize_t accept_call(struct ch_io_op *op)
-{
-  struct accept_io *a = (struct accept_io *)op;
-  return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
-}
-
 int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 {
   ENSURE(accept4);
@@ -331,18 +318,10 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
   }
   /* In a coroutine the new socket is made non-blocking at birth, saving
   ** the two fcntl calls its first read would cost. */
-  int coop = ch_current() != NULL;
-  struct accept_io a = { { accept_call, fd, POLLIN, 0, 0 }, addr, len,
-                         coop ? flags | SOCK_NONBLOCK : flags };
   uint64_t deadline = 0;
-  ssize_t r = ch_io_run(&a.op, f->rcvtimeo_ms ? f->rcvtimeo_ms : -1, &deadline);
-  if (r < 0) return (int)fail(0, r);
-  struct ch_fd *nf = ch_io_fd_new((int)r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, coop, f->stream);
-  if (nf) {   /* accepted sockets inherit the listener's timeouts */
-    nf->rcvtimeo_ms = f->rcvtimeo_ms;
-    nf->sndtimeo_ms = f->sndtimeo_ms;
-  }
-  return (int)r;
+  int r = ch_io_accept_as(fd, addr, len, flags, ch_current() != NULL,
+                          f->rcvtimeo_ms ? f->rcvtimeo_ms : -1, &deadline);
+  return r < 0 ? (int)fail(0, r) : r;
 }
 
 int accept(int fd, struct sockaddr *addr, socklen_t *len)

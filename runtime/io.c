@@ -355,22 +355,30 @@ static ssize_t call_accept(struct ch_io_op *op)
   return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
 }
 
-int ch_io_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t timeout_ms)
+int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, int nonblock,
+                    int64_t timeout_ms, uint64_t *deadline_ns)
 {
-  struct accept_op a = { { call_accept, fd, POLLIN, 0, 0 }, addr, len, flags };
-  uint64_t deadline = 0;
-  int r = (int)ch_io_run(&a.op, timeout_ms, &deadline);
+  struct accept_op a = { { call_accept, fd, POLLIN, 0, 0 }, addr, len,
+                         nonblock ? flags | SOCK_NONBLOCK : flags };
+  int r = (int)ch_io_run(&a.op, timeout_ms, deadline_ns);
   if (r >= 0) {
-    /* Known from birth, as the accept hook records it: no classification
-    ** (five system calls) at its first use. */
-    struct ch_fd *l = ch_fd_peek(fd), *nf;
-    nf = ch_io_fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, 0, l ? l->stream : 1);
+    /* Known from birth: no classification (five system calls) at its
+    ** first use. It inherits the listener's kind and timeouts. */
+    struct ch_fd *l = ch_fd_peek(fd);
+    struct ch_fd *nf = ch_io_fd_new(r, CH_FD_SOCKET, flags & SOCK_NONBLOCK, nonblock,
+                                    l ? l->stream : 1);
     if (nf && l) {
       nf->rcvtimeo_ms = l->rcvtimeo_ms;
       nf->sndtimeo_ms = l->sndtimeo_ms;
     }
   }
   return r;
+}
+
+int ch_io_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t timeout_ms)
+{
+  uint64_t deadline = 0;
+  return ch_io_accept_as(fd, addr, len, flags, 0, timeout_ms, &deadline);
 }
 
 /* How long a connect waits before it tries again when a unix socket's

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "fd.h"
@@ -40,6 +41,14 @@ ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns
 
 /* Yields. ch_io_wait with a deadline kept across calls, as ch_io_run. */
 int ch_io_wait_until(int fd, int events, int64_t timeout_ms, uint64_t *deadline_ns);
+
+/* Yields. The accept under ch_io_accept and the accept hook: accept4 with
+** flags, plus SOCK_NONBLOCK if nonblock (the runtime's own, recorded as
+** such: the user's O_NONBLOCK view stays flags'), within one deadline as
+** ch_io_run keeps it. Records the new fd (the listener's kind and socket
+** timeouts). Returns it or -errno. */
+int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, int nonblock,
+                    int64_t timeout_ms, uint64_t *deadline_ns);
 
 /* Records fd as a new file made by the process (socket, accept, pipe,
 ** dup): its kind, the O_NONBLOCK its maker asked for, whether the runtime

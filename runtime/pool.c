@@ -16,6 +16,7 @@
 
 #include "cohost.h"
 #include "coro.h"
+#include "libc.h"
 #include "sched.h"
 
 struct job {
@@ -55,7 +56,7 @@ static void *worker(void *unused)
     /* ch_post can only fail for memory; retrying beats losing the caller. */
     while (ch_post(j->sched, finish, j) < 0) {
       struct timespec ts = { 0, 1000000 };
-      nanosleep(&ts, NULL);
+      ch_libc.nanosleep(&ts, NULL);   /* the real one: this is no coroutine */
     }
   }
   return NULL;

@@ -32,6 +32,7 @@
 
 #include "fault.h"
 #include "hook.h"
+#include "libc.h"
 #include "panic.h"
 #include "poll.h"
 #include "sched.h"
@@ -572,12 +573,15 @@ void ch_cancel(struct ch_coro *c)
   if (!c->uncancellable) ch_unpark(c, -ECANCELED);
 }
 
+int ch_cancelled(const struct ch_coro *c) { return c->cancelled; }
+unsigned ch_cancel_hits(const struct ch_coro *c) { return c->cancel_hits; }
+
 int ch_sleep_ms(int64_t ms)
 {
   if (!ch_current()) {
     if (ms > 0) {
       struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-      while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {}
+      while (ch_libc.clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR) {}
     }
     return 0;
   }
@@ -766,24 +770,6 @@ void ch_stop(void)
 {
   struct ch_sched *s = ch_sched_tls;
   if (s) s->stopping = 1;
-}
-
-/* -- Public timers -------------------------------------------------------- */
-
-int ch_timer_start(struct ch_timer *t, int64_t ms, void (*cb)(struct ch_timer *t))
-{
-  int err = 0;
-  struct ch_sched *s = ch_sched_get(&err);
-  if (!s) return err;
-  t->cb = cb;
-  return ch_timerq_add(&s->timers, t, ch_now_ns() + (uint64_t)(ms < 0 ? 0 : ms) * 1000000u);
-}
-
-void ch_timer_stop(struct ch_timer *t)
-{
-  struct ch_sched *s = ch_sched_tls;
-  if (!s || !t->heap_index) return;
-  ch_timerq_del(&s->timers, t);
 }
 
 /* -- Hooks' view ---------------------------------------------------------- */

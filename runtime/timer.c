@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "sched.h"
 #include "timer.h"
 
 struct ch_timerq_ent {
@@ -125,4 +126,22 @@ uint64_t ch_timerq_expire(struct ch_timerq *q, uint64_t now_ns)
     ran++;
   }
   return ran;
+}
+
+/* -- Public timers: ch_timer_start/stop on this thread's scheduler -------- */
+
+int ch_timer_start(struct ch_timer *t, int64_t ms, void (*cb)(struct ch_timer *t))
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  t->cb = cb;
+  return ch_timerq_add(&s->timers, t, ch_now_ns() + (uint64_t)(ms < 0 ? 0 : ms) * 1000000u);
+}
+
+void ch_timer_stop(struct ch_timer *t)
+{
+  struct ch_sched *s = ch_sched_tls;
+  if (!s || !t->heap_index) return;
+  ch_timerq_del(&s->timers, t);
 }

@@ -1,5 +1,7 @@
 /* Timers: a 4-ary min-heap ordered by deadline, then by start order.
-** Insert, stop and pop are O(log n); peek is O(1). */
+** Insert, stop and pop are O(log n); peek is O(1). Each scheduler has one
+** (its coroutines' park timeouts and the public ch_timer_start timers,
+** which timer.c also defines, over the calling thread's scheduler). */
 #ifndef CH_TIMER_H
 #define CH_TIMER_H
 

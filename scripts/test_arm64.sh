@@ -32,7 +32,7 @@ ARM64_CMOCKA=${ARM64_CMOCKA:-1}
 #   test_tlsf    links host/shdict/ (no runtime code to test there)
 # test_stack's fault tests re-exec the binary, which a QEMU guest can only
 # do through the emulator itself (no binfmt_misc here): TH_EXEC_WRAPPER.
-CMOCKA_TESTS=${CMOCKA_TESTS:-"test_coro test_io test_timer test_prio test_watch test_stack test_pool"}
+CMOCKA_TESTS=${CMOCKA_TESTS:-"test_coro test_io test_timer test_prio test_poll test_stack test_pool"}
 
 say() { echo "test_arm64.sh: $*" >&2; }
 

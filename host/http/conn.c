@@ -194,24 +194,10 @@ void ch_http_close_idle(struct ch_worker *w)
 }
 
 /* Yields. Closes after an answer the client may still be sending into:
-** a close with unread input sends RST, which can destroy our answer in
-** the client's receive queue before it is read (nginx's lingering_close).
-** So shut down our side, read and discard for a while, then close. */
+** see ch_stream_linger. */
 static void linger_close(struct ch_http_conn *c)
 {
-  int fd = c->s.fd;
-  if (fd < 0) return;
-  if (c->s.ssl) SSL_shutdown(c->s.ssl);   /* close_notify, once; the rest is raw */
-  shutdown(fd, SHUT_WR);
-  char junk[4096];
-  uint64_t end = ch_now_ns() + (uint64_t)LINGER_MS * 1000000u;
-  size_t total = 0;
-  for (;;) {
-    uint64_t now = ch_now_ns();
-    if (now >= end) break;
-    ssize_t n = ch_io_read(fd, junk, sizeof junk, (int64_t)((end - now) / 1000000u) + 1);
-    if (n <= 0 || (total += (size_t)n) > DRAIN_MAX) break;
-  }
+  ch_stream_linger(&c->s, LINGER_MS, DRAIN_MAX);
 }
 
 /* -- Request bodies ----------------------------------------------------------- */

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "worker.h"
 #include "net/listener.h"
+#include "net/stream.h"
 #include "proc/master_listen.h"
 
 #define BACKLOG      511          /* nginx's default listen backlog */
@@ -265,25 +266,16 @@ static const char busy_reply[] =
 
 /* Yields. Answers a connection over --max-connections on an HTTP listener
 ** with a fixed 503, without parsing anything or running Lua, and closes
-** it. The answer fits an empty send buffer, so one send does. Then, as
-** http/conn.c's lingering close, it shuts down its side and reads what the
-** client sends until it closes (at most BUSY_LINGER_MS and BUSY_DRAIN):
-** closing with the request unread would send RST, which can destroy the
-** 503 in the client's receive queue before it is read. */
+** it. The answer fits an empty send buffer, so one send does. Then a
+** lingering close (ch_stream_linger, at most BUSY_LINGER_MS and
+** BUSY_DRAIN), so that the client reads the 503 before our close. */
 static void busy_main(void *arg)
 {
   int fd = (int)(intptr_t)arg;
   if (ch_io_write(fd, busy_reply, sizeof busy_reply - 1, 0) > 0) {
-    shutdown(fd, SHUT_WR);
-    char junk[4096];
-    uint64_t end = ch_now_ns() + (uint64_t)BUSY_LINGER_MS * 1000000u;
-    size_t total = 0;
-    for (;;) {
-      uint64_t now = ch_now_ns();
-      if (now >= end) break;
-      ssize_t n = ch_io_read(fd, junk, sizeof junk, (int64_t)((end - now) / 1000000u) + 1);
-      if (n <= 0 || (total += (size_t)n) > BUSY_DRAIN) break;
-    }
+    struct ch_stream s;
+    ch_stream_init(&s, fd, NULL);
+    ch_stream_linger(&s, BUSY_LINGER_MS, BUSY_DRAIN);
   }
   close(fd);
   busy_n--;

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cohost.h"
@@ -317,6 +318,23 @@ int ch_stream_write(struct ch_stream *s, const void *p, size_t n, int timeout_ms
 {
   struct iovec iov = { (void *)p, n };
   return ch_stream_writev(s, &iov, 1, timeout_ms);
+}
+
+void ch_stream_linger(struct ch_stream *s, int ms, size_t max)
+{
+  int fd = s->fd;
+  if (fd < 0) return;
+  if (s->ssl) SSL_shutdown(s->ssl);   /* close_notify, once; the rest is raw */
+  shutdown(fd, SHUT_WR);
+  char junk[4096];
+  uint64_t end = ch_now_ns() + (uint64_t)ms * 1000000u;
+  size_t total = 0;
+  for (;;) {
+    uint64_t now = ch_now_ns();
+    if (now >= end) break;
+    ssize_t n = ch_io_read(fd, junk, sizeof junk, (int64_t)((end - now) / 1000000u) + 1);
+    if (n <= 0 || (total += (size_t)n) > max) break;
+  }
 }
 
 /* -- TLS handshake --------------------------------------------------------------- */

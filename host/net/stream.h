@@ -111,6 +111,14 @@ int ch_stream_writev(struct ch_stream *s, struct iovec *iov, int n, int timeout_
 /* Yields. ch_stream_writev of one piece. */
 int ch_stream_write(struct ch_stream *s, const void *p, size_t n, int timeout_ms);
 
+/* Yields. A lingering close's first part, after an answer the peer may
+** still be sending into: a close with unread input sends RST, which can
+** destroy the answer in the peer's receive queue before it is read
+** (nginx's lingering_close). So it shuts its side down (after one TLS
+** close_notify attempt), then reads and throws away what comes, up to max
+** bytes, until EOF or for ms. The caller closes. */
+void ch_stream_linger(struct ch_stream *s, int ms, size_t max);
+
 /* Yields. Runs the TLS handshake within timeout_ms: 0, -ETIMEDOUT,
 ** -EBADF, -ECANCELED or -EPROTO (the reason is logged at info). */
 int ch_stream_handshake(struct ch_stream *s, int timeout_ms);

@@ -1,6 +1,8 @@
 /*
-** Tests of ch_watch_fd: a one-shot readiness callback with no coroutine,
-** what an idle keep-alive connection waits with.
+** Tests of runtime/poll.c's watches (ch_watch_fd): a one-shot readiness
+** callback with no coroutine, what an idle keep-alive connection waits
+** with. poll.c's waits and close handling are exercised through io.c in
+** test_io.c.
 */
 #include "helpers.h"
 
