@@ -135,6 +135,7 @@ static __attribute__((noinline)) int block(int fd, struct ch_fd *f, int events, 
                                            uint64_t deadline)
 {
   struct pollfd p = { fd, (short)events, 0 };
+  if (ms > 0 && !deadline) deadline = ch_now_ns() + (uint64_t)ms * 1000000u;
   for (;;) {
     int r = ch_libc.poll(&p, 1, ms < 0 ? -1 : ms > INT_MAX ? INT_MAX : (int)ms);
     if (r > 0) {
@@ -154,21 +155,13 @@ static __attribute__((noinline)) int block(int fd, struct ch_fd *f, int events, 
   }
 }
 
-/* Whether epoll can take fd on this scheduler (registering it if need
-** be): a regular file or /dev/null cannot, and a full max_user_watches or
-** a memory shortage refuse too; the wait then blocks like libc rather
-** than spin. Out of line: the parked frames stay small. */
-static __attribute__((noinline)) int can_park_on(int fd)
-{
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_fd *f = ch_fd_get(fd);
-  return f && ch_poll_add(s, fd, f) == 0;
-}
-
 /* Yields. The wait itself: parked when the caller is a coroutine that may
-** park, else in poll(2) until deadline (0: none; ms is what is left of
-** it). The park is a tail call, so that in COPY mode a parked connection
-** saves no frame of this file (docs/stacks.md, idle memory). */
+** park, else in poll(2) for ms (deadline: when those ms end, if the
+** caller knows; 0 makes it from ms). A file epoll refuses (a regular file,
+** /dev/null), a full max_user_watches or a memory shortage are found
+** before anything parks, and the wait then blocks like libc rather than
+** spin. In COPY mode this frame is saved under a parked connection: it
+** keeps only its arguments (docs/stacks.md, idle memory). */
 static int wait_for(int fd, int events, int64_t ms, uint64_t deadline)
 {
   struct ch_coro *c = ch_current();
@@ -177,7 +170,10 @@ static int wait_for(int fd, int events, int64_t ms, uint64_t deadline)
       c->cancel_hits++;
       return -ECANCELED;
     }
-    if (ch_sched_may_park(c) && can_park_on(fd)) return ch_poll_wait(fd, events, ms);
+    if (ch_sched_may_park(c)) {
+      int r = ch_poll_wait(fd, events, ms);
+      if (r != -EPERM && r != -ENOSPC && r != -ENOMEM) return r;
+    }
   }
   return block(fd, ch_fd_peek(fd), events, ms, deadline);
 }
@@ -219,43 +215,78 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms)
   int r = look(fd, events);
   if (r != 0) return r;
   if (timeout_ms == 0) return -ETIMEDOUT;
-  uint64_t deadline = timeout_ms > 0 ? ch_sched_deadline(timeout_ms) : 0;
-  return wait_for(fd, events, timeout_ms, deadline);
+  return wait_for(fd, events, timeout_ms, 0);
 }
 
 /* -- The engine -------------------------------------------------------------- */
 
-ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
+/* One attempt of op on f's fd, with the judgement: the call's result, or
+** -errno; -EAGAIN means it would block, and is noted. */
+static inline __attribute__((always_inline))
+ssize_t attempt(struct ch_io_op *op, struct ch_fd *f, int input)
+{
+  for (;;) {
+    ssize_t n = op->call(op);
+    if (n >= 0) {
+      if (f && input && op->judge && f->stream && (size_t)n < op->want) note_input_empty(f);
+      return n;
+    }
+    int e = errno;
+    if (e == EINTR) continue;
+    if (e != EAGAIN && e != EWOULDBLOCK) return -e;
+    if (f) {
+      if (input) note_input_empty(f);
+      else note_output_full(f);
+    }
+    return -EAGAIN;
+  }
+}
+
+/* Yields. The engine after an attempt said EAGAIN: waits, tries, until
+** the call says something else or the wait fails. Out of line: the common
+** call is made at once and returns (run, below). */
+static __attribute__((noinline)) ssize_t retry(struct ch_io_op *op, struct ch_fd *f, int input,
+                                               int64_t timeout_ms, uint64_t *deadline_ns)
+{
+  for (;;) {
+    int r = ch_io_wait_until(op->fd, op->events, timeout_ms, deadline_ns);
+    if (r < 0) return r;
+    if (f && input && input_known_empty(f)) continue;   /* woken for nothing */
+    ssize_t n = attempt(op, f, input);
+    if (n != -EAGAIN) return n;
+  }
+}
+
+/* Flags untouched (the file may be shared with other processes): wait
+** until a blocking call would not block, then make one. */
+static __attribute__((noinline)) ssize_t run_waitfirst(struct ch_io_op *op, int64_t timeout_ms)
+{
+  int r = ch_io_wait(op->fd, op->events, timeout_ms);
+  if (r < 0) return timeout_ms == 0 && r == -ETIMEDOUT ? -EAGAIN : r;
+  ssize_t n = op->call(op);
+  return n < 0 ? -errno : n;
+}
+
+/* The engine, inline into each ch_io_* call so that op->call, a constant
+** there, becomes a direct call: an attempt unless the socket is known
+** empty, and the waits only when it says EAGAIN. */
+static inline __attribute__((always_inline))
+ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
   struct ch_fd *f = prepare(op->fd);
   int input = op->events == POLLIN;
-  if (f && f->kind == CH_FD_WAITFIRST) {
-    /* Flags untouched (the file may be shared with other processes):
-    ** wait until a blocking call would not block, then make one. */
-    int r = ch_io_wait(op->fd, op->events, timeout_ms);
-    if (r < 0) return timeout_ms == 0 && r == -ETIMEDOUT ? -EAGAIN : r;
-    ssize_t n = op->call(op);
-    return n < 0 ? -errno : n;
+  if (__builtin_expect(f && f->kind == CH_FD_WAITFIRST, 0)) return run_waitfirst(op, timeout_ms);
+  if (!(f && input && input_known_empty(f))) {
+    ssize_t n = attempt(op, f, input);
+    if (n != -EAGAIN) return n;
   }
-  for (;;) {
-    if (!(f && input && input_known_empty(f))) {
-      ssize_t n = op->call(op);
-      if (n >= 0) {
-        if (f && input && op->judge && f->stream && (size_t)n < op->want) note_input_empty(f);
-        return n;
-      }
-      int e = errno;
-      if (e == EINTR) continue;
-      if (e != EAGAIN && e != EWOULDBLOCK) return -e;
-      if (f) {
-        if (input) note_input_empty(f);
-        else note_output_full(f);
-      }
-    }
-    if (timeout_ms == 0) return -EAGAIN;
-    int r = ch_io_wait_until(op->fd, op->events, timeout_ms, deadline_ns);
-    if (r < 0) return r;
-  }
+  if (timeout_ms == 0) return -EAGAIN;
+  return retry(op, f, input, timeout_ms, deadline_ns);
+}
+
+ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
+{
+  return run(op, timeout_ms, deadline_ns);
 }
 
 /* -- The calls ---------------------------------------------------------------- */
@@ -271,9 +302,14 @@ struct vec_op {
   int iovcnt;
 };
 
+/* On a socket, recv(2): the same bytes as read(2) without the VFS's read
+** path (its fsnotify and position checks), which costs per message. */
 static ssize_t call_read(struct ch_io_op *op)
 {
-  return ch_libc.read(op->fd, ((struct buf_op *)op)->buf, op->want);
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  void *buf = ((struct buf_op *)op)->buf;
+  if (f && f->kind == CH_FD_SOCKET) return ch_libc.recv(op->fd, buf, op->want, 0);
+  return ch_libc.read(op->fd, buf, op->want);
 }
 
 static ssize_t call_readv(struct ch_io_op *op)
@@ -314,7 +350,7 @@ ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
 {
   struct buf_op b = { { call_read, fd, POLLIN, 1, n }, buf };
   uint64_t deadline = 0;
-  return ch_io_run(&b.op, timeout_ms, &deadline);
+  return run(&b.op, timeout_ms, &deadline);
 }
 
 ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
@@ -322,14 +358,14 @@ ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout
   if (iovcnt < 0) return -EINVAL;
   struct vec_op v = { { call_readv, fd, POLLIN, 1, iov_total(iov, iovcnt) }, iov, iovcnt };
   uint64_t deadline = 0;
-  return ch_io_run(&v.op, timeout_ms, &deadline);
+  return run(&v.op, timeout_ms, &deadline);
 }
 
 ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
 {
   struct buf_op b = { { call_write, fd, POLLOUT, 0, n }, (void *)buf };
   uint64_t deadline = 0;
-  return ch_io_run(&b.op, timeout_ms, &deadline);
+  return run(&b.op, timeout_ms, &deadline);
 }
 
 ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
@@ -337,7 +373,7 @@ ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeou
   if (iovcnt < 0) return -EINVAL;
   struct vec_op v = { { call_writev, fd, POLLOUT, 0, 0 }, iov, iovcnt };
   uint64_t deadline = 0;
-  return ch_io_run(&v.op, timeout_ms, &deadline);
+  return run(&v.op, timeout_ms, &deadline);
 }
 
 /* -- Connections ---------------------------------------------------------------- */

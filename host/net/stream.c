@@ -306,7 +306,10 @@ int ch_stream_writev(struct ch_stream *s, struct iovec *iov, int n, int timeout_
   while (n > 0) {
     int fd = s->fd;
     if (fd < 0) return -EBADF;
-    ssize_t w = ch_io_writev(fd, iov, n, timeout_ms);
+    /* One piece: send(2), which the kernel takes for less than sendmsg's
+    ** message header and iovec import. */
+    ssize_t w = n == 1 ? ch_io_write(fd, iov->iov_base, iov->iov_len, timeout_ms)
+                       : ch_io_writev(fd, iov, n, timeout_ms);
     if (w < 0) return (int)w;
     if (s->fd != fd) return -EBADF;   /* closed while it waited */
     advance(&iov, &n, (size_t)w);
