@@ -246,7 +246,7 @@ int ch_http_body_more(struct ch_http_req *rq, int discard)
         rq->body_status = (int)-n;   /* 400, or 413 for a chunk declared too big */
         return (int)n;
       }
-      c->pos += (size_t)n;
+      c->pos += (uint32_t)n;
       if (rq->body_total > c->srv->max_body && !discard) {
         rq->body_status = 413;
         return -413;
@@ -487,7 +487,7 @@ static void conn_main(void *arg)
       linger_close(c);
       goto close;
     }
-    c->pos = (size_t)r;
+    c->pos = (uint32_t)r;
     int keep = serve(c, rq);
     c->nreq++;
     if (!keep || c->s.fd < 0) goto close;

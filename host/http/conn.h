@@ -67,18 +67,18 @@ struct ch_http_conn {
   struct ch_http_server *srv;
   struct ch_listener *l;
   struct ch_worker *w;
-  uint8_t tls_ready;              /* its TLS handshake is done */
-  uint8_t active;                 /* a coroutine serves it */
-  uint32_t nreq;                  /* requests served */
-  size_t pos;                     /* parsed up to s.start + pos */
   struct ch_coro *head_wait;      /* its coroutine while it waits for the
                                   ** rest of a head (shutdown cancels it) */
+  struct ch_http_conn *prev, *next;   /* this worker's connections */
+  uint32_t nreq;                  /* requests served */
+  uint32_t pos;                   /* parsed up to s.start + pos */
+  uint8_t tls_ready;              /* its TLS handshake is done */
+  uint8_t active;                 /* a coroutine serves it */
   uint8_t family;                 /* the peer's address, compact (an idle
-                                  ** connection is ~250 bytes): for req.peer
+                                  ** connection is ~220 bytes): for req.peer
                                   ** and the access log */
   uint16_t port;
   uint8_t addr[16];
-  struct ch_http_conn *prev, *next;   /* this worker's connections */
 };
 
 /* A request's head and state. On the heap, not on the connection

@@ -62,30 +62,30 @@ static char *take(const struct ch_stream *s, size_t want, size_t *cap)
 int ch_stream_grow(struct ch_stream *s, size_t want)
 {
   size_t used = s->end - s->start;
+  size_t most = s->max ? s->max : UINT32_MAX;
+  if (want > most - used) return -ENOBUFS;
   if (!s->buf) {
     size_t cap = want > BUF_MIN ? want : BUF_MIN;
-    if (s->max && cap > s->max) cap = s->max;
-    if (cap < want) return -ENOBUFS;
+    if (cap > most) cap = most;
     if (!(s->buf = take(s, want, &cap))) return -ENOMEM;
     s->start = s->end = 0;
-    s->cap = cap;
+    s->cap = (uint32_t)cap;
     return 0;
   }
   if (s->cap - s->end >= want) return 0;
   if (s->start > 0) {   /* O(unread) */
     memmove(s->buf, s->buf + s->start, used);
     s->start = 0;
-    s->end = used;
+    s->end = (uint32_t)used;
     if (s->cap - s->end >= want) return 0;
   }
-  size_t cap = s->cap * 2;
+  size_t cap = (size_t)s->cap * 2;
   while (cap - used < want) cap *= 2;
-  if (s->max && cap > s->max) cap = s->max;
-  if (cap - used < want) return -ENOBUFS;
+  if (cap > most) cap = most;
   char *b = realloc(s->buf, cap);
   if (!b) return -ENOMEM;
   s->buf = b;
-  s->cap = cap;
+  s->cap = (uint32_t)cap;
   return 0;
 }
 
@@ -93,7 +93,7 @@ char ch_stream_none[1];   /* the unread data of a stream with no buffer */
 
 void ch_stream_consume(struct ch_stream *s, size_t n)
 {
-  s->start += n;
+  s->start += (uint32_t)n;
   if (s->start == s->end) {
     s->start = s->end = 0;
     if (s->cap > BUF_KEEP) give_back(s);
@@ -116,7 +116,7 @@ int ch_stream_put(struct ch_stream *s, const void *p, size_t n)
   int r = ch_stream_reserve(s, n);
   if (r < 0) return r;
   memcpy(s->buf + s->end, p, n);
-  s->end += n;
+  s->end += (uint32_t)n;
   return 0;
 }
 
@@ -170,7 +170,7 @@ static __attribute__((noinline)) ssize_t fill_once(struct ch_stream *s, size_t w
     n = ch_io_read(s->fd, s->buf + s->end, room, 0);
     if (n == -EAGAIN) s->want_ev = POLLIN;
   }
-  if (n > 0) s->end += (size_t)n;
+  if (n > 0) s->end += (uint32_t)n;
   else if (n == 0) s->eof = 1;
   return n;
 }

@@ -22,17 +22,19 @@
 
 struct ch_stream {
   int fd;                   /* -1 once closed */
-  SSL *ssl;                 /* NULL: plain; owned */
-  char *buf;                /* NULL while empty: an idle connection holds
-                            ** no buffer; owned */
-  size_t start, end, cap;   /* unread data is buf[start, end) */
-  size_t max;               /* most bytes buf may grow to; 0: no limit */
+  uint32_t start, end, cap; /* unread data is buf[start, end); 32 bits:
+                            ** a Lua string is under 2 GiB anyway, and an
+                            ** idle HTTP connection embeds a stream */
+  uint32_t max;             /* most bytes buf may grow to; 0: no limit */
   uint8_t eof;              /* a read said EOF */
   uint8_t filling;          /* coroutines parked on it: a close meanwhile
                             ** leaves the buffer to them */
   uint8_t want_ev;          /* what the last read that found nothing waits
                             ** for: POLLIN, or POLLOUT for a TLS read that
                             ** must write first */
+  SSL *ssl;                 /* NULL: plain; owned */
+  char *buf;                /* NULL while empty: an idle connection holds
+                            ** no buffer; owned */
 };
 
 /* A stream on connected, non-blocking fd (ssl NULL for plain, else owned
@@ -70,7 +72,7 @@ void ch_stream_drop(struct ch_stream *s);
 int ch_stream_grow(struct ch_stream *s, size_t want);
 static inline int ch_stream_reserve(struct ch_stream *s, size_t want)
 {
-  if (s->buf && s->cap - s->end >= want) return 0;
+  if (s->buf && (size_t)(s->cap - s->end) >= want) return 0;
   return ch_stream_grow(s, want);
 }
 
