@@ -11,6 +11,8 @@
 #ifndef CH_LJVM_H
 #define CH_LJVM_H
 
+#include <stdint.h>
+
 #include <lua.h>
 
 struct ch_coro;
@@ -35,6 +37,10 @@ struct ch_ljvm_coro {
   struct ch_ljvm_mark *top;    /* innermost classic C call or NULL; owner: ljvm */
   int refused;                 /* enum ch_ljvm_why of the last decision; owner: ljvm */
   int trace;                   /* vmstate at a TRACE or BUSY refusal */
+  uint8_t in_pcall;            /* inside the task's own lua_pcall: the only
+                               ** place the Lua memory cap may refuse
+                               ** (lua_alloc.c); owner: task.c */
+  const char *name;            /* for logs ("handler", "main"); owner: task.c */
 };
 
 /* Checks that this LuaJIT build has the layout the host was written for,

@@ -32,7 +32,7 @@
 
 #include "log.h"
 #include "worker.h"
-#include "vm/task.h"
+#include "vm/ljvm.h"
 #include "vm/lua_alloc.h"
 
 static size_t limit = CH_LUA_ALLOC_DEFAULT;
@@ -83,12 +83,20 @@ void ch_lua_alloc_unrefusable(int delta)
   unrefusable += delta;
 }
 
+/* The running coroutine's VM state (a task's: vm/task.c puts it first in
+** the struct the coroutine's udata points to), or NULL. */
+static struct ch_ljvm_coro *running_vm(void)
+{
+  struct ch_coro *c = ch_current();
+  return c ? ch_coro_udata(c) : NULL;
+}
+
 /* Whether a growth may fail here: only inside a running task's own pcall
 ** (not while ch_task_run sets it up), outside unrefusable sections. */
 static int is_protected(void)
 {
-  struct ch_task *t = ch_task_current();
-  return t && t->in_pcall && t->status == CH_TASK_RUNNING && !unrefusable;
+  struct ch_ljvm_coro *v = running_vm();
+  return v && v->in_pcall && !unrefusable;
 }
 
 /* Decides a growth by grow bytes that would pass h->limit: non-zero to
@@ -98,11 +106,10 @@ static int refuse(struct heap *h, size_t grow)
   if (!is_protected()) return 0;
   if (h->over && h->bytes + grow <= h->limit + h->reserve) return 0;
   if (!h->over) {
-    struct ch_task *t = ch_task_current();
     h->over = 1;
     ch_log(CH_LOG_ERR, "%s: Lua memory limit reached (%zu MiB, --lua-memory-limit): "
            "%zu bytes more refused with %zu in use; it fails with \"not enough memory\"",
-           t->name, h->limit >> 20, grow, h->bytes);
+           running_vm()->name, h->limit >> 20, grow, h->bytes);
   }
   return 1;
 }

@@ -79,6 +79,7 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
   t->status = CH_TASK_NEW;
   t->refs = 1;   /* the runner's */
   ch_ljvm_coro_init(&t->vm, t->T);
+  t->vm.name = name;
   link_task(w, t);
   return t;
 }
@@ -227,9 +228,9 @@ void ch_task_run(struct ch_task *t, int nargs)
 {
   int base = run_begin(t, nargs);
   if (base >= 0) {
-    t->in_pcall = 1;
+    t->vm.in_pcall = 1;
     int r = lua_pcall(t->T, nargs, LUA_MULTRET, base + 1);
-    t->in_pcall = 0;
+    t->vm.in_pcall = 0;
     run_end(t, base, r);
   }
   run_done(t);

@@ -27,8 +27,6 @@ struct ch_task {
   uint8_t status;               /* enum ch_task_status */
   uint8_t daemon;               /* cancelled as soon as shutdown starts */
   uint8_t waited;               /* results handed to a waiter already */
-  uint8_t in_pcall;             /* inside ch_task_run's lua_pcall: the only
-                                ** place the Lua memory cap may refuse */
   int refs;                     /* the runner, plus a Lua handle if any */
   int nresults;                 /* results (or the error) left on T */
   struct ch_coro *waiters[4];   /* coroutines in cohost.wait on it */
