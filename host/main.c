@@ -1,10 +1,10 @@
 /*
-** cohost: the program. Parses the command line, starts one worker per
-** thread (each with its own scheduler and lua_State), runs the script's
-** main chunk as a task on every worker, and turns SIGINT/SIGTERM into an
-** orderly shutdown. With --processes it first becomes a master that forks
-** that many such processes (master.c). Shape after luajit.c and Lua's
-** lua.c.
+** cohost: the program. Parses the command line, makes each worker's
+** lua_State (paths, arg) and the task that runs the script's main chunk,
+** hands both to the workers (worker.c: threads, schedulers, shutdown
+** order), and turns SIGINT/SIGTERM into their orderly shutdown. With
+** --processes it first becomes a master that forks that many such
+** processes (master.c). Shape after luajit.c and Lua's lua.c.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +44,9 @@ struct ch_options ch_opts = {
   .threads = 1,
   .shutdown_timeout_ms = 10000,
   .log_level = CH_LOG_NOTICE,
+  .fair_switches = 64,
+  .fair_usec = 1000,
+  .stack_mode = -1,
 };
 
 static const char *script;        /* NULL with -e only; "-": stdin */
@@ -56,25 +59,15 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
-static int stack_mode = -1;       /* --stack-mode; -1: CH_STACK_MODE or separate */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
-/* Scheduling policy from the command line (see ch_sched_set_fairness). */
-static unsigned fair_switches = 64, fair_usec = 1000;
-static int *worker_cpus;          /* --cpu-affinity: CPU of worker i is
-                                  ** worker_cpus[i % nworker_cpus]; NULL: off */
-static int nworker_cpus;
 static const char *affinity_arg;  /* as given, parsed once -w is known */
 
 /* --shdict NAME:SIZE, made before any worker exists (see shdict/store.h). */
 static struct { const char *name; long size; } shdicts[64];
 static int nshdicts;
 
-static struct ch_worker *workers;   /* this process's ch_opts.threads */
 static _Atomic int started;         /* workers whose main chunk returned */
-/* Guards workers[i].sched: a worker whose ch_run returned lets its thread
-** end, which frees its scheduler; the signal thread must not post to it. */
-static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int exit_code;
 
 /* Every C module, preloaded as cohost.core.<name>, as linit.c does. */
@@ -191,18 +184,20 @@ static int parse_cpu(const char **p, const char *arg)
   return (int)v;
 }
 
-/* Turns --cpu-affinity's value into worker_cpus: "auto" is every CPU the
+/* Turns --cpu-affinity's value into ch_opts.cpus: "auto" is every CPU the
 ** process may use, in order; a list ("0,2-3") is taken as written and each
 ** of its CPUs must be allowed. Exits with status 2 otherwise. */
 static void parse_affinity(const char *arg)
 {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof allowed, &allowed) < 0) die("sched_getaffinity failed%s", "");
-  worker_cpus = calloc(CPU_SETSIZE, sizeof *worker_cpus);
-  if (!worker_cpus) die("no memory%s", "");
+  int *cpus = calloc(CPU_SETSIZE, sizeof *cpus), n = 0;
+  if (!cpus) die("no memory%s", "");
+  ch_opts.cpus = cpus;
   if (!strcmp(arg, "auto")) {
     for (int c = 0; c < CPU_SETSIZE; c++)
-      if (CPU_ISSET(c, &allowed)) worker_cpus[nworker_cpus++] = c;
+      if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+    ch_opts.ncpus = n;
     return;
   }
   const char *p = arg;
@@ -222,25 +217,11 @@ static void parse_affinity(const char *arg)
         snprintf(msg, sizeof msg, "--cpu-affinity: CPU %d is not in the set this process may use (%s)", c, set);
         die("%s", msg);
       }
-      if (nworker_cpus < CPU_SETSIZE) worker_cpus[nworker_cpus++] = c;
+      if (n < CPU_SETSIZE) cpus[n++] = c;
     }
   }
-  if (nworker_cpus == 0) die("bad CPU list '%s'", arg);
-}
-
-/* Pins the calling worker thread to its CPU, if --cpu-affinity asked. */
-static void pin_worker(int id)
-{
-  if (!worker_cpus) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(worker_cpus[id % nworker_cpus], &set);
-  int r = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-  if (r != 0) {
-    fprintf(stderr, "cohost: cannot pin worker %d to CPU %d: %s\n", id,
-            worker_cpus[id % nworker_cpus], strerror(r));
-    exit(2);
-  }
+  if (n == 0) die("bad CPU list '%s'", arg);
+  ch_opts.ncpus = n;
 }
 
 static unsigned parse_uint(const char *v, const char *opt, unsigned max)
@@ -297,8 +278,8 @@ static int parse_args(int argc, char **argv, int *check)
       shdicts[nshdicts++].size = parse_size(colon + 1);
     } else if (is(a, "--stack-mode")) {
       const char *m = value(argc, argv, &i, "--stack-mode");
-      if (!strcmp(m, "copy")) stack_mode = CH_STACK_COPY;
-      else if (!strcmp(m, "separate")) stack_mode = CH_STACK_SEPARATE;
+      if (!strcmp(m, "copy")) ch_opts.stack_mode = CH_STACK_COPY;
+      else if (!strcmp(m, "separate")) ch_opts.stack_mode = CH_STACK_SEPARATE;
       else die("--stack-mode: expected copy or separate, not %s", m);
     } else if (is(a, "--stack-size")) {
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
@@ -312,10 +293,10 @@ static int parse_args(int argc, char **argv, int *check)
     } else if (is(a, "--cpu-affinity")) {
       affinity_arg = value(argc, argv, &i, "--cpu-affinity");
     } else if (is(a, "--fair-switches")) {
-      fair_switches = parse_uint(value(argc, argv, &i, "--fair-switches"), "--fair-switches", 1000000);
-      if (fair_switches == 0) die("bad value for %s", "--fair-switches");
+      ch_opts.fair_switches = parse_uint(value(argc, argv, &i, "--fair-switches"), "--fair-switches", 1000000);
+      if (ch_opts.fair_switches == 0) die("bad value for %s", "--fair-switches");
     } else if (is(a, "--fair-usec")) {
-      fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
+      ch_opts.fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
     } else if (is(a, "--status-addr")) {
       status_addr = value(argc, argv, &i, "--status-addr");
     } else if (is(a, "--lua-memory-limit")) {
@@ -468,44 +449,7 @@ static void main_task(void *p)
   ch_task_release(t);
 }
 
-static void *worker_main(void *p)
-{
-  struct ch_worker *w = p;
-  ch_worker_self = w;
-  pin_worker(w->id);
-  struct ch_sched *s = ch_sched_self();
-  if (!s) { fprintf(stderr, "cohost: cannot create a scheduler\n"); exit(1); }
-  if (ch_sched_set_fairness(fair_switches, fair_usec) < 0) die("bad fairness settings%s", "");
-  pthread_mutex_lock(&workers_lock);
-  w->sched = s;
-  pthread_mutex_unlock(&workers_lock);
-  if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
-    die("bad stack size%s", "");
-  if (stack_mode >= 0 && ch_sched_set_stack_mode(stack_mode) < 0)
-    die("--stack-mode copy is not available in this build (ASan)%s", "");
-  w->L = new_state();
-  if (!w->L) die("cannot create a Lua state%s", "");
-  ch_stats_worker_start(w);
-  ch_stats_procs_worker_start(w);
-  ch_watchdog_worker_start(w);
-  if (ch_spawn(main_task, w) < 0) die("cannot spawn the main task%s", "");
-  int r = ch_run();
-  ch_watchdog_worker_stop(w);
-  ch_stats_procs_worker_stop(w);
-  ch_stats_worker_stop(w);
-  if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
-  pthread_mutex_lock(&workers_lock);
-  w->sched = NULL;   /* freed when this thread ends */
-  pthread_mutex_unlock(&workers_lock);
-  return NULL;
-}
-
 /* -- Signals -------------------------------------------------------------- */
-
-static void post_shutdown(void *p)
-{
-  ch_worker_shutdown(p);
-}
 
 /* SIGINT and SIGTERM are caught by a handler that only writes the signal
 ** number to a pipe (raw system calls: the hooked write must not run in a
@@ -568,10 +512,7 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
-    pthread_mutex_lock(&workers_lock);
-    for (int i = 0; i < ch_opts.threads; i++)
-      if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
-    pthread_mutex_unlock(&workers_lock);
+    ch_workers_shutdown();
   }
   return NULL;
 }
@@ -642,11 +583,6 @@ int main(int argc, char **argv)
 
   catch_signals();
 
-  /* Worker ids run on across processes: process p's thread j is
-  ** p * threads + j, so ids (and --cpu-affinity's CPUs) are distinct. */
-  workers = calloc((size_t)ch_opts.threads, sizeof *workers);
-  if (!workers) die("no memory%s", "");
-  for (int i = 0; i < ch_opts.threads; i++) workers[i].id = ch_opts.process * ch_opts.threads + i;
   pthread_t sig_thread;
   if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) die("cannot start the signal thread%s", "");
   pthread_detach(sig_thread);
@@ -654,13 +590,7 @@ int main(int argc, char **argv)
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);
 
-  /* Worker 0 runs on the main thread; the others on their own. */
-  pthread_t *threads = calloc((size_t)ch_opts.threads, sizeof *threads);
-  for (int i = 1; i < ch_opts.threads; i++)
-    if (pthread_create(&threads[i], NULL, worker_main, &workers[i]) != 0)
-      die("cannot start worker threads%s", "");
-  worker_main(&workers[0]);
-  for (int i = 1; i < ch_opts.threads; i++) pthread_join(threads[i], NULL);
+  ch_workers_run(new_state, main_task);
   fflush(NULL);
   /* No lua_close: other threads' states and parked coroutines may still
   ** reference memory; the kernel reclaims it all at once. */

@@ -1,13 +1,20 @@
 /*
-** A worker's shutdown, in one place and in order: first the listeners
-** (what the kernel already queued is still served), then the idle HTTP
-** connections (given a moment for one more request), then the keepalive
-** pools, then the daemon tasks; the rest have --shutdown-timeout to end.
-** Each module only closes its own things when asked: none calls up into
-** another's shutdown.
+** A worker's life: its thread, its CPU, its scheduler and lua_State, the
+** per-worker parts of the statistics and the watchdog, started before the
+** first coroutine and stopped after the scheduler returns. And its
+** shutdown, in one place and in order: first the listeners (what the
+** kernel already queued is still served), then the idle HTTP connections
+** (given a moment for one more request), then the keepalive pools, then
+** the daemon tasks; the rest have --shutdown-timeout to end. Each module
+** only closes its own things when asked: none calls up into another's
+** shutdown.
 */
+#include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -16,8 +23,109 @@
 #include "http/conn.h"
 #include "net/keepalive.h"
 #include "net/listener.h"
+#include "proc/stats.h"
+#include "proc/stats_procs.h"
+#include "proc/watchdog.h"
 
 __thread struct ch_worker *ch_worker_self;
+
+static struct ch_worker *workers;   /* this process's ch_opts.threads */
+/* Guards workers[i].sched: a worker whose ch_run returned lets its thread
+** end, which frees its scheduler; ch_workers_shutdown must not post to it. */
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct lua_State *(*new_state)(void);
+static void (*start)(void *);
+
+static void fatal(const char *what, int id)
+{
+  fprintf(stderr, "cohost: worker %d: %s\n", id, what);
+  exit(2);
+}
+
+/* Pins the calling worker thread to its CPU, if --cpu-affinity asked. */
+static void pin(int id)
+{
+  if (!ch_opts.cpus) return;
+  int cpu = ch_opts.cpus[id % ch_opts.ncpus];
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int r = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  if (r != 0) {
+    fprintf(stderr, "cohost: cannot pin worker %d to CPU %d: %s\n", id, cpu, strerror(r));
+    exit(2);
+  }
+}
+
+static void *worker_main(void *p)
+{
+  struct ch_worker *w = p;
+  ch_worker_self = w;
+  pin(w->id);
+  struct ch_sched *s = ch_sched_self();
+  if (!s) fatal("cannot create a scheduler", w->id);
+  if (ch_sched_set_fairness(ch_opts.fair_switches, ch_opts.fair_usec) < 0)
+    fatal("bad fairness settings", w->id);
+  pthread_mutex_lock(&workers_lock);
+  w->sched = s;
+  pthread_mutex_unlock(&workers_lock);
+  if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
+    fatal("bad stack size", w->id);
+  if (ch_opts.stack_mode >= 0 && ch_sched_set_stack_mode(ch_opts.stack_mode) < 0)
+    fatal("--stack-mode copy is not available in this build (ASan)", w->id);
+  w->L = new_state();
+  if (!w->L) fatal("cannot create a Lua state", w->id);
+  ch_stats_worker_start(w);
+  ch_stats_procs_worker_start(w);
+  ch_watchdog_worker_start(w);
+  if (ch_spawn(start, w) < 0) fatal("cannot spawn the main task", w->id);
+  int r = ch_run();
+  ch_watchdog_worker_stop(w);
+  ch_stats_procs_worker_stop(w);
+  ch_stats_worker_stop(w);
+  if (r < 0) ch_log(CH_LOG_ERR, "scheduler: %s", strerror(-r));
+  pthread_mutex_lock(&workers_lock);
+  w->sched = NULL;   /* freed when this thread ends */
+  pthread_mutex_unlock(&workers_lock);
+  return NULL;
+}
+
+void ch_workers_run(struct lua_State *(*make_state)(void), void (*first)(void *))
+{
+  new_state = make_state;
+  start = first;
+  int n = ch_opts.threads;
+  /* Worker ids run on across processes: process p's thread j is
+  ** p * threads + j, so ids (and --cpu-affinity's CPUs) are distinct. */
+  struct ch_worker *all = calloc((size_t)n, sizeof *all);
+  pthread_t *threads = calloc((size_t)n, sizeof *threads);
+  if (!all || !threads) fatal("no memory", 0);
+  for (int i = 0; i < n; i++) all[i].id = ch_opts.process * n + i;
+  pthread_mutex_lock(&workers_lock);
+  workers = all;
+  pthread_mutex_unlock(&workers_lock);
+  for (int i = 1; i < n; i++)
+    if (pthread_create(&threads[i], NULL, worker_main, &all[i]) != 0)
+      fatal("cannot start its thread", all[i].id);
+  worker_main(&all[0]);
+  for (int i = 1; i < n; i++) pthread_join(threads[i], NULL);
+  free(threads);
+  /* The workers themselves stay: their states and parked coroutines may
+  ** still be referenced until the process ends. */
+}
+
+static void post_shutdown(void *p)
+{
+  ch_worker_shutdown(p);
+}
+
+void ch_workers_shutdown(void)
+{
+  pthread_mutex_lock(&workers_lock);
+  for (int i = 0; workers && i < ch_opts.threads; i++)
+    if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
+  pthread_mutex_unlock(&workers_lock);
+}
 
 int ch_worker_count(void)
 {

@@ -48,10 +48,29 @@ struct ch_options {
   int max_connections;          /* per worker; 0 = unlimited */
   int shutdown_timeout_ms;      /* grace period on SIGTERM/SIGINT */
   int log_level;                /* CH_LOG_* */
+  unsigned fair_switches;       /* ch_sched_set_fairness's policy */
+  unsigned fair_usec;
+  int stack_mode;               /* --stack-mode; -1: CH_STACK_MODE or separate */
+  const int *cpus;              /* --cpu-affinity: worker i runs on
+                                ** cpus[i % ncpus]; NULL: not pinned */
+  int ncpus;
 };
 
 extern struct ch_options ch_opts;
 extern __thread struct ch_worker *ch_worker_self;
+
+/* Runs this process's ch_opts.threads workers, worker 0 on the calling
+** thread, the others on threads of their own, and returns once all have
+** ended. Each pins itself (--cpu-affinity), makes its scheduler with the
+** options' policy and its lua_State with new_state, starts the statistics
+** and the watchdog, and spawns start(worker) as its first coroutine: the
+** script's main chunk. A setting the runtime refuses ends the process
+** with status 2. */
+void ch_workers_run(struct lua_State *(*new_state)(void), void (*start)(void *));
+
+/* Asks each of this process's running workers, through its scheduler, to
+** shut down (ch_worker_shutdown). Any thread; the signal thread's. */
+void ch_workers_shutdown(void);
 
 /* Starts an orderly shutdown of the calling worker: listeners close, daemon
 ** tasks are cancelled, the rest have the shutdown timeout to finish. */
