@@ -41,7 +41,7 @@ echo "deps.sh: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 # Refresh the package lists once if they are missing or older than a day.
 if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
-  $SUDO apt-get update -qq >&2
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
 fi
 # Services installed here (redis, nginx, tarantool) must not start on their
 # default ports: tests and benchmarks start their own on free loopback ports.
@@ -51,4 +51,4 @@ if [ ! -e "$policy" ]; then
   $SUDO chmod +x "$policy"
   trap '$SUDO rm -f "$policy"' EXIT
 fi
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+$SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2
