@@ -260,8 +260,7 @@ end)
 -- -- URLs -------------------------------------------------------------------------
 
 describe("URLs", function()
-  it("refuses https for now, other schemes and malformed URLs", function()
-    assert.same({ nil, "https not supported yet" }, { client.request("https://127.0.0.1/") })
+  it("refuses other schemes and malformed URLs", function()
     assert.same({ nil, "unsupported scheme: ftp" }, { client.request("ftp://127.0.0.1/") })
     for _, u in ipairs { "127.0.0.1/", "http://", "http://h:99999/", "http://h:x/", "http://a b/" } do
       local res, err = client.request(u)
@@ -929,5 +928,128 @@ describe("against cohost.http's server", function()
     res = assert(http.request(url(port, "/old"), { follow_redirects = true }))
     assert.equal("at /new", res.body)
     assert.equal(2, res.reused)
+  end)
+end)
+
+-- -- https ------------------------------------------------------------------------
+
+describe("https", function()
+  local http = require "cohost.http"
+  local dir, ca, cert, key, self_cert, self_key
+
+  setup(function()
+    -- Not h.tmpdir(): that one goes after each test, these outlive them.
+    dir = os.tmpname()
+    os.remove(dir)
+    h.must("mkdir " .. dir)
+    ca = h.tls_ca(dir, "cohost-client-test-ca")
+    cert, key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+    self_cert, self_key = dir .. "/self.pem", dir .. "/self.key"
+    h.must(("openssl req -x509 %s -keyout %s -out %s -days 2 -subj /CN=localhost "
+          .. "-addext subjectAltName=DNS:localhost"):format(h.TLS_NEWKEY, self_key, self_cert))
+  end)
+
+  teardown(function()
+    if dir then os.execute("rm -rf " .. h.shell_quote(dir)) end
+  end)
+
+  -- A TLS cohost.http server on 127.0.0.1 port 0 with the CA-signed
+  -- certificate (or the pair given); its port.
+  local function serve(handler, c, k)
+    return h.http_serve(handler, { ssl_cert = c or cert, ssl_key = k or key })
+  end
+
+  local function echo(req, res)
+    res:header("X-Peer-Port", tostring(req.peer and req.peer.port or ""))
+    res:send(req.method .. " " .. req.path .. " " .. (req:body() or ""))
+  end
+
+  it("verifies the server against ca_file and keeps the TLS connection alive", function()
+    local port = serve(echo)
+    local c = http.client({ ca_file = ca, timeout = 5000 })
+    local base = ("https://localhost:%d"):format(port)
+    local r1 = assert(c:get(base .. "/a"))
+    local r2 = assert(c:post(base .. "/b", "body"))
+    assert.same({ 200, "GET /a ", 0 }, { r1.status, r1.body, r1.reused })
+    assert.same({ 200, "POST /b body", 1 }, { r2.status, r2.body, r2.reused })
+  end)
+
+  it("verifies an IP literal against the certificate's IP address", function()
+    local port = serve(echo)
+    local res = assert(http.request(("https://127.0.0.1:%d/ip"):format(port), { ca_file = ca }))
+    assert.equal("GET /ip ", res.body)
+  end)
+
+  it("refuses an untrusted certificate unless verify is false", function()
+    local port = serve(echo, self_cert, self_key)
+    local u = ("https://localhost:%d/"):format(port)
+    local res, err = http.request(u, { ca_file = ca })
+    assert.is_nil(res)
+    assert.matches("^%d+: ", err)   -- OpenSSL's verify code and text, as OpenResty
+    -- The system store does not know the throwaway CA either.
+    res, err = http.request(("https://localhost:%d/"):format(serve(echo)))
+    assert.is_nil(res)
+    assert.equal("20: unable to get local issuer certificate", err)
+    res = assert(http.request(u, { verify = false }))
+    assert.equal("GET / ", res.body)
+  end)
+
+  it("checks the name it was asked for, and server_name overrides it", function()
+    local port = serve(function(req, res) res:send(req.headers.host) end)
+    -- The certificate names localhost and 127.0.0.1, not other.example.
+    local res, err = http.request(("https://127.0.0.1:%d/"):format(port),
+                                  { ca_file = ca, server_name = "other.example" })
+    assert.is_nil(res)
+    assert.equal("certificate host mismatch", err)
+    res = assert(http.request(("https://127.0.0.1:%d/"):format(port),
+                              { ca_file = ca, server_name = "localhost" }))
+    assert.equal("127.0.0.1:" .. port, res.body)   -- Host stays the URL's
+  end)
+
+  it("does not hand a connection verified for one setting to another", function()
+    local port = serve(echo, self_cert, self_key)
+    local u = ("https://localhost:%d/"):format(port)
+    assert(http.request(u, { verify = false }))
+    local res, err = http.request(u, { ca_file = ca })
+    assert.is_nil(res, "a pooled unverified connection was reused for a verifying request")
+    assert.matches("^%d+: ", err)
+  end)
+
+  it("resumes its TLS session on a new connection (openssl s_server)", function()
+    local port = h.free_port()
+    local pidf = h.tmpfile()
+    os.execute(("(timeout 30 openssl s_server -accept 127.0.0.1:%d -cert %s -key %s -www "
+                .. ">/dev/null 2>&1 </dev/null & echo $! >%s)"):format(port, cert, key, pidf))
+    local pid = tonumber(h.slurp(pidf))
+    defer(function() os.execute("kill " .. pid .. " 2>/dev/null") end)
+    h.wait_port(port)
+    local u = ("https://localhost:%d/"):format(port)
+    -- s_server -www answers HTTP/1.0 and closes: each request is a new
+    -- connection, and its status page says whether the session was new.
+    local first = assert(http.request(u, { ca_file = ca }))
+    assert.equal(200, first.status)
+    assert.matches("\nNew, TLSv1%.3", first.body)
+    local second = assert(http.request(u, { ca_file = ca }))
+    assert.matches("\nReused, TLSv1%.3", second.body)
+  end)
+
+  it("follows a redirect from http to https, dropping credentials", function()
+    local tls_port = serve(function(req, res) res:send("auth=" .. tostring(req.headers.authorization)) end)
+    local port = h.http_serve(function(_, res)
+      res:redirect(("https://localhost:%d/there"):format(tls_port))
+    end)
+    local res = assert(http.request(("http://127.0.0.1:%d/"):format(port), {
+      follow_redirects = true, ca_file = ca, headers = { Authorization = "Bearer x" },
+    }))
+    assert.same({ 200, "auth=nil" }, { res.status, res.body })
+  end)
+
+  it("gives a plain-text peer's failure as a handshake error and keeps working", function()
+    local port = h.http_serve(function(_, res) res:send("plain") end)
+    local res, err = http.request(("https://127.0.0.1:%d/"):format(port), { ca_file = ca, timeout = 3000 })
+    assert.is_nil(res)
+    assert.equal("handshake failed", err)
+    res = assert(http.request(("http://127.0.0.1:%d/"):format(port)))
+    assert.equal("plain", res.body)
   end)
 end)

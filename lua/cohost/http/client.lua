@@ -1,6 +1,7 @@
 -- cohost.http.client: an HTTP/1.1 client in pure Lua over cosockets, with
--- keep-alive pools, timeouts, chunked bodies both ways, opt-in redirects
--- and streamed response bodies. cohost.http exposes it as http.request and
+-- keep-alive pools, timeouts, chunked bodies both ways, opt-in redirects,
+-- streamed response bodies and https (the cosockets' sslhandshake:
+-- verification on by default, sessions resumed). cohost.http exposes it as http.request and
 -- http.client; docs/http-client.md is the user's reference.
 --
 -- Every function that sends or receives yields (parks the calling
@@ -28,6 +29,8 @@ local MAX_INTERIM = 32          -- 1xx responses skipped before giving up
 local READ_ALL = 1048576        -- receiveany size while reading a whole body
 local CHUNK = 65536             -- default piece size of res:chunks()
 local USER_AGENT = "cohost/" .. cohost.version
+local DEFAULT_PORT = { http = 80, https = 443 }
+local MAX_SESSIONS = 256        -- TLS sessions kept per worker for resumption
 
 -- Methods a retry may repeat (RFC 9110 9.2.2).
 local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true, TRACE = true }
@@ -76,22 +79,21 @@ end
 
 -- -- URLs ---------------------------------------------------------------------
 
--- "http://user:pw@host:port/path?query#frag" -> { host, port, ipv6, path,
--- query (nil when absent), user, password } or nil, err. The fragment is
--- dropped: it never goes on the wire.
+-- "http[s]://user:pw@host:port/path?query#frag" -> { scheme, host, port,
+-- ipv6, path, query (nil when absent), user, password } or nil, err. The
+-- fragment is dropped: it never goes on the wire.
 local function parse_url(url)
   if type(url) ~= "string" then return nil, "bad url" end
   local scheme, rest = match(url, "^(%a[%w+.-]*)://(.*)$")
   if not scheme then return nil, "bad url" end
   scheme = lower(scheme)
-  if scheme == "https" then return nil, "https not supported yet" end
-  if scheme ~= "http" then return nil, "unsupported scheme: " .. scheme end
+  if not DEFAULT_PORT[scheme] then return nil, "unsupported scheme: " .. scheme end
   rest = match(rest, "^[^#]*")
   local authority, target = match(rest, "^([^/?]*)(.*)$")
   -- The last "@" ends the userinfo: passwords with a raw "@" happen.
   local userinfo, hostport = match(authority, "^(.*)@(.*)$")
   if not userinfo then hostport = authority end
-  local u = {}
+  local u = { scheme = scheme }
   local port
   if sub(hostport, 1, 1) == "[" then
     u.host, port = match(hostport, "^%[([%x:.]+)%](.*)$")
@@ -101,7 +103,7 @@ local function parse_url(url)
   end
   if not u.host then return nil, "bad url" end
   if port == "" or port == ":" then
-    u.port = 80
+    u.port = DEFAULT_PORT[scheme]
   else
     port = match(port, "^:(%d%d?%d?%d?%d?)$")
     u.port = tonumber(port)
@@ -117,10 +119,11 @@ local function parse_url(url)
   return u
 end
 
--- The Host header of u: brackets around IPv6, the port unless 80.
+-- The Host header of u: brackets around IPv6, the port unless it is the
+-- scheme's default.
 local function authority(u)
   local host = u.ipv6 and "[" .. u.host .. "]" or u.host
-  return u.port == 80 and host or host .. ":" .. u.port
+  return u.port == DEFAULT_PORT[u.scheme] and host or host .. ":" .. u.port
 end
 
 -- Removes "." and ".." segments (RFC 3986 5.2.4) from an absolute path.
@@ -140,8 +143,8 @@ end
 local function resolve(u, loc)
   loc = match(loc, "^[^#]*")
   if match(loc, "^%a[%w+.-]*:") then return loc end
-  if sub(loc, 1, 2) == "//" then return "http:" .. loc end
-  local origin = "http://" .. authority(u)
+  if sub(loc, 1, 2) == "//" then return u.scheme .. ":" .. loc end
+  local origin = u.scheme .. "://" .. authority(u)
   if sub(loc, 1, 1) == "/" then return origin .. loc end
   if sub(loc, 1, 1) == "?" then return origin .. u.path .. loc end
   if loc == "" then return origin .. u.path .. (u.query and "?" .. u.query or "") end
@@ -523,16 +526,49 @@ local function send_body(sock, p)
   return true
 end
 
--- Yields. A connected socket for p, or nil, err. fresh skips pooled
--- connections: each one taken from the pool is closed (they are probably
--- as stale as the one that failed).
+-- TLS sessions for resumption, by pool name: the latest one a handshake
+-- with that peer gave (a TLS 1.3 ticket fills it in after the handshake).
+-- Per worker, as each worker has its own Lua state. When MAX_SESSIONS
+-- peers are held the table starts afresh: what that costs is one full
+-- handshake per peer, nothing else.
+local sessions, nsessions = {}, 0
+
+-- Yields. The TLS handshake on a new connection, within the connect
+-- timeout, resuming the peer's last session when there is one. true, or
+-- nil, err (sslhandshake's: "handshake failed", "20: unable to get local
+-- issuer certificate", "certificate host mismatch", "timeout"), the
+-- connection then closed.
+local function handshake(sock, p)
+  local key = p.pool.pool
+  local sess, err = sock:sslhandshake(sessions[key], p.server_name, p.verify, nil, p.tls)
+  if not sess then return nil, err end
+  if sessions[key] == nil then
+    if nsessions >= MAX_SESSIONS then sessions, nsessions = {}, 0 end
+    nsessions = nsessions + 1
+  end
+  sessions[key] = sess
+  return true
+end
+
+-- Yields. A connected socket for p (handshaked, for https), or nil, err.
+-- fresh skips pooled connections: each one taken from the pool is closed
+-- (they are probably as stale as the one that failed). A pooled https
+-- connection keeps its TLS state and is never handshaked again.
 local function dial(p, fresh)
   while true do
     local sock = cohost.tcp()
     sock:settimeouts(p.connect_timeout or 0, p.send_timeout or 0, p.read_timeout or 0)
     local ok, err = sock:connect(p.host, p.port, p.pool)
     if not ok then return nil, err end
-    if not fresh or sock:getreusedtimes() == 0 then return sock end
+    local reused = sock:getreusedtimes() > 0
+    if not reused then
+      if p.tls then
+        ok, err = handshake(sock, p)
+        if not ok then return nil, err end
+      end
+      return sock
+    end
+    if not fresh then return sock end
     sock:close()
   end
 end
@@ -656,7 +692,18 @@ local function prepare(u, method, headers, body, opts)
   end
   parts[#parts + 1] = "\r\n"
   local t = opts.timeout
+  -- A pooled https connection was verified (or not) for one name, CA and
+  -- client certificate: they are part of its pool's name.
+  local pool = "http:" .. u.host .. ":" .. u.port
+  local tls, server_name, verify
+  if u.scheme == "https" then
+    server_name, verify = opts.server_name or u.host, opts.verify ~= false
+    tls = { ca_file = opts.ca_file, cert = opts.client_cert, key = opts.client_key }
+    pool = concat({ "https", u.host, u.port, server_name, verify and "verify" or "noverify",
+                    tls.ca_file or "", tls.cert or "" }, ":")
+  end
   return {
+    tls = tls, server_name = server_name, verify = verify,
     host = u.host, port = u.port, method = method, head = concat(parts), body = body,
     length = length, keepalive = keepalive, stream = opts.stream,
     max_body_size = opts.max_body_size,
@@ -664,7 +711,7 @@ local function prepare(u, method, headers, body, opts)
     read_timeout = opts.read_timeout or t,
     keepalive_timeout = opts.keepalive_timeout or KEEPALIVE_MS,
     keepalive_pool = opts.keepalive_pool or POOL_SIZE,
-    pool = { pool = "http:" .. u.host .. ":" .. u.port, pool_size = opts.keepalive_pool or POOL_SIZE },
+    pool = { pool = pool, pool_size = opts.keepalive_pool or POOL_SIZE },
   }
 end
 
@@ -736,7 +783,7 @@ function M.request(url, opts)
     local nu
     nu, err = parse_url(url)
     if not nu then return nil, err end
-    if lower(nu.host) ~= lower(u.host) or nu.port ~= u.port then
+    if lower(nu.host) ~= lower(u.host) or nu.port ~= u.port or nu.scheme ~= u.scheme then
       headers = without(headers, CREDENTIALS)
     end
     u = nu
