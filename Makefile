@@ -169,6 +169,9 @@ $(B)/bench/%: scripts/bench/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDLIBS) -lm
 
+# The io_uring echo (the ceiling of a completion backend) needs liburing.
+$(B)/bench/echo_uring: LDLIBS += -luring
+
 $(B)/bench/%: scripts/bench/%.cpp
 	@mkdir -p $(@D)
 	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context

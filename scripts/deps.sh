@@ -14,7 +14,7 @@ test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-bu
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
       wrk slowhttptest gnuplot-nox)
-bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
+bench=(g++ libboost-context-dev liburing-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 
 case "$what" in

@@ -50,7 +50,7 @@
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default "lua ch epoll
-#                        nginx tarantool"; also lua_copy, ch_copy)
+#                        uring nginx tarantool"; also lua_copy, ch_copy)
 #   BENCH_IDLE_CONNS     idle connections per server (default 15000 for
 #                        idle, 10000 for idle_http)
 #   BENCH_IDLE_PEERS     idle servers, in table order (default "lua lua_copy
@@ -102,10 +102,10 @@ QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio"}
 COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
-ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua ch epoll nginx tarantool})  # table order
+ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua ch epoll uring nginx tarantool})  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
-ECHO_VS="epoll ch nginx tarantool"
+ECHO_VS="epoll uring ch nginx tarantool"
 # shellcheck disable=SC2086
 IDLE_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_IDLE_PEERS:-lua lua_copy ch ch_copy nginx tarantool})  # table order
 IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}

@@ -16,6 +16,13 @@ echo_start_epoll() {
   start_server echo_epoll "$B/echo_epoll" "$1"
 }
 
+# The io_uring ceiling (issue 15): multishot recv into provided buffers,
+# one io_uring_enter per loop turn; what a completion backend could reach.
+echo_start_uring() {
+  PEER_LABEL="plain io_uring (echo_uring)"
+  start_server echo_uring "$B/echo_uring" "$1"
+}
+
 # STATUS_ADDR (section idle): cohost's --status-addr, for the breakdown.
 STATUS_ADDR=""
 echo_start_lua() {
