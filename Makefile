@@ -14,6 +14,12 @@ SAN     ?=
 # Stack mode of every scheduler the tests start (docs/stacks.md): copy or
 # separate (the default); exported to them as CH_STACK_MODE.
 STACK_MODE ?=
+# I/O backend of every scheduler the tests start (docs/runtime.md): uring
+# or epoll (the default); exported to them as CH_IO_BACKEND.
+IO_BACKEND ?=
+# Build the io_uring backend (runtime/ring.c) with Debian's liburing: 1 or
+# 0. Without it every ring request says ENOSYS and schedulers stay on epoll.
+IO_URING ?= 1
 # == END OF USER SETTINGS ==================================================
 
 B := build
@@ -44,6 +50,13 @@ endif
 ifneq ($(strip $(STACK_MODE)),)
 export CH_STACK_MODE := $(STACK_MODE)
 endif
+ifneq ($(strip $(IO_BACKEND)),)
+export CH_IO_BACKEND := $(IO_BACKEND)
+endif
+ifeq ($(IO_URING),1)
+CFLAGS += -DCH_RING_LIBURING
+LDLIBS += -luring
+endif
 
 ifeq ($(ARCH),x86_64)
 ASM_SRC := asm/switch_x86_64_sysv.S
@@ -57,7 +70,7 @@ endif
 # program because sched.c references ch_hook_init.
 RUNTIME_SRC := runtime/panic.c runtime/libc.c runtime/stack.c runtime/fault.c \
                runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
-               runtime/poll.c runtime/io.c runtime/pool.c runtime/hook.c
+               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a
 
@@ -169,8 +182,9 @@ $(B)/bench/%: scripts/bench/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(LDLIBS) -lm
 
-# The io_uring echo (the ceiling of a completion backend) needs liburing.
-$(B)/bench/echo_uring: LDLIBS += -luring
+# The io_uring echo (the ceiling of a completion backend) needs liburing
+# (in LDLIBS already when the runtime is built with it).
+$(B)/bench/echo_uring: LDLIBS += $(if $(filter 1,$(IO_URING)),,-luring)
 
 $(B)/bench/%: scripts/bench/%.cpp
 	@mkdir -p $(@D)

@@ -231,6 +231,33 @@ int ch_sched_set_stack_mode(int mode);
 ** scheduler cannot be created. */
 int ch_sched_stack_mode(void);
 
+/* I/O backends. EPOLL: every call is made at once and, where it would
+** block, waits for readiness in epoll (edge-triggered, one registration
+** per fd). URING: an io_uring ring beside the epoll instance; reads,
+** writes and accepts of coroutines (SEPARATE mode, fds the user did not
+** make non-blocking) are ring operations on the caller's buffers, posted
+** with no system call and submitted together at the loop's next wait,
+** which also reaps them; the rest (connect, poll and select, watches,
+** COPY mode) waits on epoll as before, the ring watching epoll's fd. The
+** calls keep their meaning: a hooked read is a read, partial transfers,
+** errors and timeouts are the same. docs/runtime.md has the details. */
+enum { CH_IO_EPOLL = 0, CH_IO_URING = 1 };
+
+/* Sets this thread's scheduler's I/O backend (CH_IO_*). A new scheduler
+** takes it from CH_IO_BACKEND ("uring" or "epoll"; unset or empty: epoll;
+** any other value panics). Returns 0, -EINVAL for another backend,
+** -EBUSY to leave URING while ring operations are in flight, or why the
+** kernel refused a ring (the scheduler then stays on EPOLL): -ENOSYS (no
+** io_uring in this build or kernel), -EPERM (kernel.io_uring_disabled,
+** a seccomp filter), -ENOMEM. */
+int ch_sched_set_io_backend(int backend);
+
+/* This thread's scheduler's I/O backend, CH_IO_*, or -errno when the
+** scheduler cannot be created. *why (if not NULL) gets the error of the
+** last ring asked for that the kernel refused (by CH_IO_BACKEND or
+** ch_sched_set_io_backend), 0 if none was. */
+int ch_sched_io_backend(int *why);
+
 /* Bytes of c's stack saved to the heap now: 0 in SEPARATE mode, and for a
 ** coroutine whose frames are on the shared stack (the running one, and
 ** the last one that ran there: saving is lazy, done only when another

@@ -64,6 +64,8 @@ struct ch_fd {
   uint32_t gen;             /* bumped when the fd is closed or reused */
   int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
   int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */
+  uint16_t ring_ops;        /* ring.c: its operations in flight on this fd
+                            ** (in what was padding: the entry stays 64) */
   uint64_t sched_id;        /* scheduler whose epoll holds it */
   struct ch_waiter *readers;  /* coroutines waiting for POLLIN */
   struct ch_waiter *writers;  /* coroutines waiting for POLLOUT */

@@ -46,6 +46,7 @@
 #include "libc.h"
 #include "panic.h"
 #include "poll.h"
+#include "ring.h"
 #include "sched.h"
 
 void ch_hook_init(void)
@@ -136,6 +137,23 @@ static ssize_t io_call(struct ch_io_op *op)
   return -1;
 }
 
+/* The same call as a ring operation (ring.h), for the kinds that have
+** one; io_run gives this to the engine only for those. */
+static void io_form(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  const struct io *io = (const struct io *)op;
+  const struct msghdr *m = io->msg;
+  switch (io->kind) {
+  case OP_READ:   *a = (struct ch_ring_args){ CH_RING_READ, 0, io->buf, NULL, op->want }; break;
+  case OP_RECV:   *a = (struct ch_ring_args){ CH_RING_RECV, io->flags, io->buf, NULL, op->want }; break;
+  case OP_READV:  *a = (struct ch_ring_args){ CH_RING_READV, 0, m->msg_iov, NULL, m->msg_iovlen }; break;
+  case OP_WRITE:  *a = (struct ch_ring_args){ CH_RING_WRITE, 0, io->buf, NULL, op->want }; break;
+  case OP_SEND:   *a = (struct ch_ring_args){ CH_RING_SEND, io->flags, io->buf, NULL, op->want }; break;
+  case OP_WRITEV: *a = (struct ch_ring_args){ CH_RING_WRITEV, 0, m->msg_iov, NULL, m->msg_iovlen }; break;
+  default: ch_panic("hook: no ring form for call kind %d", io->kind);
+  }
+}
+
 /* Moves past n transferred bytes. Returns the bytes still to go. */
 static size_t io_advance(struct io *io, size_t n)
 {
@@ -168,6 +186,13 @@ static ssize_t io_run(struct io *io, int writing, int all)
   struct ch_fd *f = hook_begin(io->op.fd);
   if (!f) return io_call(&io->op);
   io->op.call = io_call;
+  /* recvfrom, recvmsg, sendto and sendmsg keep the readiness path: their
+  ** addresses and control data would need ring forms of their own. A
+  ** writev on a socket would be a sendmsg without MSG_NOSIGNAL's say:
+  ** libc's writev raises SIGPIPE, so it stays on readiness too. */
+  io->op.form = io->kind == OP_READ || io->kind == OP_RECV || io->kind == OP_READV ||
+                io->kind == OP_WRITE || io->kind == OP_SEND ||
+                (io->kind == OP_WRITEV && f->kind != CH_FD_SOCKET) ? io_form : NULL;
   io->op.events = writing ? POLLOUT : POLLIN;
   /* A short read means an empty socket only for a plain stream read. */
   io->op.judge = !writing && !io->msg && !(io->flags & MSG_PEEK);

@@ -29,6 +29,7 @@
 #include "io.h"
 #include "libc.h"
 #include "poll.h"
+#include "ring.h"
 #include "sched.h"
 
 /* -- The fd table's side -------------------------------------------------- */
@@ -267,15 +268,37 @@ static __attribute__((noinline)) ssize_t run_waitfirst(struct ch_io_op *op, int6
   return n < 0 ? -errno : n;
 }
 
+/* Yields. The call as a ring operation (ring.c), when the scheduler has a
+** ring that takes it; -EAGAIN sends it the readiness way. Out of line, as
+** the waits are. A ring read says nothing of what the socket still holds,
+** so the judgement is dropped: the next readiness read is made. */
+static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_io_op *op,
+                                                  struct ch_fd *f, int64_t timeout_ms,
+                                                  uint64_t *deadline_ns)
+{
+  if (!ch_ring_takes(s, op, f)) return -EAGAIN;
+  ssize_t n = ch_ring_run(s, op, timeout_ms, deadline_ns);
+  f = ch_fd_peek(op->fd);
+  if (f && op->events == POLLIN) f->in_drained = 0;
+  return n;
+}
+
 /* The engine, inline into each ch_io_* call so that op->call, a constant
 ** there, becomes a direct call: an attempt unless the socket is known
-** empty, and the waits only when it says EAGAIN. */
+** empty, and the waits only when it says EAGAIN; or, on a ring, the
+** operation posted there (a call that may not wait, timeout 0, is always
+** made at once). */
 static inline __attribute__((always_inline))
 ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
   struct ch_fd *f = prepare(op->fd);
   int input = op->events == POLLIN;
   if (__builtin_expect(f && f->kind == CH_FD_WAITFIRST, 0)) return run_waitfirst(op, timeout_ms);
+  struct ch_sched *s = ch_sched_tls;
+  if (__builtin_expect(s && s->ring && timeout_ms != 0, 0)) {
+    ssize_t n = run_ring(s, op, f, timeout_ms, deadline_ns);
+    if (n != -EAGAIN) return n;
+  }
   if (!(f && input && input_known_empty(f))) {
     ssize_t n = attempt(op, f, input);
     if (n != -EAGAIN) return n;
@@ -312,6 +335,13 @@ static ssize_t call_read(struct ch_io_op *op)
   return ch_libc.read(op->fd, buf, op->want);
 }
 
+static void form_read(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  *a = (struct ch_ring_args){ f && f->kind == CH_FD_SOCKET ? CH_RING_RECV : CH_RING_READ, 0,
+                              ((const struct buf_op *)op)->buf, NULL, op->want };
+}
+
 static ssize_t call_readv(struct ch_io_op *op)
 {
   struct vec_op *v = (struct vec_op *)op;
@@ -328,6 +358,19 @@ static ssize_t call_write(struct ch_io_op *op)
   return ch_libc.write(op->fd, buf, op->want);
 }
 
+static void form_readv(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  const struct vec_op *v = (const struct vec_op *)op;
+  *a = (struct ch_ring_args){ CH_RING_READV, 0, (void *)v->iov, NULL, (size_t)v->iovcnt };
+}
+
+static void form_write(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  *a = (struct ch_ring_args){ f && f->kind == CH_FD_SOCKET ? CH_RING_SEND : CH_RING_WRITE,
+                              MSG_NOSIGNAL, ((const struct buf_op *)op)->buf, NULL, op->want };
+}
+
 static ssize_t call_writev(struct ch_io_op *op)
 {
   struct vec_op *v = (struct vec_op *)op;
@@ -339,6 +382,14 @@ static ssize_t call_writev(struct ch_io_op *op)
   return ch_libc.writev(op->fd, v->iov, v->iovcnt);
 }
 
+/* ring.c makes a writev on a socket a sendmsg with MSG_NOSIGNAL, as
+** call_writev does. */
+static void form_writev(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  const struct vec_op *v = (const struct vec_op *)op;
+  *a = (struct ch_ring_args){ CH_RING_WRITEV, 0, (void *)v->iov, NULL, (size_t)v->iovcnt };
+}
+
 static size_t iov_total(const struct iovec *iov, int n)
 {
   size_t t = 0;
@@ -348,7 +399,7 @@ static size_t iov_total(const struct iovec *iov, int n)
 
 ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
 {
-  struct buf_op b = { { call_read, fd, POLLIN, 1, n }, buf };
+  struct buf_op b = { { call_read, form_read, fd, POLLIN, 1, n }, buf };
   uint64_t deadline = 0;
   return run(&b.op, timeout_ms, &deadline);
 }
@@ -356,14 +407,14 @@ ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
 ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
 {
   if (iovcnt < 0) return -EINVAL;
-  struct vec_op v = { { call_readv, fd, POLLIN, 1, iov_total(iov, iovcnt) }, iov, iovcnt };
+  struct vec_op v = { { call_readv, form_readv, fd, POLLIN, 1, iov_total(iov, iovcnt) }, iov, iovcnt };
   uint64_t deadline = 0;
   return run(&v.op, timeout_ms, &deadline);
 }
 
 ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
 {
-  struct buf_op b = { { call_write, fd, POLLOUT, 0, n }, (void *)buf };
+  struct buf_op b = { { call_write, form_write, fd, POLLOUT, 0, n }, (void *)buf };
   uint64_t deadline = 0;
   return run(&b.op, timeout_ms, &deadline);
 }
@@ -371,7 +422,7 @@ ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
 ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
 {
   if (iovcnt < 0) return -EINVAL;
-  struct vec_op v = { { call_writev, fd, POLLOUT, 0, 0 }, iov, iovcnt };
+  struct vec_op v = { { call_writev, form_writev, fd, POLLOUT, 0, 0 }, iov, iovcnt };
   uint64_t deadline = 0;
   return run(&v.op, timeout_ms, &deadline);
 }
@@ -391,10 +442,16 @@ static ssize_t call_accept(struct ch_io_op *op)
   return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
 }
 
+static void form_accept(const struct ch_io_op *op, struct ch_ring_args *a)
+{
+  const struct accept_op *x = (const struct accept_op *)op;
+  *a = (struct ch_ring_args){ CH_RING_ACCEPT, x->flags, x->addr, x->len, 0 };
+}
+
 int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, int nonblock,
                     int64_t timeout_ms, uint64_t *deadline_ns)
 {
-  struct accept_op a = { { call_accept, fd, POLLIN, 0, 0 }, addr, len,
+  struct accept_op a = { { call_accept, form_accept, fd, POLLIN, 0, 0 }, addr, len,
                          nonblock ? flags | SOCK_NONBLOCK : flags };
   int r = (int)ch_io_run(&a.op, timeout_ms, deadline_ns);
   if (r >= 0) {

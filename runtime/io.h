@@ -15,10 +15,15 @@
 
 #include "fd.h"
 
+struct ch_ring_args;
+
 /* One call the engine makes, and remakes after a wait. */
 struct ch_io_op {
   ssize_t (*call)(struct ch_io_op *op);  /* one attempt: the call's
                                 ** result, -1 with errno set on failure */
+  void (*form)(const struct ch_io_op *op, struct ch_ring_args *a);
+                                /* the same call as a ring operation
+                                ** (ring.h); NULL: readiness only */
   int fd;
   short events;                 /* POLLIN: input (reads, accept);
                                 ** POLLOUT: output (writes) */

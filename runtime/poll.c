@@ -14,6 +14,7 @@
 #include "libc.h"
 #include "panic.h"
 #include "poll.h"
+#include "ring.h"
 #include "sched.h"
 
 #define EV_WAKEUP UINT64_MAX   /* epoll data of the eventfd */
@@ -282,6 +283,7 @@ void ch_unwatch_fd(struct ch_watch *w)
 void ch_poll_close(int fd, struct ch_fd *f)
 {
   struct ch_sched *s = ch_sched_tls;
+  if (f->ring_ops) ch_ring_close(fd, f);
   /* Waiters are unlinked here, not by themselves: the entry is reset below
   ** and the fd number may be reused before they run. */
   struct ch_waiter *lists[2] = { f->readers, f->writers };
@@ -304,11 +306,12 @@ void ch_poll_close(int fd, struct ch_fd *f)
 
 /* -- The loop's poll ------------------------------------------------------ */
 
-int ch_poll_run(struct ch_poll *p, int timeout_ms)
+int ch_poll_run(struct ch_poll *p, int timeout_ms, int *full)
 {
   struct epoll_event evs[MAX_EVENTS];
   int woken = 0;
   int n = epoll_wait(p->epfd, evs, MAX_EVENTS, timeout_ms);
+  if (full) *full = n == MAX_EVENTS;
   if (n < 0) {
     if (errno == EINTR) return 0;
     ch_panic("epoll_wait: %s", strerror(errno));

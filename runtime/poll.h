@@ -3,8 +3,9 @@
 ** scheduler, fd registration, the waiters parked on fds, watches, close
 ** handling and the wakeup other threads use. It counts what epoll reports
 ** per fd (in_events, out_events, hup in struct ch_fd) and never judges
-** readiness itself: io.c does. A second backend (io_uring) would sit
-** beside this file behind the same functions.
+** readiness itself: io.c does. The io_uring backend (ring.c) sits beside
+** it: the ring takes reads, writes and accepts, and watches this epoll
+** instance for everything else.
 **
 ** fds are registered once, edge-triggered, for both directions, and stay
 ** registered until close. That is sound because every waiter waits only
@@ -53,15 +54,18 @@ int ch_poll_wait(int fd, int events, int64_t timeout_ms);
 ** registration failure (nothing parked then). */
 int ch_poll_wait_many(struct ch_waiter *w, int n, int64_t timeout_ms);
 
-/* Called by the close hook before the real close: wakes fd's waiters with
-** POLLNVAL, drops fd from epoll and resets its entry. */
+/* Called by the close hook before the real close: cancels fd's ring
+** operations (ring.c), wakes its waiters with POLLNVAL, drops fd from
+** epoll and resets its entry. */
 void ch_poll_close(int fd, struct ch_fd *f);
 
 /* The loop's poll: waits up to timeout_ms (-1: no limit) for events, counts
 ** them into each fd's entry and wakes its waiters. Returns 1 when another
 ** thread woke the loop with ch_poll_wake (its posts are to be run), else
-** 0. Panics if epoll_wait fails for anything but EINTR. */
-int ch_poll_run(struct ch_poll *p, int timeout_ms);
+** 0; *full (if not NULL) says whether it took as many events as one call
+** takes, so more may be waiting. Panics if epoll_wait fails for anything
+** but EINTR. */
+int ch_poll_run(struct ch_poll *p, int timeout_ms, int *full);
 
 /* Wakes p's loop from any thread (a write to its eventfd). */
 void ch_poll_wake(struct ch_poll *p);

@@ -35,6 +35,7 @@
 #include "libc.h"
 #include "panic.h"
 #include "poll.h"
+#include "ring.h"
 #include "sched.h"
 
 /* ASan builds (make SAN=address sets CH_ASAN): ASan must be told of every
@@ -151,6 +152,7 @@ static void sched_free(void *p)
   struct ch_sched *s = p;
   /* Coroutines still parked at thread exit are abandoned with their
   ** stacks: nothing can resume them. */
+  ch_ring_free(s);
   ch_poll_fini(&s->poll);
   ch_timerq_fini(&s->timers);
   while (s->spare) {
@@ -179,6 +181,19 @@ static int env_stack_mode(void)
            "annotations describe one stack per coroutine (docs/stacks.md)");
 #endif
   return CH_STACK_COPY;
+}
+
+/* The I/O backend a new scheduler asks for: CH_IO_BACKEND, so that a whole
+** test suite or host runs on io_uring without a code change (make test
+** IO_BACKEND=uring). A value that means nothing panics, as
+** CH_STACK_MODE's; a ring the kernel refuses leaves the scheduler on
+** epoll, with the reason in ring_err (the host says it once). */
+static int env_io_backend(void)
+{
+  const char *v = getenv("CH_IO_BACKEND");
+  if (!v || !*v || strcmp(v, "epoll") == 0) return CH_IO_EPOLL;
+  if (strcmp(v, "uring") != 0) ch_panic("CH_IO_BACKEND=%s: expected uring or epoll", v);
+  return CH_IO_URING;
 }
 
 static void make_key(void)
@@ -211,6 +226,7 @@ struct ch_sched *ch_sched_get(int *err)
   set_fair_ticks(s);
   pthread_setspecific(sched_key, s);
   ch_sched_tls = s;
+  if (env_io_backend() == CH_IO_URING) s->ring_err = ch_ring_new(s);
   return s;
 }
 
@@ -629,6 +645,30 @@ int ch_sched_stack_mode(void)
   return s->copy_mode ? CH_STACK_COPY : CH_STACK_SEPARATE;
 }
 
+int ch_sched_set_io_backend(int backend)
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  if (backend != CH_IO_EPOLL && backend != CH_IO_URING) return -EINVAL;
+  if (ch_ring_check(s) == (backend == CH_IO_URING)) return 0;
+  if (backend == CH_IO_URING) return s->ring_err = ch_ring_new(s);
+  /* Parked operations hold the ring until they complete. */
+  if (ch_ring_inflight(s)) return -EBUSY;
+  ch_ring_free(s);
+  s->ring_err = 0;
+  return 0;
+}
+
+int ch_sched_io_backend(int *why)
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  if (why) *why = s->ring_err;
+  return ch_ring_check(s) ? CH_IO_URING : CH_IO_EPOLL;
+}
+
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }
 void ch_set_resume_hook(void (*hook)(struct ch_coro *c)) { resume_hook = hook; }
 
@@ -760,7 +800,8 @@ int ch_run(void)
       pthread_mutex_unlock(&s->post_lock);
       if (!posts) break;
     }
-    if (ch_poll_run(&s->poll, loop_timeout(s))) run_posts(s);
+    int t = loop_timeout(s);
+    if (s->ring ? ch_ring_poll(s, t) : ch_poll_run(&s->poll, t, NULL)) run_posts(s);
   }
   s->running = 0;
   return 0;

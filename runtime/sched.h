@@ -34,6 +34,7 @@
 #define CH_PRIO_CLASSES 3
 
 struct ch_post;
+struct ch_ring;
 
 /* A FIFO of NEW and READY coroutines of one class. */
 struct ch_readyq {
@@ -69,6 +70,10 @@ struct ch_sched {
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
   struct ch_poll poll;          /* the readiness backend (poll.c) */
+  struct ch_ring *ring;         /* the io_uring backend (ring.c); NULL:
+                                ** epoll alone */
+  int ring_err;                 /* why the last ring asked for is not
+                                ** there (-errno), 0 if none failed */
   uint32_t batch;               /* direct switches in the current batch */
   uint32_t fair_switches;       /* batch limit, switches (>= 1) */
   uint32_t fair_usec;           /* batch limit, microseconds; 0: none */

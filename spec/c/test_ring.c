@@ -1,0 +1,418 @@
+/*
+** Tests of runtime/ring.c, the io_uring backend: that reads, writes and
+** accepts of coroutines go through the ring (an operation in flight, no
+** epoll registration), that they mean what the calls mean (bytes, EOF,
+** partial writes, EPIPE without SIGPIPE, MSG_PEEK), that a timeout, a
+** cancel or a close ends a parked operation without losing a byte, and
+** that a kernel refusing io_uring (a seccomp filter here) or a fork leaves
+** the scheduler on epoll, working. Where this kernel (or qemu-user) has no
+** io_uring at all, the ring tests skip and the refusal test still runs.
+*/
+#include "helpers.h"
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "ring.h"
+#include "sched.h"
+
+/* Turns the ring on for this thread's scheduler, or skips the test with
+** the kernel's reason. */
+static void ring_on(void) {
+  int r = ch_sched_set_io_backend(CH_IO_URING);
+  if (r < 0) {
+    fprintf(stderr, "skipped: no io_uring here: %s\n", strerror(-r));
+    skip();
+  }
+  assert_int_equal(ch_sched_io_backend(NULL), CH_IO_URING);
+}
+
+static void ring_off(void) {
+  assert_int_equal(ch_sched_set_io_backend(CH_IO_EPOLL), 0);
+}
+
+struct reader {
+  int fd;
+  size_t want;
+  int64_t timeout;
+  ssize_t rc;
+  char buf[64];
+  int done;
+};
+
+static void reader_main(void *arg) {
+  struct reader *r = arg;
+  r->rc = ch_io_read(r->fd, r->buf, r->want, r->timeout);
+  r->done = 1;
+}
+
+/* While the reader is parked: what the ring and the fd's entry say. */
+struct probe { int fd; struct reader *r; unsigned inflight; int registered; int peer; };
+
+static void probe_main(void *arg) {
+  struct probe *p = arg;
+  while (!ch_current() || ch_sched_tls->nwaiting == 0) ch_yield();
+  p->inflight = ch_ring_inflight(ch_sched_tls);
+  p->registered = ch_fd_peek(p->fd)->registered;
+  CHECK_EQ(write(p->peer, "ring", 4), 4);
+}
+
+static void test_ring_read_parks_on_the_ring_not_on_epoll(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct reader r = { .fd = sv[0], .want = 64, .timeout = 5000 };
+  struct probe p = { .fd = sv[0], .r = &r, .peer = sv[1] };
+  assert_true(ch_spawn(reader_main, &r) > 0);
+  assert_true(ch_spawn(probe_main, &p) > 0);
+  th_run();
+  assert_int_equal(p.inflight, 1);      /* the read was a ring operation */
+  assert_int_equal(p.registered, 0);    /* and epoll never saw the fd */
+  assert_int_equal(r.rc, 4);
+  assert_memory_equal(r.buf, "ring", 4);
+  assert_int_equal(ch_ring_inflight(ch_sched_tls), 0);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* A read returns what is there, a later one the rest, then EOF. */
+struct reads { int fd; ssize_t rc[3]; char buf[3][16]; };
+
+static void reads_main(void *arg) {
+  struct reads *x = arg;
+  for (int i = 0; i < 3; i++) x->rc[i] = ch_io_read(x->fd, x->buf[i], 4, 5000);
+}
+
+static void test_ring_reads_give_partial_bytes_then_eof(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "abcdef", 6), 6);
+  shutdown(sv[1], SHUT_WR);
+  struct reads x = { .fd = sv[0] };
+  assert_true(ch_spawn(reads_main, &x) > 0);
+  th_run();
+  assert_int_equal(x.rc[0], 4);
+  assert_memory_equal(x.buf[0], "abcd", 4);
+  assert_int_equal(x.rc[1], 2);
+  assert_memory_equal(x.buf[1], "ef", 2);
+  assert_int_equal(x.rc[2], 0);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* A timeout cancels the operation in the kernel, and the bytes that come
+** afterwards are the next read's: none is swallowed by the cancelled one. */
+struct late { int fd, peer; ssize_t first, second; char buf[16]; double ms; };
+
+static void late_main(void *arg) {
+  struct late *l = arg;
+  double t0 = th_now_ms();
+  l->first = ch_io_read(l->fd, l->buf, sizeof l->buf, 50);
+  l->ms = th_now_ms() - t0;
+  CHECK_EQ(write(l->peer, "late", 4), 4);
+  l->second = ch_io_read(l->fd, l->buf, sizeof l->buf, 5000);
+}
+
+static void test_ring_read_timeout_loses_no_byte(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct late l = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(late_main, &l) > 0);
+  th_run();
+  assert_int_equal(l.first, -ETIMEDOUT);
+  assert_true(l.ms >= 45 && l.ms < 2000);
+  assert_int_equal(l.second, 4);
+  assert_memory_equal(l.buf, "late", 4);
+  assert_int_equal(ch_ring_inflight(ch_sched_tls), 0);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* ch_cancel and a close of the fd each end a parked ring read. */
+struct ending { struct ch_coro *reader; int fd; int close_it; ssize_t rc; };
+
+static void ending_reader(void *arg) {
+  struct ending *e = arg;
+  char buf[8];
+  e->reader = ch_current();
+  e->rc = ch_io_read(e->fd, buf, sizeof buf, 5000);
+}
+
+static void ending_ender(void *arg) {
+  struct ending *e = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();   /* the reader parked */
+  CHECK_EQ(ch_ring_inflight(ch_sched_tls), 1);
+  if (e->close_it) CHECK_EQ(close(e->fd), 0);
+  else ch_cancel(e->reader);
+}
+
+static void end_parked_read(int close_it, ssize_t want_rc) {
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct ending e = { NULL, sv[0], close_it, 0 };
+  assert_true(ch_spawn(ending_reader, &e) > 0);
+  assert_true(ch_spawn(ending_ender, &e) > 0);
+  double t0 = th_now_ms();
+  th_run();
+  assert_int_equal(e.rc, want_rc);
+  assert_true(th_now_ms() - t0 < 2500);   /* not the 5 s timeout */
+  assert_int_equal(ch_ring_inflight(ch_sched_tls), 0);
+  if (!close_it) close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+static void test_ring_read_of_a_cancelled_coroutine_returns_ecanceled(void **state) {
+  (void)state;
+  end_parked_read(0, -ECANCELED);
+}
+
+static void test_ring_read_on_an_fd_closed_meanwhile_returns_ebadf(void **state) {
+  (void)state;
+  end_parked_read(1, -EBADF);
+}
+
+/* Writes: partial counts as the kernel makes them, every byte arriving in
+** order; a closed peer is EPIPE, not SIGPIPE (the binary ignores SIGPIPE,
+** so the check is the errno: a SIGPIPE-raising write says EPIPE too, and
+** test_hook covers the signal). */
+struct bulk { int fd; size_t total; size_t sent; ssize_t err; };
+
+#define BULK (1u << 20)
+
+static void bulk_writer(void *arg) {
+  struct bulk *b = arg;
+  static char data[BULK];
+  for (size_t i = 0; i < BULK; i++) data[i] = (char)(i * 7);
+  while (b->sent < BULK) {
+    ssize_t n = ch_io_write(b->fd, data + b->sent, BULK - b->sent, 5000);
+    if (n <= 0) { b->err = n; return; }
+    b->sent += (size_t)n;
+  }
+  shutdown(b->fd, SHUT_WR);
+}
+
+static void bulk_reader(void *arg) {
+  struct bulk *b = arg;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = ch_io_read(b->fd, buf, sizeof buf, 5000);
+    if (n <= 0) { if (n < 0) b->err = n; return; }
+    for (ssize_t i = 0; i < n; i++)
+      if (buf[i] != (char)((b->total + (size_t)i) * 7)) { b->err = -EILSEQ; return; }
+    b->total += (size_t)n;
+  }
+}
+
+static void test_ring_write_moves_a_megabyte_in_order(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct bulk w = { .fd = sv[0] }, r = { .fd = sv[1] };
+  assert_true(ch_spawn(bulk_writer, &w) > 0);
+  assert_true(ch_spawn(bulk_reader, &r) > 0);
+  th_run();
+  assert_int_equal(w.err, 0);
+  assert_int_equal(r.err, 0);
+  assert_int_equal(w.sent, BULK);
+  assert_int_equal(r.total, BULK);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+struct piper { int fd; ssize_t rc; };
+
+static void epipe_writer(void *arg) {
+  struct piper *p = arg;
+  p->rc = ch_io_write(p->fd, "x", 1, 5000);
+}
+
+static void test_ring_write_to_a_closed_peer_is_epipe(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  close(sv[1]);
+  struct piper p = { sv[0], 0 };
+  assert_true(ch_spawn(epipe_writer, &p) > 0);
+  th_run();
+  assert_int_equal(p.rc, -EPIPE);
+  close(sv[0]);
+  ring_off();
+}
+
+/* The hooks: a plain read() and recv(MSG_PEEK) in a coroutine are ring
+** operations with libc's meaning. */
+struct hooked { int fd; ssize_t peek, got; char a[8], b[8]; };
+
+static void hooked_main(void *arg) {
+  struct hooked *h = arg;
+  h->peek = recv(h->fd, h->a, sizeof h->a, MSG_PEEK);
+  h->got = read(h->fd, h->b, sizeof h->b);
+}
+
+static void delayed_hi(void *arg) {
+  int fd = *(int *)arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  CHECK_EQ(ch_ring_inflight(ch_sched_tls), 1);   /* the peek is on the ring */
+  CHECK_EQ(write(fd, "hi", 2), 2);
+}
+
+static void test_ring_hooked_peek_then_read_see_the_same_bytes(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct hooked h = { .fd = sv[0] };
+  assert_true(ch_spawn(hooked_main, &h) > 0);
+  assert_true(ch_spawn(delayed_hi, &sv[1]) > 0);
+  th_run();
+  assert_int_equal(h.peek, 2);
+  assert_memory_equal(h.a, "hi", 2);
+  assert_int_equal(h.got, 2);
+  assert_memory_equal(h.b, "hi", 2);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* Accept on the ring returns a connected socket the runtime knows. */
+struct acc { int l; int fd; char buf[4]; ssize_t n; };
+
+static void acceptor(void *arg) {
+  struct acc *a = arg;
+  a->fd = ch_io_accept(a->l, NULL, NULL, 0, 5000);
+  if (a->fd >= 0) a->n = ch_io_read(a->fd, a->buf, sizeof a->buf, 5000);
+}
+
+static void connector(void *arg) {
+  struct acc *a = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  CHECK_EQ(ch_ring_inflight(ch_sched_tls), 1);   /* the accept is on the ring */
+  struct sockaddr_in sa;
+  socklen_t len = sizeof sa;
+  CHECK_EQ(getsockname(a->l, (struct sockaddr *)&sa, &len), 0);
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(ch_io_connect(c, (struct sockaddr *)&sa, len, 5000), 0);
+  CHECK_EQ(ch_io_write(c, "acc", 3, 5000), 3);
+  close(c);
+}
+
+static void test_ring_accept_returns_a_connection(void **state) {
+  (void)state;
+  ring_on();
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(l, 8), 0);
+  struct acc a = { .l = l, .fd = -1 };
+  assert_true(ch_spawn(acceptor, &a) > 0);
+  assert_true(ch_spawn(connector, &a) > 0);
+  th_run();
+  assert_true(a.fd >= 0);
+  assert_int_equal(a.n, 3);
+  assert_memory_equal(a.buf, "acc", 3);
+  close(a.fd);
+  close(l);
+  ring_off();
+}
+
+/* -- Without a ring ---------------------------------------------------------- */
+
+/* A read in a child process: what the child exits with says how it went. */
+static int child_read_works(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) return 10;
+  if (write(sv[1], "ok", 2) != 2) return 11;
+  struct reader r = { .fd = sv[0], .want = 2, .timeout = 2000 };
+  if (ch_spawn(reader_main, &r) <= 0) return 12;
+  if (ch_run() < 0) return 13;
+  if (r.rc != 2 || memcmp(r.buf, "ok", 2) != 0) return 14;
+  return 0;
+}
+
+/* io_uring_setup refused as a seccomp filter (or a container runtime's
+** default profile) refuses it. */
+static int forbid_io_uring(void) {
+  struct sock_filter f[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = { (unsigned short)(sizeof f / sizeof f[0]), f };
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return -1;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+}
+
+static void test_ring_refused_by_the_kernel_leaves_epoll_working(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    if (forbid_io_uring() < 0) _exit(20);
+    int r = ch_sched_set_io_backend(CH_IO_URING);
+    int why = 0;
+    if (r != -EPERM) _exit(21);
+    if (ch_sched_io_backend(&why) != CH_IO_EPOLL || why != -EPERM) _exit(22);
+    _exit(child_read_works());
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A forked child must not use its parent's ring (shared mapping, owned by
+** the parent's thread): its scheduler drops it and goes on with epoll. */
+static void test_ring_of_a_forked_child_is_dropped_for_epoll(void **state) {
+  (void)state;
+  ring_on();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int r = child_read_works();
+    if (r) _exit(r);
+    _exit(ch_sched_io_backend(NULL) == CH_IO_EPOLL ? 0 : 30);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  /* The parent's ring is untouched. */
+  assert_int_equal(ch_sched_io_backend(NULL), CH_IO_URING);
+  assert_int_equal(child_read_works(), 0);
+  ring_off();
+}
+
+int main(void) {
+  th_main_init();
+  const struct CMUnitTest tests[] = {
+    TH_TEST(test_ring_read_parks_on_the_ring_not_on_epoll),
+    TH_TEST(test_ring_reads_give_partial_bytes_then_eof),
+    TH_TEST(test_ring_read_timeout_loses_no_byte),
+    TH_TEST(test_ring_read_of_a_cancelled_coroutine_returns_ecanceled),
+    TH_TEST(test_ring_read_on_an_fd_closed_meanwhile_returns_ebadf),
+    TH_TEST(test_ring_write_moves_a_megabyte_in_order),
+    TH_TEST(test_ring_write_to_a_closed_peer_is_epipe),
+    TH_TEST(test_ring_hooked_peek_then_read_see_the_same_bytes),
+    TH_TEST(test_ring_accept_returns_a_connection),
+    TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
+    TH_TEST(test_ring_of_a_forked_child_is_dropped_for_epoll),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
