@@ -144,6 +144,9 @@ static void push_worker(lua_State *L, int id, const struct ch_stats_worker *st, 
 #undef FIELD
   lua_pushstring(L, st->sched.stack_mode == CH_STACK_COPY ? "copy" : "separate");
   lua_setfield(L, -2, "stack_mode");
+  lua_pushstring(L, st->sched.io_backend == CH_IO_URING ? "uring" : "epoll");
+  lua_setfield(L, -2, "io_backend");
+  set(L, "ring_inflight", st->sched.ring_inflight);
   for (int p = 0; p < 3; p++) {
     char key[16];
     snprintf(key, sizeof key, "ready_%s", classes[p]);

@@ -47,6 +47,7 @@ struct ch_options ch_opts = {
   .fair_switches = 64,
   .fair_usec = 1000,
   .stack_mode = -1,
+  .io_backend = -1,
 };
 
 static const char *script;        /* NULL with -e only; "-": stdin */
@@ -104,6 +105,9 @@ static void usage(FILE *f)
     "      --stack-mode MODE      separate (a stack per coroutine, the default) or\n"
     "                             copy (one shared stack, parked frames copied to\n"
     "                             the heap): docs/stacks.md\n"
+    "      --io-backend NAME      epoll (the default) or uring: reads, writes and\n"
+    "                             accepts as io_uring operations (epoll where the\n"
+    "                             kernel refuses it): docs/runtime.md\n"
     "      --max-connections N    per worker; more get a 503 (HTTP) or are closed at\n"
     "                             once (default 0 = no limit)\n"
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
@@ -281,6 +285,11 @@ static int parse_args(int argc, char **argv, int *check)
       if (!strcmp(m, "copy")) ch_opts.stack_mode = CH_STACK_COPY;
       else if (!strcmp(m, "separate")) ch_opts.stack_mode = CH_STACK_SEPARATE;
       else die("--stack-mode: expected copy or separate, not %s", m);
+    } else if (is(a, "--io-backend")) {
+      const char *m = value(argc, argv, &i, "--io-backend");
+      if (!strcmp(m, "uring")) ch_opts.io_backend = CH_IO_URING;
+      else if (!strcmp(m, "epoll")) ch_opts.io_backend = CH_IO_EPOLL;
+      else die("--io-backend: expected uring or epoll, not %s", m);
     } else if (is(a, "--stack-size")) {
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
     } else if (is(a, "--max-connections")) {

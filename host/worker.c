@@ -11,6 +11,7 @@
 */
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,19 @@ static void pin(int id)
   }
 }
 
+/* The I/O backend asked for (--io-backend, else CH_IO_BACKEND, which the
+** scheduler read when it was made). A kernel that refuses io_uring leaves
+** the worker on epoll, said once per process. */
+static void io_backend(void)
+{
+  static atomic_int said;
+  if (ch_opts.io_backend >= 0) ch_sched_set_io_backend(ch_opts.io_backend);
+  int why = 0;
+  if (ch_sched_io_backend(&why) == CH_IO_EPOLL && why < 0 && !atomic_exchange(&said, 1))
+    ch_log(CH_LOG_NOTICE, "io_uring is not available here (%s): the workers use epoll",
+           strerror(-why));
+}
+
 static void *worker_main(void *p)
 {
   struct ch_worker *w = p;
@@ -73,6 +87,7 @@ static void *worker_main(void *p)
     fatal("bad stack size", w->id);
   if (ch_opts.stack_mode >= 0 && ch_sched_set_stack_mode(ch_opts.stack_mode) < 0)
     fatal("--stack-mode copy is not available in this build (ASan)", w->id);
+  io_backend();
   w->L = new_state();
   if (!w->L) fatal("cannot create a Lua state", w->id);
   ch_stats_worker_start(w);

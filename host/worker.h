@@ -51,6 +51,7 @@ struct ch_options {
   unsigned fair_switches;       /* ch_sched_set_fairness's policy */
   unsigned fair_usec;
   int stack_mode;               /* --stack-mode; -1: CH_STACK_MODE or separate */
+  int io_backend;               /* --io-backend; -1: CH_IO_BACKEND or epoll */
   const int *cpus;              /* --cpu-affinity: worker i runs on
                                 ** cpus[i % ncpus]; NULL: not pinned */
   int ncpus;

@@ -140,6 +140,29 @@ int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t ti
 ** coroutine it blocks the thread, as poll(2). */
 int ch_io_wait(int fd, int events, int64_t timeout_ms);
 
+/* Bytes ch_io_wait_input took for its caller. */
+struct ch_io_input {
+  const char *data;        /* the runtime's buffer; valid until
+                           ** ch_io_input_done */
+  size_t len;              /* bytes at data; 0 at EOF */
+  int id;                  /* the runtime's: which buffer; -1: none */
+};
+
+#define CH_IO_TAKEN 0x10000   /* ch_io_wait_input: bytes are in *in */
+
+/* Yields. ch_io_wait(fd, POLLIN, timeout_ms) for a caller that reads
+** next into a buffer of its own (host/net/stream.c). On a scheduler with
+** a ring (CH_IO_URING) the wait is a receive into one of the ring's
+** buffers, taken when data comes, so an idle caller holds no buffer and
+** the bytes come with the wakeup: no read follows. Returns CH_IO_TAKEN
+** with *in filled (in->len bytes at in->data, 0 at EOF: copy them out,
+** then ch_io_input_done), poll events as ch_io_wait when fd is ready and
+** nothing was taken (read it then), or -errno as ch_io_wait. */
+int ch_io_wait_input(int fd, int64_t timeout_ms, struct ch_io_input *in);
+
+/* Gives in's buffer back (nothing if none). */
+void ch_io_input_done(struct ch_io_input *in);
+
 /* A one-shot readiness callback that needs no coroutine: what lets a
 ** server keep an idle keep-alive connection with no stack at all, and bind
 ** a coroutine only when input arrives. */
@@ -367,6 +390,8 @@ struct ch_stats {
   uint64_t saved_alloc;    /* COPY: heap bytes held by save buffers (>=
                            ** saved_bytes: buffers shrink at half use) */
   uint64_t copied_bytes;   /* COPY: total bytes copied out and back in */
+  uint64_t io_backend;     /* CH_IO_EPOLL or CH_IO_URING */
+  uint64_t ring_inflight;  /* URING: ring operations not yet completed */
 };
 
 /* Fills *st for this thread's scheduler. Returns 0 or -errno. */

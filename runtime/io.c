@@ -219,6 +219,51 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms)
   return wait_for(fd, events, timeout_ms, 0);
 }
 
+/* Out of line: the ring's receive, when it takes fd. The judgement is set
+** from it as from a read: a receive that did not fill its buffer emptied
+** the socket. */
+static __attribute__((noinline)) int wait_input_ring(struct ch_sched *s, int fd,
+                                                     int64_t timeout_ms, struct ch_io_input *in)
+{
+  struct ch_fd *f = prepare(fd);
+  if (!f || !ch_ring_takes_fd(s, f)) return -EAGAIN;
+  struct ch_ring_buf b;
+  uint64_t deadline = 0;
+  int r = ch_ring_recv_buf(s, fd, timeout_ms, &deadline, &b);
+  if (r != 1) return r;
+  if ((f = ch_fd_peek(fd)) != NULL) {
+    if (b.len && !b.full && f->stream) note_input_empty(f);
+    else f->in_drained = 0;
+  }
+  in->data = b.data;
+  in->len = b.len;
+  in->id = b.id;
+  return CH_IO_TAKEN;
+}
+
+int ch_io_wait_input(int fd, int64_t timeout_ms, struct ch_io_input *in)
+{
+  in->data = NULL;
+  in->len = 0;
+  in->id = -1;
+  struct ch_sched *s = ch_sched_tls;
+  if (s && s->ring && timeout_ms != 0 && fd >= 0) {
+    int r = wait_input_ring(s, fd, timeout_ms, in);
+    if (r != -EAGAIN) return r;
+  }
+  return ch_io_wait(fd, POLLIN, timeout_ms);
+}
+
+void ch_io_input_done(struct ch_io_input *in)
+{
+  struct ch_sched *s = ch_sched_tls;
+  if (in->id >= 0 && s) {
+    struct ch_ring_buf b = { .id = in->id };
+    ch_ring_buf_done(s, &b);
+  }
+  in->id = -1;
+}
+
 /* -- The engine -------------------------------------------------------------- */
 
 /* One attempt of op on f's fd, with the judgement: the call's result, or

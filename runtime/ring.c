@@ -33,11 +33,20 @@
 
 #define RING_ENTRIES 1024     /* submissions queued per loop turn before one
                               ** is made early; completions get twice that */
+#define NBUFS 512             /* provided buffers for ch_ring_recv_buf: one
+                              ** per receive completed and not yet copied
+                              ** out by its coroutine (power of two) */
+#define BUF_SIZE 4096         /* each: 2 MiB in all, touched as used */
+#define BGID 0                /* their buffer group */
 #define UD_EPOLL 1            /* user_data of the poll on epoll's fd */
 #define UD_CANCEL 2           /* of cancel requests, whose results are unused */
 
 struct ch_ring {
   struct io_uring ring;
+  struct io_uring_buf_ring *br; /* the provided buffers' ring; NULL when
+                              ** the kernel has none (before 5.19) */
+  char *bufs;                 /* NBUFS x BUF_SIZE */
+  uint64_t nobufs;            /* receives that found every buffer taken */
   unsigned inflight;          /* operations posted, not yet completed */
   uint32_t fork_gen;          /* fork_gen when made (see on_fork) */
   uint8_t epoll_armed;        /* the multishot poll on epoll's fd is posted */
@@ -49,6 +58,7 @@ struct pending {
   int fd;
   uint32_t gen;               /* fd's entry generation when posted */
   int res;                    /* the completion's result */
+  unsigned flags;             /* its flags (the buffer a receive took) */
   uint8_t done;               /* the completion came */
   struct msghdr msg;          /* a writev on a socket, sent as sendmsg */
 };
@@ -71,6 +81,32 @@ static int ours(const struct ch_ring *r)
 
 /* -- The ring --------------------------------------------------------------- */
 
+/* The provided buffers: a receive posted with no buffer of its own takes
+** one when data comes, so an idle connection holds none (the stream
+** releases its own while parked, docs/stacks.md). Without them (ENOMEM,
+** or a kernel before 5.19) receives take the readiness path. */
+static void bufs_init(struct ch_ring *r)
+{
+  size_t ring_bytes = NBUFS * sizeof(struct io_uring_buf);
+  void *br = NULL;
+  if (posix_memalign(&br, 4096, ring_bytes) != 0) return;
+  char *bufs = malloc((size_t)NBUFS * BUF_SIZE);
+  struct io_uring_buf_reg reg = { .ring_addr = (uintptr_t)br, .ring_entries = NBUFS,
+                                  .bgid = BGID };
+  if (!bufs || io_uring_register_buf_ring(&r->ring, &reg, 0) < 0) {
+    free(bufs);
+    free(br);
+    return;
+  }
+  r->br = br;
+  r->bufs = bufs;
+  io_uring_buf_ring_init(r->br);
+  for (int i = 0; i < NBUFS; i++)
+    io_uring_buf_ring_add(r->br, bufs + (size_t)i * BUF_SIZE, BUF_SIZE, (unsigned short)i,
+                          io_uring_buf_ring_mask(NBUFS), i);
+  io_uring_buf_ring_advance(r->br, NBUFS);
+}
+
 int ch_ring_new(struct ch_sched *s)
 {
   if (s->ring) return -EBUSY;
@@ -92,6 +128,7 @@ int ch_ring_new(struct ch_sched *s)
   }
   r->fork_gen = atomic_load(&fork_gen);
   s->ring = r;
+  bufs_init(r);
   return 0;
 }
 
@@ -102,7 +139,9 @@ void ch_ring_free(struct ch_sched *s)
   s->ring = NULL;
   /* In a forked child the mapping is the parent's too: unmapping and
   ** closing our copy leaves the parent's ring as it was. */
-  io_uring_queue_exit(&r->ring);
+  io_uring_queue_exit(&r->ring);   /* unregisters the buffer ring too */
+  free(r->bufs);
+  free(r->br);
   free(r);
 }
 
@@ -160,15 +199,21 @@ static void prep(struct io_uring_sqe *e, int fd, const struct ch_ring_args *a,
 
 int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch_fd *f)
 {
+  return op->form && ch_ring_takes_fd(s, f);
+}
+
+int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f)
+{
   struct ch_ring *r = s->ring;
-  return r && op->form && f && !s->copy_mode &&
+  return r && f && !s->copy_mode &&
          (f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && ours(r) &&
          s->current && ch_sched_may_park(s->current) && f->ring_ops < UINT16_MAX;
 }
 
-static void complete(struct pending *w, int res)
+static void complete(struct pending *w, int res, unsigned flags)
 {
   w->res = res;
+  w->flags = flags;
   w->done = 1;
   struct ch_fd *f = ch_fd_peek(w->fd);
   if (f && f->gen == w->gen && f->ring_ops) f->ring_ops--;
@@ -184,6 +229,52 @@ static void cancel(struct ch_ring *r, struct pending *w)
   io_uring_sqe_set_data64(e, UD_CANCEL);
 }
 
+/* The deadline of a wait of timeout_ms, kept in *deadline_ns across the
+** calls of one operation; 0 for none. -ETIMEDOUT if it has passed. */
+static int64_t deadline_of(int64_t timeout_ms, uint64_t *deadline_ns, uint64_t *deadline)
+{
+  *deadline = 0;
+  if (timeout_ms <= 0) return 0;
+  uint64_t now = ch_now_ns();
+  if (!*deadline_ns) *deadline_ns = now + (uint64_t)timeout_ms * 1000000u;
+  if (now >= *deadline_ns) return -ETIMEDOUT;
+  *deadline = *deadline_ns;
+  return 0;
+}
+
+/* Yields. Parks the caller until w's operation, posted with e, completes.
+** A timeout or ch_cancel asks the kernel to cancel it and waits for the
+** completion: the buffer is the caller's (or the ring's, to hand back),
+** and the operation may have finished meanwhile. Returns 0 with w->res
+** and w->flags set, or the park's -ETIMEDOUT/-ECANCELED when the kernel
+** cancelled the operation before it did anything. */
+static int post_and_park(struct ch_ring *r, struct io_uring_sqe *e, struct pending *w,
+                         uint64_t deadline)
+{
+  io_uring_sqe_set_data(e, w);
+  r->inflight++;
+  ch_fd_peek(w->fd)->ring_ops++;
+  int woke = ch_sched_park(deadline, 0, CH_CORO_WAITING);
+  if (w->done) return 0;
+  cancel(r, w);
+  while (!w->done) ch_sched_park(0, 1, CH_CORO_WAITING);
+  if (w->res == -ECANCELED) return woke < 0 ? woke : -ECANCELED;
+  return 0;
+}
+
+/* What a completion's result means to the caller: -EBADF for an operation
+** the close hook cancelled (the number is gone), -EAGAIN for a signal's
+** EINTR (the caller goes the readiness way), else the result. */
+static int result_of(const struct pending *w)
+{
+  if (w->res == -ECANCELED) {
+    const struct ch_fd *f = ch_fd_peek(w->fd);
+    if (!f || f->gen != w->gen) return -EBADF;
+  }
+  if (w->res == -EINTR) return -EAGAIN;
+  return w->res;
+}
+
 ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
                     uint64_t *deadline_ns)
 {
@@ -193,38 +284,73 @@ ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
     self->cancel_hits++;
     return -ECANCELED;
   }
-  uint64_t deadline = 0;
-  if (timeout_ms > 0) {
-    uint64_t now = ch_now_ns();
-    if (!*deadline_ns) *deadline_ns = now + (uint64_t)timeout_ms * 1000000u;
-    if (now >= *deadline_ns) return -ETIMEDOUT;
-    deadline = *deadline_ns;
-  }
+  uint64_t deadline;
+  if (deadline_of(timeout_ms, deadline_ns, &deadline) < 0) return -ETIMEDOUT;
   struct io_uring_sqe *e = entry(r);
   if (!e) return -EAGAIN;   /* the caller waits for readiness instead */
   struct ch_ring_args a;
   op->form(op, &a);
-  struct ch_fd *f = ch_fd_peek(op->fd);
-  struct pending w = { .coro = self, .fd = op->fd, .gen = f->gen };
+  struct pending w = { .coro = self, .fd = op->fd, .gen = ch_fd_peek(op->fd)->gen };
   prep(e, op->fd, &a, &w);
-  io_uring_sqe_set_data(e, &w);
-  r->inflight++;
-  f->ring_ops++;
-  int woke = ch_sched_park(deadline, 0, CH_CORO_WAITING);
-  if (!w.done) {
-    /* A timeout or ch_cancel. The buffer is the caller's: wait for the
-    ** kernel to let go of it, whatever else comes. */
-    cancel(r, &w);
-    while (!w.done) ch_sched_park(0, 1, CH_CORO_WAITING);
-    if (w.res == -ECANCELED) return woke < 0 ? woke : -ECANCELED;
+  int r2 = post_and_park(r, e, &w, deadline);
+  if (r2 < 0) return r2;
+  return result_of(&w);
+}
+
+int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *deadline_ns,
+                     struct ch_ring_buf *b)
+{
+  struct ch_ring *r = s->ring;
+  struct ch_coro *self = s->current;
+  if (!r->br) return -EAGAIN;
+  if (self->cancelled) {
+    self->cancel_hits++;
+    return -ECANCELED;
   }
-  if (w.res == -ECANCELED) {
-    /* Cancelled by the close hook (ch_ring_close): the number is gone. */
-    f = ch_fd_peek(op->fd);
-    if (!f || f->gen != w.gen) return -EBADF;
+  uint64_t deadline;
+  if (deadline_of(timeout_ms, deadline_ns, &deadline) < 0) return -ETIMEDOUT;
+  struct io_uring_sqe *e = entry(r);
+  if (!e) return -EAGAIN;
+  io_uring_prep_recv(e, fd, NULL, BUF_SIZE, 0);
+  e->flags |= IOSQE_BUFFER_SELECT;
+  e->buf_group = BGID;
+  struct pending w = { .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
+  int r2 = post_and_park(r, e, &w, deadline);
+  if (r2 < 0) return r2;
+  if (w.flags & IORING_CQE_F_BUFFER) {
+    b->id = (int)(w.flags >> IORING_CQE_BUFFER_SHIFT);
+    b->data = r->bufs + (size_t)b->id * BUF_SIZE;
+    b->len = w.res > 0 ? (size_t)w.res : 0;
+    b->full = w.res == BUF_SIZE;
+    if (w.res > 0) return 1;
+    ch_ring_buf_done(s, b);   /* a buffer with nothing in it */
   }
-  if (w.res == -EINTR) return -EAGAIN;   /* a signal: try again as readiness */
-  return w.res;
+  if (w.res == -ENOBUFS) {
+    r->nobufs++;
+    return -EAGAIN;
+  }
+  if (w.res == 0) {
+    b->id = -1;
+    b->len = 0;
+    return 1;   /* EOF */
+  }
+  int res = result_of(&w);
+  return res < 0 ? res : -EAGAIN;
+}
+
+void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b)
+{
+  struct ch_ring *r = s->ring;
+  if (b->id < 0 || !r) return;
+  io_uring_buf_ring_add(r->br, r->bufs + (size_t)b->id * BUF_SIZE, BUF_SIZE,
+                        (unsigned short)b->id, io_uring_buf_ring_mask(NBUFS), 0);
+  io_uring_buf_ring_advance(r->br, 1);
+  b->id = -1;
+}
+
+uint64_t ch_ring_nobufs(const struct ch_sched *s)
+{
+  return s->ring ? s->ring->nobufs : 0;
 }
 
 void ch_ring_close(int fd, struct ch_fd *f)
@@ -280,7 +406,7 @@ int ch_ring_poll(struct ch_sched *s, int timeout_ms)
       if (!(cqe->flags & IORING_CQE_F_MORE)) r->epoll_armed = 0;
     } else if (u != UD_CANCEL) {
       r->inflight--;
-      complete((struct pending *)(uintptr_t)u, cqe->res);
+      complete((struct pending *)(uintptr_t)u, cqe->res, cqe->flags);
     }
   }
   io_uring_cq_advance(&r->ring, n);
@@ -304,12 +430,25 @@ int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch
   (void)s; (void)op; (void)f;
   return 0;
 }
+int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f)
+{
+  (void)s; (void)f;
+  return 0;
+}
 ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
                     uint64_t *deadline_ns)
 {
   (void)s; (void)op; (void)timeout_ms; (void)deadline_ns;
   return -EAGAIN;
 }
+int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *deadline_ns,
+                     struct ch_ring_buf *b)
+{
+  (void)s; (void)fd; (void)timeout_ms; (void)deadline_ns; (void)b;
+  return -EAGAIN;
+}
+void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b) { (void)s; b->id = -1; }
+uint64_t ch_ring_nobufs(const struct ch_sched *s) { (void)s; return 0; }
 void ch_ring_close(int fd, struct ch_fd *f) { (void)fd; (void)f; }
 int ch_ring_poll(struct ch_sched *s, int timeout_ms)
 {

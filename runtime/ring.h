@@ -49,6 +49,10 @@ unsigned ch_ring_inflight(const struct ch_sched *s);
 ** the calls on fds the user made non-blocking straight to libc.) */
 int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch_fd *f);
 
+/* ch_ring_takes without the op: whether fd's calls may go through the
+** ring now. */
+int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f);
+
 /* Yields. Runs op on s's ring: submitted with the next loop turn, the
 ** caller parked until it completes, timeout_ms passes (< 0: never; the
 ** deadline is kept in *deadline_ns as ch_io_run does) or the coroutine is
@@ -59,6 +63,28 @@ int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch
 ** the fd was closed meanwhile, the call's own error). */
 ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
                     uint64_t *deadline_ns);
+
+/* Bytes a receive put in one of the ring's provided buffers. */
+struct ch_ring_buf {
+  const char *data;         /* the buffer; read-only, the ring's */
+  size_t len;               /* bytes in it; 0 at EOF */
+  int id;                   /* its id, -1 once handed back (or none) */
+  uint8_t full;             /* len filled the buffer: more may be waiting */
+};
+
+/* Yields. A receive on fd into a buffer the kernel picks when data comes
+** (a provided buffer), the caller parked meanwhile, as ch_ring_run parks.
+** Returns 1 with *b filled (len 0: EOF; hand the buffer back with
+** ch_ring_buf_done), -EAGAIN when the ring has no buffer to give (the
+** caller waits for readiness instead), or -errno as ch_ring_run. */
+int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *deadline_ns,
+                     struct ch_ring_buf *b);
+
+/* Gives b's buffer back to the ring. */
+void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b);
+
+/* Receives that found every provided buffer taken, for stats. */
+uint64_t ch_ring_nobufs(const struct ch_sched *s);
 
 /* The close hook's, before the real close: cancels the ops in flight on
 ** fd (each returns -EBADF to its caller), while the number still names

@@ -843,6 +843,8 @@ int ch_stats(struct ch_stats *st)
   for (int i = 0; i < CH_STACK_CLASSES; i++) st->stacks_free += s->stacks.cls[i].nfree;
   st->stack_bytes = s->stacks.bytes;
   st->stack_mode = s->copy_mode ? CH_STACK_COPY : CH_STACK_SEPARATE;
+  st->io_backend = s->ring ? CH_IO_URING : CH_IO_EPOLL;
+  st->ring_inflight = ch_ring_inflight(s);
   st->saved_bytes = s->saved_bytes;
   st->saved_alloc = s->saved_alloc;
   st->copied_bytes = s->copied_bytes;

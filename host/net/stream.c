@@ -186,12 +186,48 @@ int ch_stream_wait(struct ch_stream *s, int timeout_ms)
   return r;
 }
 
+/* Yields. The wait of a plain stream on a ring (runtime/ring.c): the
+** bytes come with the wakeup, in the ring's buffer, and are copied in.
+** Returns bytes (> 0), 0 at EOF, -EAGAIN when fd is ready and nothing
+** was taken (read it), or -errno. */
+static __attribute__((noinline)) ssize_t wait_input(struct ch_stream *s, size_t want,
+                                                   int timeout_ms)
+{
+  int fd = s->fd;
+  struct ch_io_input in;
+  s->filling++;
+  int r = ch_io_wait_input(fd, timeout_ms, &in);
+  s->filling--;
+  if (s->fd != fd) {   /* closed meanwhile */
+    ch_io_input_done(&in);
+    return -EBADF;
+  }
+  if (r < 0) return r;
+  if (r != CH_IO_TAKEN) return -EAGAIN;
+  ssize_t n = (ssize_t)in.len;
+  if (n == 0) {
+    s->eof = 1;
+  } else if ((r = ch_stream_reserve(s, want > in.len ? want : in.len)) < 0) {
+    n = r;
+  } else {
+    memcpy(s->buf + s->end, in.data, in.len);
+    s->end += (uint32_t)in.len;
+  }
+  ch_io_input_done(&in);
+  return n;
+}
+
 ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
 {
   for (;;) {
     ssize_t n = fill_once(s, want);
     if (n != -EAGAIN || timeout_ms == 0) return n;
     ch_stream_release(s);   /* park without a buffer */
+    if (!s->ssl && ch_sched_io_backend(NULL) == CH_IO_URING) {
+      n = wait_input(s, want, timeout_ms);
+      if (n != -EAGAIN) return n;
+      continue;
+    }
     int r = ch_stream_wait(s, timeout_ms);
     if (r < 0) return r;
   }
