@@ -174,6 +174,14 @@ $(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) -rdynamic \
 	  spec/c/ljvm_probe/probe.c host/vm/ljvm.c -o $@ $(LIB) $(LUAJIT_LIBS) $(LDLIBS)
 
+# Programs specs run: spec/c/tools/<name>.c -> build/spec/<name>.
+SPECTOOL_SRC := $(wildcard spec/c/tools/*.c)
+SPECTOOL_BIN := $(SPECTOOL_SRC:spec/c/tools/%.c=$(B)/spec/%)
+
+$(B)/spec/%: spec/c/tools/%.c
+	@mkdir -p $(@D)
+	$(CC) $(OPT) -std=gnu11 -D_GNU_SOURCE $(WARN) $< -o $@
+
 $(B)/spec/mod/%.so: spec/mod/%.c
 	@mkdir -p $(@D)
 	$(CC) $(OPT) -std=gnu11 -D_GNU_SOURCE -fPIC -shared $(WARN) $(LUAJIT_CFLAGS) $< -o $@
@@ -191,7 +199,7 @@ $(B)/bench/%: scripts/bench/%.cpp
 	$(CXX) $(OPT) -iquote runtime $< -o $@ -lboost_context
 
 test: deps
-	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO) $(B)/bench/loadgen
+	@$(MAKE) --no-print-directory all $(CTEST_BIN) $(LJVM_PROBE) $(SPECMOD_SO) $(SPECTOOL_BIN) $(B)/bench/loadgen
 	@bash scripts/test.sh
 
 # Objects and programs follow the SAN they were built with (see SAN_STAMP).
