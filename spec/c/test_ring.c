@@ -22,6 +22,7 @@
 /* Turns the ring on for this thread's scheduler, or skips the test with
 ** the kernel's reason. */
 static void ring_on(void) {
+  TH_SKIP_UNDER_VALGRIND("valgrind does not see the kernel write ring buffers");
   int r = ch_sched_set_io_backend(CH_IO_URING);
   if (r < 0) {
     fprintf(stderr, "skipped: no io_uring here: %s\n", strerror(-r));
