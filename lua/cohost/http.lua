@@ -1,6 +1,7 @@
 -- cohost.http: an HTTP/1.1 server (C core: parsing, framing, limits,
 -- keep-alive), a router, static files, forms and a client. See
 -- docs/http.md.
+require "cohost"   -- outside the program: its one-line hint (init.lua)
 local core = require "cohost.core.http"
 local cjson = require "cjson.safe"
 
