@@ -75,7 +75,7 @@ HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c 
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_file.c \
-            host/lib_re.c host/lib_shdict.c
+            host/lib_re.c host/lib_shdict.c host/lib_bus.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)

@@ -86,6 +86,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.re", luaopen_cohost_core_re },
   { "cohost.core.file", luaopen_cohost_core_file },
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
+  { "cohost.core.bus", luaopen_cohost_core_bus },
   { NULL, NULL }
 };
 
