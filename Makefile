@@ -222,6 +222,8 @@ install: all
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
 	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
+	for v in 5.1 5.2 5.3 5.4; do \
+	  install -D -m 644 lua/outside/cohost.lua $(DESTDIR)$(PREFIX)/share/lua/$$v/cohost.lua; done
 
 clean:
 	rm -rf $(B)

@@ -165,4 +165,15 @@ describe("plain busted, outside cohost", function()
     assert.equal(1, n, out)
     assert.not_matches("no file", out)
   end)
+
+  it("gets the same line from the cohost.lua make install puts in the Lua paths", function()
+    local dir = project {
+      ["spec/leaky_spec.lua"] = LEAKY_SPEC:format("1"),
+      [".busted"] = ('return { default = { lpath = %q } }\n'):format(LUA_DIR .. "/outside/?.lua"),
+    }
+    local code, out, err = run_in(dir, "busted -o plainTerminal")
+    assert.equal(1, code, out .. err)
+    local _, n = out:gsub("run specs with `cohost %-%-test` or `busted %-%-lua=cohost`", "")
+    assert.equal(1, n, out)
+  end)
 end)
