@@ -142,6 +142,21 @@ describe("busted --lua=cohost", function()
     assert.matches("2 successes / 0 failures / 0 errors", out)
   end)
 
+  it("is what plain busted runs when .busted says lua = cohost, and cohost --test then ignores it", function()
+    local files = {
+      ["app.lua"] = APP,
+      ["spec/app_spec.lua"] = APP_SPEC,
+      ["spec/leaky_spec.lua"] = LEAKY_SPEC:format("1"),
+      [".busted"] = ("return { default = { lua = %q, output = 'plainTerminal' } }\n"):format(COHOST),
+    }
+    local dir = project(files)
+    for _, cmd in ipairs { "busted", q(COHOST) .. " --test" } do
+      local code, out, err = run_in(dir, cmd)
+      assert.equal(0, code, cmd .. ": " .. out .. err)
+      assert.matches("2 successes / 0 failures / 0 errors", out, 1, false)
+    end
+  end)
+
   it("exits 1 on a failing spec, without a nil error object logged", function()
     local dir = project { ["spec/leaky_spec.lua"] = LEAKY_SPEC:format("2") }
     local code, out, err = run_in(dir, "busted --lua=" .. q(COHOST) .. " -o plainTerminal")

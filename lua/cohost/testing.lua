@@ -32,8 +32,12 @@ function M.run(args)
     finish((code and code ~= 0) and 1 or 0)
   end
   -- busted reads the global arg; arg[0] names the program in its usage.
-  local a = { [0] = "busted" }
-  for i = 1, #args do a[i] = args[i] end
+  -- --ignore-lua: we are the interpreter already, whatever a .busted
+  -- file's lua setting says (it would re-execute "busted" as a script).
+  local a = { [0] = "busted", "--ignore-lua" }
+  for i = 1, #args do
+    if args[i] ~= "--ignore-lua" then a[#a + 1] = args[i] end
+  end
   rawset(_G, "arg", a)
   local ok, err = pcall(function()
     require "busted.runner" ({ standalone = false })
