@@ -222,6 +222,21 @@ describe("lua-resty-core's modules", function()
     assert.equal(say, ngx.say)
   end)
 
+  it("its own ngx/base64.lua runs on the exported ngx_encode_base64url and ngx_decode_base64url", function()
+    -- require "ngx.base64" gives cohost's; the Debian file is loaded by path.
+    local deb = dofile(assert(package.searchpath("ngx.base64", package.path)))
+    local ours = require "ngx.base64"
+    for _, s in ipairs { "", "f", "fo", "foo", "foob", "fooba", "foobar", "\255\254\253\0" } do
+      assert.equal(ours.encode_base64url(s), deb.encode_base64url(s))
+      assert.equal(s, deb.decode_base64url(deb.encode_base64url(s)))
+    end
+    assert.equal("Zm9vYmFy", deb.encode_base64url("foobar"))
+    assert.equal("__79AA", deb.encode_base64url("\255\254\253\0"))
+    assert.equal("foo", deb.decode_base64url("Zm9v=="))   -- stops at the padding
+    assert.same({ nil, "invalid input" }, { deb.decode_base64url("a") })
+    assert.same({ nil, "invalid input" }, { deb.decode_base64url("ab+c") })
+  end)
+
   it("ngx.process says single, and ngx.errlog's levels are --log-level's", function()
     local process = require "ngx.process"
     assert.equal("single", process.type())
