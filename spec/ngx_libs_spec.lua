@@ -284,8 +284,26 @@ end))
     assert.equal("worker " .. master, line)
   end)
 
+  it("ngx.resp.add_header and ngx.req.add_header add values, keeping those there", function()
+    local seen
+    local port = h.http_serve(function()
+      ngx.header["X-A"] = "1"
+      require("ngx.resp").add_header("X-A", "2")
+      require("ngx.resp").add_header("X-B", { "3", 4 })
+      require("ngx.req").add_header("X-In", "added")
+      seen = ngx.req.get_headers()["x-in"]
+      ngx.say("ok")
+    end)
+    local res = assert(http.request("http://127.0.0.1:" .. port .. "/", { headers = { ["X-In"] = "sent" } }))
+    assert.equal(200, res.status)
+    assert.same({ "1", "2" }, res.headers["x-a"])
+    assert.same({ "3", "4" }, res.headers["x-b"])
+    assert.same({ "sent", "added" }, seen)
+    assert.has_error(function() require("ngx.resp").add_header("X", "y") end)   -- no request here
+  end)
+
   it("ngx.ssl, ngx.balancer, ngx.ocsp, ngx.pipe and the like raise one clear error", function()
-    for name in ("ngx.ssl ngx.ocsp ngx.balancer ngx.pipe ngx.resp ngx.req resty.core.ndk"):gmatch("%S+") do
+    for name in ("ngx.ssl ngx.ocsp ngx.balancer ngx.pipe resty.core.ndk"):gmatch("%S+") do
       for _ = 1, 2 do   -- and again: no "loop or previous error"
         local ok, err = pcall(require, name)
         assert.is_false(ok)

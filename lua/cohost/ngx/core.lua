@@ -8,6 +8,7 @@
 local ffi = require "ffi"
 local cohost = require "cohost"
 local sys = require "cohost.core.sys"
+local req_api = require "cohost.ngx.http"
 
 local M = {}
 
@@ -166,8 +167,8 @@ function M.preloads()
     ["ngx.ocsp"] = refuse("ngx.ocsp", "no OCSP stapling"),
     ["ngx.balancer"] = refuse("ngx.balancer", "no upstream blocks: connect with cosockets"),
     ["ngx.pipe"] = refuse("ngx.pipe", "no subprocess API: use io.popen or os.execute"),
-    ["ngx.req"] = refuse("ngx.req", "ngx.req's functions are on the global ngx.req"),
-    ["ngx.resp"] = refuse("ngx.resp", "set response headers with ngx.header"),
+    ["ngx.req"] = function() return { version = VERSION, add_header = req_api.add_req_header } end,
+    ["ngx.resp"] = function() return { version = VERSION, add_header = req_api.add_resp_header } end,
     ["resty.core.ndk"] = refuse("resty.core.ndk", "no nginx directives to call"),
     ["resty.core.utils"] = refuse("resty.core.utils", "nginx's string helpers are not exported"),
   }

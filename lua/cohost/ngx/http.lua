@@ -324,6 +324,39 @@ function M.req.clear_header(name)
   M.req.set_header(name, nil)
 end
 
+-- cur (nil, a value or an array) with value (one or an array) after it:
+-- a string, or an array when there is more than one.
+local function merged(cur, value, api)
+  if value == nil then error(api .. ": bad 'value' argument: string, number or table expected", 3) end
+  local list = {}
+  if type(cur) == "table" then
+    for i = 1, #cur do list[#list + 1] = cur[i] end
+  elseif cur ~= nil then
+    list[1] = cur
+  end
+  if type(value) == "table" then
+    for i = 1, #value do list[#list + 1] = tostring(value[i]) end
+  else
+    list[#list + 1] = tostring(value)
+  end
+  return #list == 1 and list[1] or list
+end
+
+-- ngx.resp.add_header(key, value) and ngx.req.add_header(key, value)
+-- (lua-resty-core's ngx.resp and ngx.req modules): one more value for a
+-- response or request header, keeping those it has.
+function M.add_resp_header(key, value)
+  if type(key) ~= "string" then error("ngx.resp.add_header: bad 'key' argument: string expected", 2) end
+  M.header[key] = merged(M.header[key], value, "ngx.resp.add_header")
+end
+
+function M.add_req_header(key, value)
+  if type(key) ~= "string" then error("ngx.req.add_header: bad 'key' argument: string expected", 2) end
+  local req = need("ngx.req.add_header")
+  local name = lower(header_name(key))
+  req.headers[name] = merged(req.headers[name], value, "ngx.req.add_header")
+end
+
 function M.req.get_method()
   return (need("ngx.req.get_method")).method
 end
