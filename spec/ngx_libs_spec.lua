@@ -135,14 +135,27 @@ describe("resty.cookie (Debian's lua-nginx-cookie)", function()
 end)
 
 describe("resty.redis.connector (Debian's lua-nginx-redis-connector)", function()
-  local master, sentinel, dir
+  local master, replica, sentinel, dir
+
+  local function redis_server(extra)
+    local s = { port = h.free_port() }
+    s.pid, s.log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no %s")
+      :format(s.port, extra or ""))
+    h.wait_port(s.port, s.log)
+    return s
+  end
 
   setup(function()
     dir = h.tmpdir()
-    master = { port = h.free_port() }
-    master.pid, master.log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no")
-      :format(master.port))
-    h.wait_port(master.port, master.log)
+    master = redis_server("--repl-diskless-sync-delay 0")   -- no 5 s wait for more replicas
+    -- A replica, linked before the sentinel starts: the sentinel's first
+    -- INFO to the master lists it.
+    replica = redis_server("--replicaof 127.0.0.1 " .. master.port)
+    local probe = require("resty.redis").new()
+    assert(probe:connect("127.0.0.1", master.port))
+    assert(h.wait_for(function() return probe:info("replication"):find("connected_slaves:1", 1, true) end, 15),
+           "the replica never linked")
+    probe:close()
     -- Sentinel rewrites its configuration file: a file of its own, in dir.
     sentinel = { port = h.free_port() }
     local conf = dir .. "/sentinel.conf"
@@ -154,6 +167,7 @@ describe("resty.redis.connector (Debian's lua-nginx-redis-connector)", function(
 
   teardown(function()
     h.stop_pid(sentinel and sentinel.pid)
+    h.stop_pid(replica and replica.pid)
     h.stop_pid(master and master.pid)
     if dir then h.must("rm -rf " .. q(dir)) end
   end)
@@ -181,6 +195,21 @@ describe("resty.redis.connector (Debian's lua-nginx-redis-connector)", function(
     local direct = assert(rc:connect({ host = "127.0.0.1", port = master.port }))
     assert.equal("sentinel", direct:get("via"))
     direct:close()
+  end)
+
+  it("asks redis-sentinel for a replica with role slave", function()
+    local rc = require("resty.redis.connector").new({ connect_timeout = 2000, read_timeout = 2000 })
+    local params = { master_name = "mymaster", role = "slave",
+                     sentinels = { { host = "127.0.0.1", port = sentinel.port } } }
+    -- The sentinel learns of the replica from its first INFO to the master.
+    local red
+    assert(h.wait_for(function()
+      red = rc:connect(params)
+      return red ~= nil
+    end, 15), "the sentinel never named a replica")
+    assert.matches("tcp_port:" .. replica.port .. "\r\n", red:info("server"), 1, true)
+    assert.matches("role:slave", red:info("replication"), 1, true)
+    red:close()
   end)
 
   it("fails cleanly for a master the sentinel does not know", function()
