@@ -137,10 +137,12 @@ end)
 describe("resty.redis.connector (Debian's lua-nginx-redis-connector)", function()
   local master, replica, sentinel, dir
 
+  -- A redis-server on a free port, its files (a replica's synced copy) in
+  -- dir rather than the current directory.
   local function redis_server(extra)
     local s = { port = h.free_port() }
-    s.pid, s.log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no %s")
-      :format(s.port, extra or ""))
+    s.pid, s.log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --dir %s %s")
+      :format(s.port, q(dir), extra or ""))
     h.wait_port(s.port, s.log)
     return s
   end
