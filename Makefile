@@ -77,7 +77,7 @@ LIB := $(B)/libcohost.a
 # The host: LuaJIT embedding and the Lua bindings. -rdynamic exports the
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
-HOST_SRC := host/main.c host/worker.c host/log.c \
+HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
             host/vm/task.c host/vm/ljvm.c host/vm/lua_alloc.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/keepalive.c \
@@ -88,7 +88,7 @@ HOST_SRC := host/main.c host/worker.c host/log.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_file.c \
-            host/lib_re.c host/lib_shdict.c
+            host/lib_re.c host/lib_shdict.c host/lib_bus.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -247,6 +247,8 @@ install: all
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
 	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
+	for v in 5.1 5.2 5.3 5.4; do \
+	  install -D -m 644 lua/outside/cohost.lua $(DESTDIR)$(PREFIX)/share/lua/$$v/cohost.lua; done
 
 clean:
 	rm -rf $(B)

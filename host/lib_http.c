@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <lauxlib.h>
@@ -321,6 +322,30 @@ static int req_header(lua_State *L)
     }
   lua_pushnil(L);
   return 1;
+}
+
+/* req:conninfo() -> connection, requests before this one on it, TLS,
+** request bytes (head and body so far), response bytes (head and body so
+** far), seconds since the head arrived, the peer's address as 4 or 16
+** bytes (nil for a Unix socket), response body bytes. For ngx.var's connection, request_length,
+** bytes_sent, request_time, https and binary_remote_addr. The connection
+** is a light userdata: equal for the requests of one connection, and
+** possibly reused by a later one (whose first request has 0 before it). */
+static int req_conninfo(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  struct ch_http_conn *c = rq->c;
+  lua_pushlightuserdata(L, c);
+  lua_pushinteger(L, c->nreq);
+  lua_pushboolean(L, c->s.ssl != NULL);
+  lua_pushnumber(L, (lua_Number)rq->h.head_len + (lua_Number)rq->body_total);
+  lua_pushnumber(L, (lua_Number)rq->head_sent + (lua_Number)rq->sent);
+  lua_pushnumber(L, (lua_Number)(ch_now_ns() - rq->start_ns) / 1e9);
+  if (c->family == AF_INET) lua_pushlstring(L, (const char *)c->addr, 4);
+  else if (c->family == AF_INET6) lua_pushlstring(L, (const char *)c->addr, 16);
+  else lua_pushnil(L);
+  lua_pushnumber(L, (lua_Number)rq->sent);
+  return 8;
 }
 
 /* -- Response headers ------------------------------------------------------ */
@@ -694,6 +719,7 @@ static const luaL_Reg req_methods[] = {
   { "body", req_body },
   { "read", req_read },
   { "header", req_header },
+  { "conninfo", req_conninfo },
   { NULL, NULL }
 };
 

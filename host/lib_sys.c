@@ -73,6 +73,34 @@ static int l_log(lua_State *L)
   return 0;
 }
 
+/* log_raw(level, msg): msg as it is, without the caller's file:line
+** (ngx.errlog.raw_log). */
+static int l_log_raw(lua_State *L)
+{
+  int level = (int)luaL_checkinteger(L, 1);
+  size_t n;
+  const char *msg = luaL_checklstring(L, 2, &n);
+  if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, 1, "log level out of range");
+  if (level <= ch_opts.log_level) ch_log(level, "%.*s", (int)n, msg);
+  return 0;
+}
+
+/* log_level() -> --log-level, 1 (err) .. 5 (debug). */
+static int l_log_level(lua_State *L)
+{
+  lua_pushinteger(L, ch_opts.log_level);
+  return 1;
+}
+
+/* processes() -> --processes (0 without a master), and this worker
+** process's index under it. */
+static int l_processes(lua_State *L)
+{
+  lua_pushinteger(L, ch_opts.processes);
+  lua_pushinteger(L, ch_opts.process);
+  return 2;
+}
+
 static int l_log_enabled(lua_State *L)
 {
   lua_pushboolean(L, luaL_checkinteger(L, 1) <= ch_opts.log_level);
@@ -272,6 +300,9 @@ static const luaL_Reg sys_funcs[] = {
   { "monotonic", l_monotonic },
   { "log", l_log },
   { "log_enabled", l_log_enabled },
+  { "log_raw", l_log_raw },
+  { "log_level", l_log_level },
+  { "processes", l_processes },
   { "worker_id", l_worker_id },
   { "worker_count", l_worker_count },
   { "worker_cpu", l_worker_cpu },

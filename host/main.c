@@ -32,6 +32,7 @@
 #include "proc/stats.h"
 #include "proc/stats_procs.h"
 #include "shdict/store.h"
+#include "testmode.h"
 
 #define COHOST_VERSION "0.1.0"
 
@@ -62,6 +63,8 @@ static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
+static int test_mode;             /* --test, or busted's script as the script */
+
 static const char *affinity_arg;  /* as given, parsed once -w is known */
 
 /* --shdict NAME:SIZE, made before any worker exists (see shdict/store.h). */
@@ -84,6 +87,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.re", luaopen_cohost_core_re },
   { "cohost.core.file", luaopen_cohost_core_file },
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
+  { "cohost.core.bus", luaopen_cohost_core_bus },
   { NULL, NULL }
 };
 
@@ -124,6 +128,9 @@ static void usage(FILE *f)
     "                             0 = none); past it allocations fail: docs/limits.md\n"
     "      --cpu-watchdog S       stop a coroutine that runs S seconds without yielding;\n"
     "                             exit 87 if it cannot be (default 10; 0 = off)\n"
+    "      --test [ARGS...]       run busted with ARGS (default ./spec, .busted\n"
+    "                             honoured) and exit with its status once it is\n"
+    "                             done: docs/testing-apps.md\n"
     "  -e CHUNK                   run CHUNK before the script (repeatable)\n"
     "      --check                load and compile the script only\n"
     "  -v, --version              print the version\n"
@@ -315,6 +322,9 @@ static int parse_args(int argc, char **argv, int *check)
     } else if (!strcmp(a, "-e")) {
       if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
       chunks[nchunks++] = value(argc, argv, &i, "-e");
+    } else if (!strcmp(a, "--test")) {
+      test_mode = 1;
+      break;   /* the rest is busted's; arg[1..] start after --test */
     } else if (!strcmp(a, "--check")) {
       *check = 1;
     } else {
@@ -560,12 +570,26 @@ static int check_only(void)
   return 0;
 }
 
+/* Runs busted (lua/cohost/testing.lua) instead of a script: worker 0
+** runs the specs and the process exits with busted's status when it is
+** done. One process: a worker process's exit would be restarted by its
+** master. */
+static void enter_test_mode(void)
+{
+  if (ch_opts.processes)
+    die("--test runs in one process; start a --processes app from a spec instead (docs/testing-apps.md)%s", "");
+  if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
+  chunks[nchunks++] = CH_TESTMODE_CHUNK;
+  script = NULL;
+}
+
 int main(int argc, char **argv)
 {
   int check = 0;
   all_argv = argv;
   parse_args(argc, argv, &check);
   if (check) return check_only();
+  if (test_mode || (script && ch_testmode_is_busted(script))) enter_test_mode();
   if (!script && nchunks == 0) { usage(stderr); return 2; }
   find_lua_dir();
 

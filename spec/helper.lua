@@ -406,6 +406,48 @@ function M.wait_port(port, log)
   error("server on port " .. port .. " never came up: " .. (log and M.try_slurp(log) or ""))
 end
 
+-- Starts a throwaway PostgreSQL 15 cluster (initdb in a temp directory,
+-- fsync off) on a free loopback port, as the postgres user when we are
+-- root (initdb and postgres refuse root; setpriv execs, so the pid is the
+-- server's own). Returns { port, pid, dir, log, stop() }; for a setup,
+-- with stop() in the teardown.
+M.PGBIN = "/usr/lib/postgresql/15/bin/"
+
+function M.postgres()
+  local function as_pg(cmd)
+    local me = io.popen("id -u"):read("*l")
+    if me == "0" then return "setpriv --reuid=postgres --regid=postgres --init-groups " .. cmd end
+    return cmd
+  end
+  local dir = io.popen("mktemp -d /tmp/cohost-pg.XXXXXX"):read("*l")
+  local pg = { dir = dir }
+  os.execute("chown postgres: " .. dir .. " 2>/dev/null")
+  local rc = os.execute(as_pg(("%sinitdb -D %s/data -A trust -U postgres --no-sync -E UTF8 >%s/initdb.log 2>&1")
+    :format(M.PGBIN, dir, dir)))
+  assert(rc == 0 or rc == true, "initdb failed: " .. (M.try_slurp(dir .. "/initdb.log") or ""))
+  pg.port = M.free_port()
+  pg.pid, pg.log = M.spawn(as_pg(("%spostgres -D %s/data -p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
+    :format(M.PGBIN, dir, pg.port, dir)))
+  function pg.stop()
+    M.stop_pid(pg.pid, "QUIT")   -- immediate shutdown: the cluster is thrown away
+    if pg.log then os.remove(pg.log) end
+    if pg.dir:match("^/tmp/cohost%-pg%.") then os.execute("rm -rf " .. pg.dir) end
+  end
+  M.wait_port(pg.port, pg.log)
+  -- The port opens before recovery ends ("the database system is
+  -- starting up"): wait for the server's own word that it is ready.
+  local deadline = cohost.monotonic() + 15
+  while not (M.try_slurp(pg.log) or ""):find("ready to accept connections", 1, true) do
+    if cohost.monotonic() > deadline then
+      local log = M.try_slurp(pg.log) or ""
+      pg.stop()
+      error("postgres never became ready: " .. log)
+    end
+    cohost.sleep(0.05)
+  end
+  return pg
+end
+
 -- Sockets
 
 -- A port below the kernel's ephemeral range (32768 and up) that nothing

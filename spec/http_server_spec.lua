@@ -620,6 +620,28 @@ describe("http server res", function()
     assert.same({ err = "nope" }, cjson.decode(b.body))
   end)
 
+  it("res:json writes an http.array() as [] when empty, leaving the value as it was", function()
+    local value
+    local port = serve(function(_, res)
+      value = { items = http.array(), tags = http.array({ "a" }), deep = { { http.array() } },
+                plain = {}, text = "[]" }
+      res:json(value)
+    end)
+    local s = connect(port)
+    assert(s:send(get("/")))
+    local r = read_response(s)
+    assert.equal(200, r.status)
+    local body = r.body
+    assert.matches('"items":%[%]', body)
+    assert.matches('"tags":%["a"%]', body)
+    assert.matches('"deep":%[%[%[%]%]%]', body)
+    assert.matches('"plain":{}', body)
+    assert.matches('"text":"%[%]"', body)
+    assert.equal(http.array_mt, getmetatable(value.items))   -- the caller's tables untouched
+    assert.is_nil(next(value.items))
+    assert.equal("table", type(value.deep[1][1]))
+  end)
+
   it("res:write streams chunked to HTTP/1.1 and keeps the connection", function()
     local port = serve(function(_, res)
       res:write("abc")

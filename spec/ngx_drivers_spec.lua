@@ -343,46 +343,11 @@ end)
 
 -- -- lua-sql-postgres (LuaSQL) ---------------------------------------------------
 
-local PGBIN = "/usr/lib/postgresql/15/bin/"
-
 describe("luasql.postgres (Debian's lua-sql-postgres, unmodified)", function()
-  local pg   -- { dir, port, pid, log }
+  local pg   -- h.postgres(): { port, stop }
 
-  -- Runs a command as the postgres user when we are root (initdb and
-  -- postgres refuse root); setpriv execs, so a background pid is the
-  -- server's own.
-  local function as_pg(cmd)
-    local me = io.popen("id -u"):read("*l")
-    if me == "0" then return "setpriv --reuid=postgres --regid=postgres --init-groups " .. cmd end
-    return cmd
-  end
-
-  setup(function()
-    local dir = io.popen("mktemp -d /tmp/cohost-pg.XXXXXX"):read("*l")
-    pg = { dir = dir }
-    os.execute("chown postgres: " .. dir .. " 2>/dev/null")
-    local rc = os.execute(as_pg(("%sinitdb -D %s/data -A trust -U postgres --no-sync -E UTF8 >%s/initdb.log 2>&1")
-      :format(PGBIN, dir, dir)))
-    assert(rc == 0 or rc == true, "initdb failed: " .. (h.try_slurp(dir .. "/initdb.log") or ""))
-    pg.port = h.free_port()
-    pg.pid, pg.log = spawn(as_pg(("%spostgres -D %s/data -p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
-      :format(PGBIN, dir, pg.port, dir)))
-    wait_port(pg.port, pg.log)
-    -- The port opens before recovery ends ("the database system is
-    -- starting up"): wait for the server's own word that it is ready.
-    local deadline = cohost.monotonic() + 15
-    while not (h.try_slurp(pg.log) or ""):find("ready to accept connections", 1, true) do
-      assert(cohost.monotonic() < deadline, "postgres never became ready: " .. (h.try_slurp(pg.log) or ""))
-      cohost.sleep(0.05)
-    end
-  end)
-
-  teardown(function()
-    if not pg then return end
-    stop(pg.pid, "QUIT")   -- immediate shutdown: the cluster is thrown away
-    if pg.log then os.remove(pg.log) end
-    if pg.dir and pg.dir:match("^/tmp/cohost%-pg%.") then os.execute("rm -rf " .. pg.dir) end
-  end)
+  setup(function() pg = h.postgres() end)
+  teardown(function() if pg then pg.stop() end end)
 
   -- A LuaSQL connection; it and its environment close after the test.
   local function connect()

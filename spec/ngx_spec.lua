@@ -854,6 +854,114 @@ describe("ngx inside cohost.http handlers", function()
     assert.equal("5", v.my_var)
   end)
 
+  it("ngx.var gives the variables rate limiters and access logs use", function()
+    local v = {}
+    local port
+    local base
+    base, port = serve(function()
+      ngx.req.read_body()
+      ngx.print("0123456789")
+      for _, name in ipairs { "binary_remote_addr", "request_time", "request_id", "request_length",
+                              "bytes_sent", "body_bytes_sent", "server_name", "connection",
+                              "connection_requests", "msec", "scheme", "https", "request" } do
+        v[#v + 1] = { [name] = ngx.var[name] }
+      end
+      v[#v + 1] = { request_id_again = ngx.var.request_id }
+    end)
+    -- Two requests on one kept-alive connection, then one on another.
+    local s = h.connect(port)
+    local body = "x=1"
+    for i = 1, 2 do
+      s:send(("POST /p?i=%d HTTP/1.1\r\nHost: example.test:%d\r\nContent-Length: %d\r\n\r\n%s")
+        :format(i, port, #body, body))
+      assert.equal(200, h.receive_response(s).status)
+    end
+    s:close()
+    local r = get(base .. "/third")
+    assert.equal(200, r.status)
+    local got = {}
+    for i, kv in ipairs(v) do
+      local k, val = next(kv)
+      local n = math.floor((i - 1) / 14) + 1
+      got[n] = got[n] or {}
+      got[n][k] = val
+    end
+    local a, b, c = got[1], got[2], got[3]
+    assert.equal("\127\0\0\1", a.binary_remote_addr)
+    assert.matches("^%d+%.%d%d%d$", a.request_time)
+    assert.matches("^%x+$", a.request_id)
+    assert.equal(32, #a.request_id)
+    assert.equal(a.request_id, a.request_id_again)
+    assert.not_equal(a.request_id, b.request_id)
+    local head = ("POST /p?i=1 HTTP/1.1\r\nHost: example.test:%d\r\nContent-Length: 3\r\n\r\n"):format(port)
+    assert.equal(tostring(#head + #body), a.request_length)
+    assert.equal("10", a.body_bytes_sent)
+    assert.is_true(tonumber(a.bytes_sent) > 10 + #"HTTP/1.1 200 OK\r\n")
+    assert.equal("example.test", a.server_name)
+    assert.equal(a.connection, b.connection)   -- one kept-alive connection
+    assert.not_equal(a.connection, c.connection)
+    assert.equal("1", a.connection_requests)
+    assert.equal("2", b.connection_requests)
+    assert.matches("^%d+%.%d%d%d$", a.msec)
+    assert.is_true(math.abs(tonumber(a.msec) - ngx.now()) < 60)
+    assert.equal("http", a.scheme)
+    assert.equal("", a.https)
+    assert.equal("POST /p?i=1 HTTP/1.1", a.request)
+  end)
+
+  it("ngx.var.scheme and https say so on a TLS listener", function()
+    local dir = h.tmpdir()
+    defer(function() h.must("rm -rf " .. h.shell_quote(dir)) end)
+    h.tls_ca(dir, "ca")
+    local cert, key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=IP:127.0.0.1")
+    local port = h.http_serve(function()
+      ngx.print(ngx.var.scheme, " ", ngx.var.https)
+    end, { ssl_cert = cert, ssl_key = key })
+    local code, out, err = h.sh(("curl -s --cacert %s https://127.0.0.1:%d/"):format(h.shell_quote(dir .. "/ca.pem"), port))
+    assert.equal(0, code, err)
+    assert.equal("https on", out)
+  end)
+
+  it("an unknown ngx.var name is nil and logged once at warn", function()
+    local code, out, err = run([[
+local cohost = require "cohost"
+require "cohost.ngx"
+local http = require "cohost.http"
+local listener = http.listen("127.0.0.1:0", function()
+  ngx.print(tostring(ngx.var.no_such_var), tostring(ngx.var.no_such_var), tostring(ngx.var.http_absent))
+end)
+local _, port = listener:addr()
+cohost.spawn(function()
+  for _ = 1, 2 do
+    local res = assert(http.request("http://127.0.0.1:" .. port .. "/"))
+    io.write(res.body, "\n")
+  end
+  cohost.shutdown()
+end)
+]])
+    assert.equal(0, code, err)
+    assert.equal("nilnilnil\nnilnilnil\n", out)
+    local _, n = err:gsub("%[warn%][^\n]*ngx%.var%.no_such_var is not a variable cohost knows", "")
+    assert.equal(1, n, err)
+    assert.not_matches("http_absent", err, 1, true)
+  end)
+
+  it("ngx.header.content_type and the like go out in nginx's case", function()
+    local base, port = serve(function()
+      ngx.header.content_type = "text/plain"
+      ngx.header.content_length = 2
+      ngx.header.last_modified = "Thu, 01 Jan 1970 00:00:00 GMT"
+      ngx.header.x_custom_thing = "kept"
+      ngx.print("ok")
+    end)
+    local out = raw(port, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert.matches("\r\nContent%-Type: text/plain\r\n", out)
+    assert.matches("\r\nContent%-Length: 2\r\n", out)
+    assert.matches("\r\nLast%-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\n", out)
+    assert.matches("\r\nx%-custom%-thing: kept\r\n", out)   -- as nginx: as spelled
+    assert.not_matches("content%-type", out)
+  end)
+
   it("ngx.ctx is per request, and get_phase says 'content'", function()
     local base = serve(function()
       assert.equal("content", ngx.get_phase())

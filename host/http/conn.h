@@ -107,6 +107,7 @@ struct ch_http_req {
   int status;                     /* as sent */
   int64_t clen;                   /* Content-Length sent, or -1 */
   uint64_t sent;                  /* body bytes written */
+  uint32_t head_sent;             /* bytes of the response head built */
   char *hdrs;                     /* the handler's header lines */
   size_t hdrs_len, hdrs_cap;
   struct { uint32_t off, len, nlen; } *hx;   /* index of hdrs' lines */

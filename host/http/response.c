@@ -310,6 +310,7 @@ static void build_head(struct ch_http_req *rq, struct obuf *out, int64_t clen, i
   }
   PUT("\r\n", 2);
 #undef PUT
+  rq->head_sent = (uint32_t)(p - (out->p + out->len));
   out->len = (size_t)(p - out->p);
   rq->clen = clen;
   rq->started = 1;

@@ -2,6 +2,15 @@
 -- error strings; threads, timers and semaphores follow ngx.thread,
 -- ngx.timer and ngx.semaphore. Every blocking call parks only the calling
 -- coroutine. See docs/lua-api.md.
+
+-- The C cores exist only inside the cohost program (main.c preloads
+-- them). Plain `lua` or `busted` finding these files (LUA_PATH, a .busted
+-- lpath, make install's copy) gets one line saying what to run instead of
+-- five lines of searched paths.
+if not package.preload["cohost.core.task"] then
+  error("cohost: these modules run inside the cohost program: run specs with `cohost --test` or `busted --lua=cohost`, scripts with `cohost app.lua` (docs/testing-apps.md)", 0)
+end
+
 local task = require "cohost.core.task"
 local sys = require "cohost.core.sys"
 local socket = require "cohost.core.socket"

@@ -290,11 +290,17 @@ function M.install(opts)
   if opts and opts.ssl_trusted_certificate then
     require("cohost.core.ssl").set_default_ca(opts.ssl_trusted_certificate)
   end
+  -- opts.server_name: what ngx.var.server_name says (nginx's
+  -- server_name; default the request's host).
+  if opts and opts.server_name then req_api.server_name = opts.server_name end
   if installed then return ngx end
   installed = true
   http.track_current(true)
   rawset(_G, "ngx", ngx)
   for name, loader in pairs(PRELOAD) do
+    if package.preload[name] == nil then package.preload[name] = loader end
+  end
+  for name, loader in pairs(require("cohost.ngx.core").preloads()) do
     if package.preload[name] == nil then package.preload[name] = loader end
   end
   local loaders = package.loaders

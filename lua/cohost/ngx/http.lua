@@ -9,6 +9,7 @@ local core = require "cohost.core.re"
 local sys = require "cohost.core.sys"
 local cjson = require "cjson"
 local util = require "cohost.ngx.util"
+local crypto = require "cohost.core.crypto"
 
 local M = {}
 
@@ -245,6 +246,15 @@ local function header_name(k)
   return (gsub(k, "_", "-"))
 end
 
+-- The headers nginx's header filter writes with its own spelling,
+-- whatever case the handler used (ngx.header.content_type goes out as
+-- Content-Type); the others go out as the handler spelled them.
+local CANONICAL = {
+  ["content-type"] = "Content-Type", ["content-length"] = "Content-Length",
+  ["location"] = "Location", ["last-modified"] = "Last-Modified",
+  ["server"] = "Server", ["date"] = "Date",
+}
+
 M.header = setmetatable({}, {
   __index = function(_, k)
     local _, res, st = need("ngx.header")
@@ -260,6 +270,7 @@ M.header = setmetatable({}, {
       return
     end
     local name = header_name(k)
+    name = CANONICAL[lower(name)] or name
     if type(v) == "number" then v = tostring(v) end
     if type(v) == "table" then
       local copy = {}
@@ -311,6 +322,39 @@ end
 
 function M.req.clear_header(name)
   M.req.set_header(name, nil)
+end
+
+-- cur (nil, a value or an array) with value (one or an array) after it:
+-- a string, or an array when there is more than one.
+local function merged(cur, value, api)
+  if value == nil then error(api .. ": bad 'value' argument: string, number or table expected", 3) end
+  local list = {}
+  if type(cur) == "table" then
+    for i = 1, #cur do list[#list + 1] = cur[i] end
+  elseif cur ~= nil then
+    list[1] = cur
+  end
+  if type(value) == "table" then
+    for i = 1, #value do list[#list + 1] = tostring(value[i]) end
+  else
+    list[#list + 1] = tostring(value)
+  end
+  return #list == 1 and list[1] or list
+end
+
+-- ngx.resp.add_header(key, value) and ngx.req.add_header(key, value)
+-- (lua-resty-core's ngx.resp and ngx.req modules): one more value for a
+-- response or request header, keeping those it has.
+function M.add_resp_header(key, value)
+  if type(key) ~= "string" then error("ngx.resp.add_header: bad 'key' argument: string expected", 2) end
+  M.header[key] = merged(M.header[key], value, "ngx.resp.add_header")
+end
+
+function M.add_req_header(key, value)
+  if type(key) ~= "string" then error("ngx.req.add_header: bad 'key' argument: string expected", 2) end
+  local req = need("ngx.req.add_header")
+  local name = lower(header_name(key))
+  req.headers[name] = merged(req.headers[name], value, "ngx.req.add_header")
 end
 
 function M.req.get_method()
@@ -545,22 +589,57 @@ local function peer_parts(req)
   return ip, port
 end
 
+-- Connection serial numbers ($connection), per process: the C side names
+-- a connection by its address, which a later connection may reuse, so a
+-- first request (nothing served before it) always takes a new number.
+local serials, next_serial = {}, 0
+
+local function connection(req)
+  local c, nreq = req:conninfo()
+  if nreq == 0 or not serials[c] then
+    next_serial = next_serial + 1
+    serials[c] = next_serial
+  end
+  return tostring(serials[c])
+end
+
+-- $request_id: 16 random bytes in hex, fixed for the request.
+local function request_id(req)
+  local st = state(req)
+  if not st.request_id then
+    st.request_id = (gsub(crypto.random_bytes(16), ".", function(ch)
+      return format("%02x", ch:byte())
+    end))
+  end
+  return st.request_id
+end
+
+local function is_tls(req) return (select(3, req:conninfo())) end
+
+-- install{server_name = ...}; else the request's host, as a server block
+-- whose server_name matched it would say.
+M.server_name = nil
+
 local VARS = {
   uri = function(req) return req.path end,
   document_uri = function(req) return req.path end,
   request_uri = function(req) return req.target end,
+  request = function(req)
+    return format("%s %s %s", req.method, req.target, req.version == 1.0 and "HTTP/1.0" or "HTTP/1.1")
+  end,
   args = function(req) local q = req.query_string; return q ~= "" and q or nil end,
   query_string = function(req) local q = req.query_string; return q ~= "" and q or nil end,
   is_args = function(req) return req.query_string ~= "" and "?" or "" end,
   request_method = function(req) return req.method end,
-  scheme = function() return "http" end,
-  https = function() return "" end,
+  scheme = function(req) return is_tls(req) and "https" or "http" end,
+  https = function(req) return is_tls(req) and "on" or "" end,
   server_protocol = function(req) return req.version == 1.0 and "HTTP/1.0" or "HTTP/1.1" end,
   remote_addr = function(req) return (peer_parts(req)) end,
-  binary_remote_addr = nil,
+  binary_remote_addr = function(req) return (select(7, req:conninfo())) end,
   remote_port = function(req) return select(2, peer_parts(req)) end,
   host = function(req) return host_of(req) or "" end,
   http_host = function(req) return req:header("host") end,
+  server_name = function(req) return M.server_name or host_of(req) or "" end,
   server_addr = function(req) return req["local"] and req["local"]:match("^%[?(.-)%]?:%d+$") or nil end,
   server_port = function(req)
     local l = req["local"]
@@ -571,6 +650,13 @@ local VARS = {
   content_type = function(req) return req:header("content-type") end,
   content_length = function(req) return req:header("content-length") end,
   request_body = function(req) local st = state(req); return st.body ~= "" and st.body or nil end,
+  request_length = function(req) return format("%d", select(4, req:conninfo())) end,
+  request_time = function(req) return format("%.3f", select(6, req:conninfo())) end,
+  request_id = request_id,
+  bytes_sent = function(req) return format("%d", select(5, req:conninfo())) end,
+  body_bytes_sent = function(req) return format("%d", select(8, req:conninfo())) end,
+  connection = connection,
+  connection_requests = function(req) return tostring(select(2, req:conninfo()) + 1) end,
   status = function(_, res) return tostring(res.status) end,
   pid = function() return tostring(core.pid()) end,
   msec = function() return format("%.3f", util.now()) end,
@@ -583,6 +669,11 @@ local VARS = {
     return name
   end,
 }
+
+-- Names ngx.var does not know, each logged once per worker at warn: nginx
+-- refuses an unknown variable when it loads the config; nil at run time
+-- would hide the typo.
+local warned = {}
 
 M.var = setmetatable({}, {
   __index = function(_, k)
@@ -601,6 +692,10 @@ M.var = setmetatable({}, {
     if name then return raw_arg(req.query_string, name) end
     name = k:match("^cookie_(.+)$")
     if name then return cookie(req, name) end
+    if not warned[k] then
+      warned[k] = true
+      sys.log_raw(2, "ngx.var." .. k .. " is not a variable cohost knows (docs/ngx.md lists them): nil")
+    end
     return nil
   end,
   -- Writes keep a per-request variable (nginx would need a "set"
