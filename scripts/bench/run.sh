@@ -49,8 +49,9 @@
 #                        idle_http prio)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
-#   BENCH_ECHO_PEERS     echo servers, in table order (default "lua ch epoll
-#                        uring nginx tarantool"; also lua_copy, ch_copy)
+#   BENCH_ECHO_PEERS     echo servers, in table order (default "lua lua_uring
+#                        ch epoll uring nginx tarantool"; also lua_copy,
+#                        ch_copy)
 #   BENCH_IDLE_CONNS     idle connections per server (default 15000 for
 #                        idle, 10000 for idle_http)
 #   BENCH_IDLE_PEERS     idle servers, in table order (default "lua lua_copy
@@ -59,6 +60,8 @@
 #   BENCH_IDLE_REPS      idle runs per server (default 3, quick 1)
 #   BENCH_HTTP_CONNS, BENCH_HTTP_SECS, BENCH_HTTP_REPS   wrk connection
 #                        counts (default "50 1000"), seconds, runs per server
+#   BENCH_HTTP_PEERS     HTTP servers, in table order (default "cohost
+#                        cohost_uring nginxlua nginx")
 #   BENCH_HTTP_SCRIPT    cohost's HTTP server (default examples/hello.lua;
 #                        takes its port as arg[1], GET / answers "hello")
 #   BENCH_BASE_COHOST    another cohost binary (absolute, or relative to the
@@ -102,7 +105,7 @@ QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio"}
 COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
-ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua ch epoll uring nginx tarantool})  # table order
+ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
 ECHO_SUBJECT=lua                # compared with each of ECHO_VS below
 ECHO_VS="epoll uring ch nginx tarantool"
@@ -111,7 +114,7 @@ IDLE_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_IDLE_PEERS:-lua lua_copy ch ch_co
 IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}
 IDLE_HTTP_CONNS=${BENCH_IDLE_CONNS:-10000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
-HTTP_PEERS=$(with_base "$COHOST_PEERS" cohost nginxlua nginx)  # table and run order
+HTTP_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_HTTP_PEERS:-cohost cohost_uring nginxlua nginx})  # table and run order
 IDLE_HTTP_PEERS=$(with_base "$COHOST_PEERS" cohost nginxlua)
 HTTP_SCRIPT=${BENCH_HTTP_SCRIPT:-examples/hello.lua}
 

@@ -32,6 +32,13 @@ echo_start_lua() {
     examples/echo.lua "$1"
 }
 
+# cohost's Lua echo on the io_uring backend (docs/runtime.md#io-backends).
+echo_start_lua_uring() {
+  PEER_LABEL="cohost Lua, io_uring"
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
+  start_server echo_lua_uring "$COHOST" --io-backend uring examples/echo.lua "$1"
+}
+
 # The same two servers in copy-stack mode (docs/stacks.md): parked
 # coroutines keep only the used part of their stack, on the heap.
 echo_start_lua_copy() {

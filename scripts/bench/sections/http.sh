@@ -15,6 +15,13 @@ http_start_cohost() {
   start_server http_cohost "$COHOST" -w 1 "$HTTP_SCRIPT" "$1"
 }
 
+# The same on the io_uring backend (docs/runtime.md#io-backends).
+http_start_cohost_uring() {
+  PEER_LABEL="cohost, io_uring"
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
+  start_server http_cohost_uring "$COHOST" -w 1 --io-backend uring "$HTTP_SCRIPT" "$1"
+}
+
 http_start_nginxlua() {
   PEER_LABEL="nginx+lua (content_by_lua)"
   nginx_start nginx_http_lua nginx_http_lua.conf "$1"
