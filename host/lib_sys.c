@@ -42,26 +42,40 @@ static int l_monotonic(lua_State *L)
   return 1;
 }
 
-/* log(level, ...) with level a number (1 ERR .. 5 DEBUG) or a name. The
-** arguments are concatenated with tostring, like ngx.log. */
-static int l_log(lua_State *L)
+/* The level argument at idx: a number (1 ERR .. 5 DEBUG) or a name. */
+static int check_level(lua_State *L, int idx)
 {
   int level;
-  if (lua_type(L, 1) == LUA_TNUMBER) level = (int)lua_tointeger(L, 1);
-  else if (!(level = ch_log_level(luaL_checkstring(L, 1))))
-    return luaL_argerror(L, 1, "unknown log level");
-  if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, 1, "log level out of range");
-  if (level > ch_opts.log_level) return 0;
+  if (lua_type(L, idx) == LUA_TNUMBER) level = (int)lua_tointeger(L, idx);
+  else if (!(level = ch_log_level(luaL_checkstring(L, idx))))
+    return luaL_argerror(L, idx, "unknown log level");
+  if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, idx, "log level out of range");
+  return level;
+}
+
+/* Logs the arguments from first on, concatenated with tostring, at
+** where:line. */
+static void log_args(lua_State *L, int level, int first, const char *where, int line)
+{
   int n = lua_gettop(L);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  for (int i = 2; i <= n; i++) {
+  for (int i = first; i <= n; i++) {
     lua_getglobal(L, "tostring");
     lua_pushvalue(L, i);
     lua_call(L, 1, 1);
     luaL_addvalue(&b);
   }
   luaL_pushresult(&b);
+  ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+}
+
+/* log(level, ...): the arguments concatenated with tostring, like
+** ngx.log, at the caller's line. */
+static int l_log(lua_State *L)
+{
+  int level = check_level(L, 1);
+  if (level > ch_opts.log_level) return 0;
   lua_Debug ar;
   const char *where = "?";
   int line = 0;
@@ -69,7 +83,19 @@ static int l_log(lua_State *L)
     where = ar.short_src;
     line = ar.currentline;
   }
-  ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  log_args(L, level, 2, where, line);
+  return 0;
+}
+
+/* log_at(level, where, line, ...): log at a line of the caller's choice,
+** for a library that reports an error raised elsewhere (the router logs
+** a handler's error at the handler's line, not its own). */
+static int l_log_at(lua_State *L)
+{
+  int level = check_level(L, 1);
+  const char *where = luaL_checkstring(L, 2);
+  int line = (int)luaL_checkinteger(L, 3);
+  if (level <= ch_opts.log_level) log_args(L, level, 4, where, line);
   return 0;
 }
 
@@ -268,6 +294,7 @@ static const luaL_Reg sys_funcs[] = {
   { "time", l_time },
   { "monotonic", l_monotonic },
   { "log", l_log },
+  { "log_at", l_log_at },
   { "log_enabled", l_log_enabled },
   { "worker_id", l_worker_id },
   { "worker_count", l_worker_count },

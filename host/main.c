@@ -109,6 +109,7 @@ static void usage(FILE *f)
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
     "                             on a reload (default 10); SIGQUIT stops at once\n"
     "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
+    "      --log-format FORMAT    text (default) or json: one object a line\n"
     "      --cpu-affinity auto|LIST  pin worker i to the i-th CPU of LIST (e.g. 0,2-3)\n"
     "                             or of the CPUs allowed to the process (default: off)\n"
     "      --fair-switches N      a coroutine that keeps yielding lets I/O and timers\n"
@@ -233,6 +234,17 @@ static unsigned parse_uint(const char *v, const char *opt, unsigned max)
   return (unsigned)n;
 }
 
+/* "auto" (the CPU count) or a whole decimal number; anything else
+** ("2x", "", "-1") is 0, which the callers reject. */
+static int count_arg(const char *v)
+{
+  if (!strcmp(v, "auto")) return cpu_count();
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  return errno || end == v || *end || n < 0 || n > 1000000 ? 0 : (int)n;
+}
+
 /* Value of an option: "--opt=value" or the next argument. */
 static const char *value(int argc, char **argv, int *i, const char *opt)
 {
@@ -261,11 +273,11 @@ static int parse_args(int argc, char **argv, int *check)
       exit(0);
     } else if (!strcmp(a, "-w") || is(a, "--workers")) {
       const char *v = value(argc, argv, &i, "--workers");
-      ch_opts.threads = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      ch_opts.threads = count_arg(v);
       if (ch_opts.threads < 1 || ch_opts.threads > 1024) die("bad worker count '%s'", v);
     } else if (is(a, "--processes")) {
       const char *v = value(argc, argv, &i, "--processes");
-      ch_opts.processes = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      ch_opts.processes = count_arg(v);
       if (ch_opts.processes < 1 || ch_opts.processes > 1024) die("bad process count '%s'", v);
     } else if (is(a, "--shdict")) {
       const char *v = value(argc, argv, &i, "--shdict");
@@ -290,6 +302,9 @@ static int parse_args(int argc, char **argv, int *check)
     } else if (is(a, "--log-level")) {
       const char *v = value(argc, argv, &i, "--log-level");
       if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+    } else if (is(a, "--log-format")) {
+      const char *v = value(argc, argv, &i, "--log-format");
+      if (ch_log_set_format(v) < 0) die("--log-format: expected text or json, not '%s'", v);
     } else if (is(a, "--cpu-affinity")) {
       affinity_arg = value(argc, argv, &i, "--cpu-affinity");
     } else if (is(a, "--fair-switches")) {
@@ -489,6 +504,7 @@ static void catch_signals(void)
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGQUIT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);   /* reopen the log files, not die */
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
   if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
@@ -503,6 +519,11 @@ static void *signal_main(void *p)
     long n = syscall(SYS_read, sig_pipe[0], &b, 1);
     if (n != 1) continue;   /* EINTR */
     int sig = b;
+    if (sig == SIGUSR1) {   /* logrotate's postrotate, as for nginx */
+      ch_log_reopen();
+      ch_log(CH_LOG_NOTICE, "SIGUSR1: log files reopened");
+      continue;
+    }
     if (sig == SIGQUIT) {
       fprintf(stderr, "cohost: SIGQUIT, exiting now\n");
       ch_worker_exit(1);
@@ -555,6 +576,7 @@ int main(int argc, char **argv)
 {
   int check = 0;
   all_argv = argv;
+  ch_log_init();   /* stderr's file, which SIGUSR1 reopens */
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (!script && nchunks == 0) { usage(stderr); return 2; }

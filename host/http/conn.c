@@ -39,7 +39,7 @@ static __thread struct ch_http_conn *conns;   /* this worker's */
 void ch_http_server_unref(struct ch_http_server *s)
 {
   if (--s->refs > 0) return;
-  if (s->log_owned) close(s->log_fd);
+  if (s->log_owned) ch_log_file_close(s->log_fd);
   s->on_free(s);   /* frees s (lib_http.c) */
 }
 
@@ -366,7 +366,8 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   struct ch_http_server *srv = c->srv;
   struct ch_http_head *h = &rq->h;
   ch_worker_count_request(c->w);
-  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
+  int too_large = h->content_length > 0 && (uint64_t)h->content_length > srv->max_body;
+  if (too_large && !srv->on_error) {
     ch_http_answer_error(c, 413);
     linger_close(c);
     return 0;
@@ -375,6 +376,12 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   ** unless the handler fails). */
   memset(&rq->pend, 0, offsetof(struct ch_http_req, err) - offsetof(struct ch_http_req, pend));
   rq->err[0] = '\0';
+  /* A declared length over the limit, with an on_error: the body is
+  ** never read (reading it says "too large" at once), and on_error runs
+  ** instead of the handler, so it may answer in its own format; if it
+  ** does not, the plain 413. The connection closes after the answer
+  ** either way (its body is unread). */
+  if (too_large) rq->body_status = 413;
   rq->c = c;
   rq->clen = -1;
   rq->start_ns = ch_now_ns();

@@ -15,7 +15,9 @@
 **   SIGTERM, SIGINT         SIGTERM to every worker (they drain within
 **                           --shutdown-timeout), exit when all are gone;
 **   a second one, SIGQUIT   SIGQUIT to every worker (they exit at once);
-**   SIGTERM to one worker   it drains, and a replacement starts at once.
+**   SIGTERM to one worker   it drains, and a replacement starts at once;
+**   SIGUSR1                 the master reopens its log file and passes
+**                           SIGUSR1 on to every worker (log rotation).
 **
 ** Each worker keeps a channel to the master (a SOCK_SEQPACKET socketpair)
 ** and writes a one-byte message on it when its script has started
@@ -60,8 +62,9 @@
 
 enum { MSG_STARTED = 1, MSG_DRAINING = 2 };   /* one-byte messages on a channel */
 
-enum role { CURRENT, NEXT, OLD };   /* serving; a reload's, not yet
-                                    ** started; draining */
+enum role { CURRENT, NEXT, OLD, ABORTED };   /* serving; a reload's, not
+                                    ** yet started; draining; a failed
+                                    ** reload's, told to stop */
 
 struct child {
   pid_t pid;
@@ -88,6 +91,8 @@ static unsigned generation;     /* the newest generation forked */
 static unsigned current_gen;    /* the generation serving */
 static int ready_wfd = -1;      /* in a worker: its end of the channel */
 static int my_index;            /* in a worker: its index */
+static unsigned my_gen;         /* in a worker: its generation */
+static unsigned generation_of_child;   /* the generation spawn forks */
 
 static uint64_t now_ms(void)
 {
@@ -120,7 +125,7 @@ static void catch_signals(void)
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sa.sa_handler = on_signal;
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
   sa.sa_handler = SIG_IGN;   /* a closed stderr must not kill the master;
                              ** each worker installs its own handler */
@@ -138,14 +143,17 @@ static void become_worker(int wfd, const sigset_t *old_mask)
   for (int i = 0; i < nkids; i++)
     if (kids[i].ready_fd >= 0) close(kids[i].ready_fd);
   ready_wfd = wfd;
+  my_gen = generation_of_child;
   ch_mlisten_forget();
   ch_mlisten_set_channel(wfd);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = SIG_DFL;   /* until main.c sets its own, in a moment */
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+  sa.sa_handler = SIG_IGN;   /* a log rotation now must not kill it either */
+  sigaction(SIGUSR1, &sa, NULL);
   pthread_sigmask(SIG_SETMASK, old_mask, NULL);   /* blocked since the fork */
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -179,6 +187,7 @@ static int spawn(int index, enum role role, int first)
   sigset_t all, old_mask;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  generation_of_child = role == NEXT ? generation : current_gen;
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
@@ -200,7 +209,7 @@ static int spawn(int index, enum role role, int first)
   c->index = index;
   c->ready_fd = p[0];
   c->role = (uint8_t)role;
-  c->gen = role == NEXT ? generation : current_gen;
+  c->gen = generation_of_child;
   c->first = (uint8_t)first;
   c->born_ms = now_ms();
   ch_log(CH_LOG_INFO, "master: worker process %d is pid %d", index, (int)pid);
@@ -210,7 +219,7 @@ static int spawn(int index, enum role role, int first)
 static void signal_all(int sig, uint64_t kill_ms, int skip_old)
 {
   for (int i = 0; i < nkids; i++) {
-    if (skip_old && kids[i].role == OLD) continue;
+    if (skip_old && (kids[i].role == OLD || kids[i].role == ABORTED)) continue;
     kill(kids[i].pid, sig);
     kids[i].kill_ms = kill_ms;
   }
@@ -280,7 +289,7 @@ static void abort_reload(void)
   uint64_t deadline = drain_deadline();
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {
-      kids[i].role = OLD;
+      kids[i].role = ABORTED;
       kill(kids[i].pid, SIGTERM);
       kids[i].kill_ms = deadline;
     }
@@ -340,6 +349,9 @@ static void child_ended(int k, int st)
   c->ready_fd = -1;
   if (c->role == OLD) {
     ch_log(CH_LOG_NOTICE, "master: old worker process %d (pid %d) %s", c->index, (int)c->pid, why);
+  } else if (c->role == ABORTED) {
+    ch_log(CH_LOG_NOTICE, "master: new worker process %d (pid %d) of the failed reload %s",
+           c->index, (int)c->pid, why);
   } else if (stopping) {
     if (!clean) status = 1;
     ch_log(CH_LOG_NOTICE, "master: worker process %d (pid %d) %s", c->index, (int)c->pid, why);
@@ -401,6 +413,11 @@ static int on_master_signal(int sig)
     return 0;
   case SIGQUIT:
     start_stop(1);
+    return 0;
+  case SIGUSR1:
+    ch_log_reopen();
+    ch_log(CH_LOG_NOTICE, "master: SIGUSR1: log files reopened; passing it on to the workers");
+    for (int i = 0; i < nkids; i++) kill(kids[i].pid, SIGUSR1);
     return 0;
   default:   /* SIGCHLD: reap() runs every turn */
     return 0;
@@ -544,6 +561,16 @@ static void tell_master(unsigned char b)
   if (ready_wfd < 0) return;
   long r = syscall(SYS_write, ready_wfd, &b, 1);
   (void)r;
+}
+
+unsigned ch_master_generation(void)
+{
+  return ready_wfd >= 0 ? my_gen : current_gen;
+}
+
+int ch_master_is_master(void)
+{
+  return master_pid != 0 && getpid() == master_pid;
 }
 
 void ch_master_ready(void)
