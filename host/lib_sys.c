@@ -139,6 +139,14 @@ static int l_exit(lua_State *L)
 }
 
 /* shutdown() starts the graceful stop a SIGTERM would. */
+/* draining() -> whether this process drains (SIGTERM, cohost.shutdown):
+** what /healthz reports. */
+static int l_draining(lua_State *L)
+{
+  lua_pushboolean(L, ch_workers_draining());
+  return 1;
+}
+
 static int l_shutdown(lua_State *L)
 {
   (void)L;
@@ -301,6 +309,7 @@ static const luaL_Reg sys_funcs[] = {
   { "worker_cpu", l_worker_cpu },
   { "exit", l_exit },
   { "shutdown", l_shutdown },
+  { "draining", l_draining },
   { "stats", l_stats },
   { NULL, NULL }
 };

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,8 @@ static void usage(FILE *f)
     "                             once (default 0 = no limit)\n"
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
     "                             on a reload (default 10); SIGQUIT stops at once\n"
+    "      --drain-delay S        on SIGTERM, /healthz answers 503 for S seconds\n"
+    "                             before the listeners close (default 0)\n"
     "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
     "      --log-format FORMAT    text (default) or json: one object a line\n"
     "      --cpu-affinity auto|LIST  pin worker i to the i-th CPU of LIST (e.g. 0,2-3)\n"
@@ -297,6 +300,8 @@ static int parse_args(int argc, char **argv, int *check)
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
     } else if (is(a, "--max-connections")) {
       ch_opts.max_connections = atoi(value(argc, argv, &i, "--max-connections"));
+    } else if (is(a, "--drain-delay")) {
+      ch_opts.drain_delay_ms = (int)(atof(value(argc, argv, &i, "--drain-delay")) * 1000);
     } else if (is(a, "--shutdown-timeout")) {
       ch_opts.shutdown_timeout_ms = (int)(atof(value(argc, argv, &i, "--shutdown-timeout")) * 1000);
     } else if (is(a, "--log-level")) {
@@ -510,6 +515,19 @@ static void catch_signals(void)
   if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
 }
 
+/* --drain-delay: /healthz says 503 while the listeners still serve, so a
+** load balancer stops sending before they close. A second signal ends the
+** wait (and, read by the loop, the process). */
+static void drain_delay(void)
+{
+  ch_workers_set_draining();
+  if (ch_opts.drain_delay_ms <= 0) return;
+  ch_log(CH_LOG_NOTICE, "draining: /healthz answers 503; listeners close in %.1f s",
+         ch_opts.drain_delay_ms / 1000.0);
+  struct pollfd pf = { .fd = sig_pipe[0], .events = POLLIN };
+  while (poll(&pf, 1, ch_opts.drain_delay_ms) < 0 && errno == EINTR) {}
+}
+
 static void *signal_main(void *p)
 {
   (void)p;
@@ -533,6 +551,7 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
+    drain_delay();
     ch_workers_shutdown();
   }
   return NULL;

@@ -92,9 +92,10 @@ function M.metrics(all)
   return concat(out, "\n") .. "\n"
 end
 
--- The endpoint's handler: GET (or HEAD) /status and /metrics.
+-- The endpoint's handler: GET (or HEAD) /status, /metrics and /healthz.
+local PATHS = { ["/status"] = true, ["/metrics"] = true, ["/healthz"] = true }
 function M.handler(req, res)
-  if req.path ~= "/status" and req.path ~= "/metrics" then
+  if not PATHS[req.path] then
     res.status = 404
     return res:send("not found\n")
   end
@@ -104,6 +105,16 @@ function M.handler(req, res)
     return res:send("method not allowed\n")
   end
   res:header("Cache-Control", "no-store")
+  if req.path == "/healthz" then
+    -- 503 from the first SIGTERM on (through --drain-delay, while the
+    -- listeners still serve), so a load balancer takes the node out
+    -- before they close.
+    if sys.draining() then
+      res.status = 503
+      return res:send("draining\n")
+    end
+    return res:send("ok\n")
+  end
   if req.path == "/status" then
     res:header("Content-Type", "application/json")
     return res:send(M.json())
