@@ -24,6 +24,7 @@
 #include "lib_socket.h"
 #include "net/addr.h"
 #include "net/listener.h"
+#include "net/proxy.h"
 #include "net/stream.h"
 #include "net/tls.h"
 
@@ -98,6 +99,16 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
   lua_pushvalue(T, -1);
   *refp = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps the socket past the handler */
   *tp = t;
+  if (ch_listener_proxy(l)) {
+    char from[CH_ADDR_TEXT];
+    ch_addr_format(&c->peer, from, sizeof from);
+    int r = ch_proxy_read(s, &c->peer, HANDSHAKE_MS);
+    if (r < 0) {
+      ch_proxy_log_bad(from, r);
+      free(c);
+      return 0;
+    }
+  }
   char peer[CH_ADDR_TEXT];
   int n = ch_addr_format(&c->peer, peer, sizeof peer);
   lua_pushlstring(T, peer, (size_t)n);
@@ -264,6 +275,9 @@ static void read_opts(lua_State *L, struct ch_listener_opts *o)
     o->prio = p;
   }
   lua_pop(L, 1);
+  lua_getfield(L, 3, "proxy_protocol");
+  o->proxy_protocol = lua_toboolean(L, -1);
+  lua_pop(L, 1);
 }
 
 /* The TLS context of opts.ssl_cert, or NULL (none asked, or failed: then
@@ -334,6 +348,12 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   char err[512];
   SSL_CTX *ctx = read_tls(L, err, sizeof err);
   if (!ctx && err[0]) return fail(L, err);
+  if (ctx && o.proxy_protocol) {
+    /* The header comes before the handshake, and the stream under a TLS
+    ** connection reads through SSL. */
+    SSL_CTX_free(ctx);
+    return luaL_argerror(L, 3, "proxy_protocol is not supported with TLS");
+  }
   /* Everything that may raise comes before the listener exists. */
   struct listener_ud *lud = lua_newuserdata(L, sizeof *lud);
   lud->l = NULL;

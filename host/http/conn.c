@@ -21,6 +21,7 @@
 #include "worker.h"
 #include "http/conn.h"
 #include "http/response.h"
+#include "net/proxy.h"
 #include "net/tls.h"
 
 #define BUF_SIZE      16384       /* input buffer, at least; grows to fit
@@ -116,6 +117,18 @@ static void go_idle(struct ch_http_conn *c, int ms)
   if (ch_timer_start(&c->timer, ms, on_idle_expired) < 0) conn_free(c);
 }
 
+static void set_peer(struct ch_http_conn *c, const union ch_addr *peer)
+{
+  c->family = (uint8_t)peer->sa.sa_family;
+  if (peer->sa.sa_family == AF_INET) {
+    c->port = ntohs(peer->in.sin_port);
+    memcpy(c->addr, &peer->in.sin_addr, 4);
+  } else if (peer->sa.sa_family == AF_INET6) {
+    c->port = ntohs(peer->in6.sin6_port);
+    memcpy(c->addr, &peer->in6.sin6_addr, 16);
+  }
+}
+
 void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr *peer)
 {
   struct ch_http_server *srv = ud;
@@ -137,14 +150,7 @@ void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr 
   srv->refs++;
   c->l = l;
   c->w = ch_worker_self;
-  c->family = (uint8_t)peer->sa.sa_family;
-  if (peer->sa.sa_family == AF_INET) {
-    c->port = ntohs(peer->in.sin_port);
-    memcpy(c->addr, &peer->in.sin_addr, 4);
-  } else if (peer->sa.sa_family == AF_INET6) {
-    c->port = ntohs(peer->in6.sin6_port);
-    memcpy(c->addr, &peer->in6.sin6_addr, 16);
-  }
+  set_peer(c, peer);
   c->next = conns;
   if (conns) conns->prev = c;
   conns = c;
@@ -413,6 +419,29 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   return keep;
 }
 
+/* Yields. The PROXY header a load balancer sends first (net/proxy.h),
+** within the header timeout: req.peer and the access log get the client
+** it names. A bad one or none closes the connection, logged. Returns 0 or
+** -1. Out of line, as handshake is. */
+static __attribute__((noinline)) int proxy_header(struct ch_http_conn *c)
+{
+  union ch_addr peer;
+  memset(&peer, 0, sizeof peer);
+  peer.sa.sa_family = AF_UNSPEC;
+  c->head_wait = ch_current();
+  int r = ch_proxy_read(&c->s, &peer, c->srv->header_ms);
+  c->head_wait = NULL;
+  if (r < 0) {
+    char who[80];
+    ch_http_peer(c, who, sizeof who);
+    ch_proxy_log_bad(who, r);
+    return -1;
+  }
+  if (peer.sa.sa_family != AF_UNSPEC) set_peer(c, &peer);
+  c->proxied = 1;
+  return 0;
+}
+
 /* Yields. The TLS handshake, within the header timeout; a failed one
 ** closes quietly (its reason is logged at info). Returns 0 or -1. Out of
 ** line: conn_main's frame lies under every request's handler. */
@@ -477,6 +506,7 @@ static void conn_main(void *arg)
   struct ch_http_server *srv = c->srv;
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
   struct ch_http_req *rq = NULL;   /* freed when this active spell ends */
+  if (!c->proxied && ch_listener_proxy(c->l) && proxy_header(c) < 0) goto close;
   if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
   for (;;) {
     if (!c->s.buf && ch_stream_reserve(&c->s, c->s.max) < 0) break;

@@ -80,6 +80,7 @@ struct ch_http_conn {
   uint8_t family;                 /* the peer's address, compact (an idle
                                   ** connection is ~220 bytes): for req.peer
                                   ** and the access log */
+  uint8_t proxied;                /* its PROXY header was read */
   uint16_t port;
   uint8_t addr[16];
 };

@@ -261,6 +261,7 @@ const union ch_addr *ch_listener_addr(const struct ch_listener *l) { return &l->
 int ch_listener_fd(const struct ch_listener *l) { return l->fd; }
 int ch_listener_prio(const struct ch_listener *l) { return l->o.prio; }
 SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l) { return l->o.ssl_ctx; }
+int ch_listener_proxy(const struct ch_listener *l) { return l->o.proxy_protocol; }
 
 /* Logs at most once a second per worker. */
 static int may_warn(void)

@@ -61,7 +61,10 @@ local client_mod = lazy "cohost.http.client"
 M.current = core.current
 M.track_current = core.track_current
 
+local real_ip_mod = lazy "cohost.http.real_ip"
+
 function M.router(...) return router_mod().new(...) end
+function M.real_ip(opts) return real_ip_mod().new(opts) end
 function M.request(url, opts) return client_mod().request(url, opts) end
 function M.client(opts) return client_mod().new(opts) end
 
