@@ -67,11 +67,11 @@ LIB := $(B)/libcohost.a
 HOST_SRC := host/main.c host/worker.c host/log.c \
             host/vm/task.c host/vm/ljvm.c host/vm/lua_alloc.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
-            host/net/keepalive.c host/net/proxy.c \
+            host/net/keepalive.c host/net/proxy.c host/net/activation.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
-            host/proc/stats_procs.c host/proc/watchdog.c \
+            host/proc/stats_procs.c host/proc/watchdog.c host/proc/notify.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_file.c \

@@ -22,6 +22,7 @@
 #include "lib.h"
 #include "lib_listen.h"
 #include "lib_socket.h"
+#include "net/activation.h"
 #include "net/addr.h"
 #include "net/listener.h"
 #include "net/proxy.h"
@@ -343,8 +344,15 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   if (w->stopping) return fail(L, "shutting down");
   drain_dead(L);
   union ch_addr a;
-  socklen_t alen = listen_addr(L, spec, &a);
-  if (!alen) return 2;
+  socklen_t alen;
+  int passed = ch_activation_named(spec);   /* "fd:N", "systemd:NAME" */
+  if (passed != -EINVAL) {
+    if (passed < 0) return fail(L, "no such socket passed by systemd (LISTEN_FDS)");
+    alen = sizeof a;
+    if (getsockname(passed, &a.sa, &alen) < 0) return ch_lib_fail_errno(L, errno);
+  } else if (!(alen = listen_addr(L, spec, &a))) {
+    return 2;
+  }
   char err[512];
   SSL_CTX *ctx = read_tls(L, err, sizeof err);
   if (!ctx && err[0]) return fail(L, err);

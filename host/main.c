@@ -29,6 +29,8 @@
 #include "vm/lua_alloc.h"
 #include "lib.h"
 #include "proc/watchdog.h"
+#include "net/activation.h"
+#include "proc/notify.h"
 #include "proc/master.h"
 #include "proc/stats.h"
 #include "proc/stats_procs.h"
@@ -596,6 +598,8 @@ int main(int argc, char **argv)
   int check = 0;
   all_argv = argv;
   ch_log_init();   /* stderr's file, which SIGUSR1 reopens */
+  ch_activation_init();   /* systemd's sockets, before any fork */
+  ch_notify_init();       /* and its NOTIFY_SOCKET */
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (!script && nchunks == 0) { usage(stderr); return 2; }
@@ -627,6 +631,7 @@ int main(int argc, char **argv)
   pthread_t sig_thread;
   if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) die("cannot start the signal thread%s", "");
   pthread_detach(sig_thread);
+  if (!ch_opts.processes) ch_notify_watchdog_start();   /* else the master pings */
 
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);

@@ -139,6 +139,16 @@ void ch_workers_shutdown(void)
   pthread_mutex_unlock(&workers_lock);
 }
 
+int ch_workers_post(void (*fn)(void *), void *arg)
+{
+  int n = 0;
+  pthread_mutex_lock(&workers_lock);
+  for (int i = 0; workers && i < ch_opts.threads; i++)
+    if (workers[i].sched && ch_post(workers[i].sched, fn, arg) == 0) n++;
+  pthread_mutex_unlock(&workers_lock);
+  return n;
+}
+
 int ch_worker_count(void)
 {
   return ch_opts.workers;

@@ -75,6 +75,10 @@ void ch_workers_run(struct lua_State *(*new_state)(void), void (*start)(void *))
 ** shut down (ch_worker_shutdown). Any thread; the signal thread's. */
 void ch_workers_shutdown(void);
 
+/* Posts fn(arg) to each running worker's scheduler (it runs on that
+** worker's thread). Returns how many took it. Any thread. */
+int ch_workers_post(void (*fn)(void *), void *arg);
+
 /* Whether this process drains: a SIGTERM (or cohost.shutdown) came, and
 ** /healthz answers 503 (during --drain-delay, and after). Any thread. */
 int ch_workers_draining(void);

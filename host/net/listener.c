@@ -19,6 +19,7 @@
 #include "cohost.h"
 #include "log.h"
 #include "worker.h"
+#include "net/activation.h"
 #include "net/listener.h"
 #include "net/stream.h"
 #include "proc/master_listen.h"
@@ -418,8 +419,15 @@ int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
   }
   int nth = seen_next(spec);
   struct shared *shared = NULL;
-  int fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
-                                      : open_tcp(spec, nth, a, alen, backlog);
+  int fd, passed = ch_activation_match(a);
+  if (passed >= 0) {   /* systemd's socket: adopted, never bound again */
+    socklen_t len = sizeof *a;
+    if ((fd = fcntl(passed, F_DUPFD_CLOEXEC, 0)) < 0) fd = -errno;
+    else getsockname(fd, &a->sa, &len);
+  } else {
+    fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
+                                    : open_tcp(spec, nth, a, alen, backlog);
+  }
   if (fd < 0) {
     SSL_CTX_free(o->ssl_ctx);
     free(l);

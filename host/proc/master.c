@@ -51,6 +51,7 @@
 #include "worker.h"
 #include "proc/master.h"
 #include "proc/master_listen.h"
+#include "proc/notify.h"
 
 #define BACKOFF_MIN_MS 100      /* first restart delay */
 #define BACKOFF_MAX_MS 10000    /* the doubling stops here */
@@ -242,6 +243,7 @@ static void start_stop(int at_once)
     return;
   }
   stopping = 1;
+  ch_notify("STOPPING=1\nSTATUS=draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
   if (nkids)
     ch_log(CH_LOG_NOTICE, "master: draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
   signal_all(SIGTERM, drain_deadline(), 1);   /* the old ones drain already */
@@ -279,6 +281,8 @@ static void promote_if_started(void)
   }
   current_gen = generation;
   ch_mlisten_retire(current_gen);
+  ch_notify("READY=1\nSTATUS=serving: %d worker process%s, generation %u", next, next == 1 ? "" : "es",
+            current_gen);
   ch_log(CH_LOG_NOTICE, "master: reload: %d new worker process%s started, %d old draining",
          next, next == 1 ? "" : "es", old);
 }
@@ -287,6 +291,7 @@ static void promote_if_started(void)
 static void abort_reload(void)
 {
   uint64_t deadline = drain_deadline();
+  ch_notify("READY=1\nSTATUS=reload failed; serving generation %u", current_gen);
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {
       kids[i].role = ABORTED;
@@ -404,6 +409,10 @@ static int on_master_signal(int sig)
     ch_log(CH_LOG_NOTICE, "master: SIGHUP: starting %d new worker process%s",
            ch_opts.processes, ch_opts.processes == 1 ? "" : "es");
     generation++;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ch_notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading: generation %u",
+              (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u, generation);
     for (int i = 0; i < ch_opts.processes; i++)
       if (spawn(i, NEXT, 0)) return 1;
     return 0;
@@ -466,6 +475,36 @@ static int run_deadlines(int *timeout)
   return 0;
 }
 
+/* READY=1 once every worker process of the first generation started. */
+static void notify_first_ready(void)
+{
+  static int sent;
+  if (sent || stopping) return;
+  int up = 0;
+  for (int i = 0; i < nkids; i++)
+    if (kids[i].role == CURRENT && kids[i].started) up++;
+  if (up < ch_opts.processes) return;
+  sent = 1;
+  ch_notify("READY=1\nMAINPID=%d\nSTATUS=serving: %d worker process%s", (int)master_pid, up,
+            up == 1 ? "" : "es");
+}
+
+/* WATCHDOG=1 every ch_notify_watchdog_ms (WATCHDOG_USEC / 2) from the
+** master's loop, which also watches the workers; shortens *timeout to
+** the next ping. */
+static void watchdog_ping(int *timeout)
+{
+  static uint64_t next_ms;
+  int every = ch_notify_watchdog_ms();
+  if (!every) return;
+  uint64_t now = now_ms();
+  if (now >= next_ms) {
+    ch_notify("WATCHDOG=1");
+    next_ms = now + (uint64_t)every;
+  }
+  *timeout = min_timeout(*timeout, next_ms, now);
+}
+
 static int pending_restarts(void)
 {
   for (int i = 0; i < ch_opts.processes; i++)
@@ -496,6 +535,8 @@ int ch_master_run(void)
     int timeout;
     if (run_deadlines(&timeout)) return my_index;
     promote_if_started();
+    notify_first_ready();
+    watchdog_ping(&timeout);
     if (nkids == 0 && (stopping || !pending_restarts())) {
       ch_log(CH_LOG_INFO, "master: every worker process has ended");
       ch_mlisten_close_all();
@@ -558,7 +599,12 @@ int ch_master_run(void)
 ** call it (never parks). A master gone away: EPIPE, ignored. */
 static void tell_master(unsigned char b)
 {
-  if (ready_wfd < 0) return;
+  if (ready_wfd < 0) {   /* no master: this process speaks to systemd */
+    if (b == MSG_STARTED) ch_notify("READY=1\nSTATUS=serving: %d worker thread%s", ch_opts.threads,
+                                    ch_opts.threads == 1 ? "" : "s");
+    else ch_notify("STOPPING=1\nSTATUS=draining");
+    return;
+  }
   long r = syscall(SYS_write, ready_wfd, &b, 1);
   (void)r;
 }
