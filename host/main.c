@@ -31,6 +31,7 @@
 #include "proc/watchdog.h"
 #include "net/activation.h"
 #include "proc/notify.h"
+#include "proc/metrics.h"
 #include "proc/master.h"
 #include "proc/stats.h"
 #include "proc/stats_procs.h"
@@ -86,6 +87,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.re", luaopen_cohost_core_re },
   { "cohost.core.file", luaopen_cohost_core_file },
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
+  { "cohost.core.metrics", luaopen_cohost_core_metrics },
   { NULL, NULL }
 };
 
@@ -600,6 +602,8 @@ int main(int argc, char **argv)
   ch_log_init();   /* stderr's file, which SIGUSR1 reopens */
   ch_activation_init();   /* systemd's sockets, before any fork */
   ch_notify_init();       /* and its NOTIFY_SOCKET */
+  if (ch_metrics_init() < 0)   /* shared by every process: before the fork */
+    fprintf(stderr, "cohost: no memory for the metrics registry; cohost.metrics is off\n");
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (!script && nchunks == 0) { usage(stderr); return 2; }

@@ -196,8 +196,8 @@ end))
     local first, types = parse_metrics(body)
     assert.equal(2, first.cohost_workers)
     assert.is_true(first.process_resident_memory_bytes > 1000000)
-    assert.truthy(first['cohost_http_requests_total{worker="0"}'])
-    assert.truthy(first['cohost_http_requests_total{worker="1"}'])
+    assert.truthy(first['cohost_worker_http_requests_total{worker="0"}'])
+    assert.truthy(first['cohost_worker_http_requests_total{worker="1"}'])
     assert.truthy(first['cohost_lua_memory_bytes{worker="1"}'] > 10000)
     assert.truthy(first['cohost_coroutines_by_state{worker="0",state="waiting"}'])
     for _ = 1, 10 do get(p.port, "/") end
@@ -212,8 +212,8 @@ end))
       end
     end
     assert.is_true(counters >= 8)
-    local r1 = first['cohost_http_requests_total{worker="0"}'] + first['cohost_http_requests_total{worker="1"}']
-    local r2 = second['cohost_http_requests_total{worker="0"}'] + second['cohost_http_requests_total{worker="1"}']
+    local r1 = first['cohost_worker_http_requests_total{worker="0"}'] + first['cohost_worker_http_requests_total{worker="1"}']
+    local r2 = second['cohost_worker_http_requests_total{worker="0"}'] + second['cohost_worker_http_requests_total{worker="1"}']
     assert.equal(r1 + 11, r2)   -- 10 app requests and the first scrape
     assert.equal(404, (get(sport, "/nothing")))
   end)

@@ -22,6 +22,7 @@
 #include "http/conn.h"
 #include "http/response.h"
 #include "net/proxy.h"
+#include "proc/metrics.h"
 #include "net/tls.h"
 
 #define BUF_SIZE      16384       /* input buffer, at least; grows to fit
@@ -401,7 +402,11 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     return 0;
   }
   int keep = ch_http_response_finish(rq);
-  if (!rq->hijacked) access_log(c, rq);
+  if (!rq->hijacked) {
+    access_log(c, rq);
+    ch_metrics_http(rq->status, base + h->method.off, h->method.len,
+                    (double)(ch_now_ns() - rq->start_ns) / 1e9);
+  }
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {
