@@ -13,7 +13,7 @@ test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-bu
       procps python3 python3-websockets curl libpcre2-dev memcached
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
-      wrk slowhttptest gnuplot-nox)
+      wrk slowhttptest gnuplot-nox haproxy systemd)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 
