@@ -103,7 +103,9 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
   if (ch_listener_proxy(l)) {
     char from[CH_ADDR_TEXT];
     ch_addr_format(&c->peer, from, sizeof from);
+    union ch_addr before = c->peer;
     int r = ch_proxy_read(s, &c->peer, HANDSHAKE_MS);
+    if (r == 0 && memcmp(&before, &c->peer, sizeof before) != 0) r = ch_socket_set_peer(T, -1, &c->peer);
     if (r < 0) {
       ch_proxy_log_bad(from, r);
       free(c);

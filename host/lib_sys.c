@@ -53,11 +53,52 @@ static int check_level(lua_State *L, int idx)
   return level;
 }
 
+/* The fields table at idx as a JSON object's text into out (cap bytes):
+** string keys only, numbers and booleans as themselves, anything else
+** through tostring. Cut short (still valid JSON) if it does not fit. */
+static void fields_json(lua_State *L, int idx, char *out, int cap)
+{
+  int n = 0, first = 1;
+  out[n++] = '{';
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) == LUA_TSTRING && n < cap - 64) {
+      int mark = n;
+      n += snprintf(out + n, (size_t)(cap - n), "%s\"", first ? "" : ",");
+      n = ch_log_json_escape(out, n, cap - 40, lua_tostring(L, -2));
+      n += snprintf(out + n, (size_t)(cap - n), "\":");
+      int t = lua_type(L, -1);
+      if (t == LUA_TNUMBER) {
+        n += snprintf(out + n, (size_t)(cap - n), "%.14g", lua_tonumber(L, -1));
+      } else if (t == LUA_TBOOLEAN) {
+        n += snprintf(out + n, (size_t)(cap - n), "%s", lua_toboolean(L, -1) ? "true" : "false");
+      } else {
+        lua_getglobal(L, "tostring");
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 1);
+        out[n++] = '"';
+        n = ch_log_json_escape(out, n, cap - 4, lua_tostring(L, -1));
+        out[n++] = '"';
+        lua_pop(L, 1);
+      }
+      if (n >= cap - 2) n = mark;   /* did not fit: left out */
+      else first = 0;
+    }
+    lua_pop(L, 1);
+  }
+  out[n++] = '}';
+  out[n] = '\0';
+}
+
 /* Logs the arguments from first on, concatenated with tostring, at
-** where:line. */
+** where:line. A table as the last argument holds fields: a JSON line
+** (--log-format json) carries them as "fields", a text line ends with
+** " key=value" for each. */
 static void log_args(lua_State *L, int level, int first, const char *where, int line)
 {
   int n = lua_gettop(L);
+  int fields = n >= first && lua_type(L, n) == LUA_TTABLE ? n : 0;
+  if (fields) n--;
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   for (int i = first; i <= n; i++) {
@@ -67,7 +108,31 @@ static void log_args(lua_State *L, int level, int first, const char *where, int 
     luaL_addvalue(&b);
   }
   luaL_pushresult(&b);
-  ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  if (fields && !ch_log_is_json()) {   /* the message, then " k=v" each */
+    int parts = 1;
+    lua_pushnil(L);
+    while (lua_next(L, fields)) {
+      if (lua_type(L, -2) == LUA_TSTRING) {
+        lua_getglobal(L, "tostring");
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 1);
+        lua_pushfstring(L, " %s=%s", lua_tostring(L, -3), lua_tostring(L, -1));
+        lua_insert(L, -4);   /* below the key, the value and its string */
+        lua_pop(L, 2);       /* the string and the value: the key stays */
+        parts++;
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    lua_concat(L, parts);
+  }
+  if (fields && ch_log_is_json()) {
+    char json[2048];
+    fields_json(L, fields, json, sizeof json);
+    ch_log_fields(level, json, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  } else {
+    ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  }
 }
 
 /* log(level, ...): the arguments concatenated with tostring, like

@@ -40,7 +40,7 @@ int ch_log_set_format(const char *name)
 
 /* Appends s as a JSON string's contents (without quotes) at buf + n, at
 ** most cap - n bytes; returns the new length. Control bytes are \u00XX. */
-static int json_escape(char *buf, int n, int cap, const char *s)
+int ch_log_json_escape(char *buf, int n, int cap, const char *s)
 {
   for (; *s && n < cap - 7; s++) {
     unsigned char ch = (unsigned char)*s;
@@ -59,14 +59,15 @@ static int json_escape(char *buf, int n, int cap, const char *s)
   return n;
 }
 
-void ch_log(int level, const char *fmt, ...)
+int ch_log_is_json(void)
 {
-  if (level > ch_opts.log_level) return;
+  return json_format;
+}
+
+static void vlog(int level, const char *fields, const char *fmt, va_list ap)
+{
   char msg[4096], buf[8192];
-  va_list ap;
-  va_start(ap, fmt);
   int m = vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   /* A message longer than the buffer is cut, and says so. */
   if (m >= (int)sizeof msg) memcpy(msg + sizeof msg - 4, "...", 4);
   const char *lvl = names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level];
@@ -87,8 +88,14 @@ void ch_log(int level, const char *fmt, ...)
     if (w) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w->id, ch_self());
     else n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":\"%s\",", who);
     n += snprintf(buf + n, sizeof buf - (size_t)n, "\"message\":\"");
-    n = json_escape(buf, n, (int)sizeof buf - 3, msg);
+    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, msg);
     buf[n++] = '"';
+    size_t fl = fields ? strlen(fields) : 0;
+    if (fl && (size_t)n + fl + 12 < sizeof buf) {   /* else dropped: a line stays whole */
+      memcpy(buf + n, ",\"fields\":", 10);
+      memcpy(buf + n + 10, fields, fl);
+      n += 10 + (int)fl;
+    }
     buf[n++] = '}';
   } else {
     localtime_r(&now, &tm);
@@ -105,6 +112,24 @@ void ch_log(int level, const char *fmt, ...)
   ** never park (every worker writes to this one fd). */
   long r = syscall(SYS_write, STDERR_FILENO, buf, (size_t)n);
   (void)r;
+}
+
+void ch_log(int level, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void ch_log_fields(int level, const char *fields, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, fields, fmt, ap);
+  va_end(ap);
 }
 
 /* -- Log files SIGUSR1 reopens -------------------------------------------- */

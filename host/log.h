@@ -13,6 +13,19 @@ enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 ** never interleave and never park. */
 void ch_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ch_log with structured fields: fields is a JSON object's text, which a
+** --log-format json line carries as "fields" (a text line does not: the
+** caller puts them in the message). */
+void ch_log_fields(int level, const char *fields, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Appends s as the contents of a JSON string (no quotes) at buf + n, at
+** most cap - n bytes (cut short, never split inside an escape); returns
+** the new length. */
+int ch_log_json_escape(char *buf, int n, int cap, const char *s);
+
+/* Whether lines are JSON (--log-format json). */
+int ch_log_is_json(void);
+
 /* Level number for "err", "warn", ... (case-insensitive, also "ERR"), or
 ** 0 if unknown. */
 int ch_log_level(const char *name);
