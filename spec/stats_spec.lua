@@ -21,7 +21,7 @@ local function parse_metrics(text)
     elseif line:match("^# TYPE ") then
       local name, typ = line:match("^# TYPE (%S+) (%S+)$")
       assert.truthy(name and name:match(NAME), line)
-      assert.truthy(({ counter = 1, gauge = 1, untyped = 1 })[typ], line)
+      assert.truthy(({ counter = 1, gauge = 1, histogram = 1, untyped = 1 })[typ], line)
       assert.is_nil(types[name], "TYPE twice for " .. name)
       types[name] = typ
     else
@@ -35,8 +35,14 @@ local function parse_metrics(text)
           assert.truthy(pair:match('^[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"$'), "bad label " .. pair)
         end
       end
-      assert.truthy(types[name], "sample before its TYPE: " .. line)
-      assert.truthy(helps[name], "sample without HELP: " .. line)
+      -- A histogram's samples are its name with _bucket, _sum, _count.
+      local family = name
+      if not types[name] then
+        local base = name:match("^(.*)_bucket$") or name:match("^(.*)_sum$") or name:match("^(.*)_count$")
+        if base and types[base] == "histogram" then family = base end
+      end
+      assert.truthy(types[family], "sample before its TYPE: " .. line)
+      assert.truthy(helps[family], "sample without HELP: " .. line)
       series[name .. (labels or "")] = assert(tonumber(value), line)
     end
   end
