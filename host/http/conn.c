@@ -375,7 +375,10 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   ch_worker_count_request(c->w);
   int too_large = h->content_length > 0 && (uint64_t)h->content_length > srv->max_body;
   if (too_large && !srv->on_error) {
+    uint64_t t0 = ch_now_ns();
     ch_http_answer_error(c, 413);
+    ch_metrics_http(413, ch_http_req_base(rq) + h->method.off, h->method.len,
+                    (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
     return 0;
   }
