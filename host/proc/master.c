@@ -228,7 +228,8 @@ static void signal_all(int sig, uint64_t kill_ms, int skip_old)
 
 static uint64_t drain_deadline(void)
 {
-  return now_ms() + (uint64_t)ch_opts.shutdown_timeout_ms + KILL_GRACE_MS;
+  /* A worker first waits --drain-delay (serving), then drains. */
+  return now_ms() + (uint64_t)ch_opts.drain_delay_ms + (uint64_t)ch_opts.shutdown_timeout_ms + KILL_GRACE_MS;
 }
 
 static void start_stop(int at_once)
