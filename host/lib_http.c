@@ -51,12 +51,13 @@ static void drain_dead(lua_State *L)
 ** ref is dropped the next time a request runs. Never calls Lua. */
 static void server_free(struct ch_http_server *s)
 {
-  if (ndead == dead_cap) {
+  if (ndead + 2 > dead_cap) {   /* the handler's ref and on_error's */
     int cap = dead_cap ? dead_cap * 2 : 8;
     int *d = realloc(dead_refs, (size_t)cap * sizeof *d);
     if (d) { dead_refs = d; dead_cap = cap; }
   }
   if (ndead < dead_cap) dead_refs[ndead++] = s->handler;
+  if (s->on_error && ndead < dead_cap) dead_refs[ndead++] = s->on_error;
   free(s);
 }
 
@@ -559,7 +560,8 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
   ** arguments (lua_setfield per field costs ~3x its table constructor). */
   lua_pushnil(T);
   lua_rawgeti(T, LUA_REGISTRYINDEX, dispatch_ref);
-  lua_rawgeti(T, LUA_REGISTRYINDEX, srv->handler);
+  /* A body declared over max_body_size: on_error answers (conn.c). */
+  lua_rawgeti(T, LUA_REGISTRYINDEX, rq->body_status == 413 && srv->on_error ? srv->on_error : srv->handler);
   /* res: the box at [0], in the array part, and no hash part until the
   ** handler sets a field (status reads 200 from the metatable). */
   lua_createtable(T, 1, 0);
@@ -634,15 +636,17 @@ static int opt_secs(lua_State *L, int idx, const char *k, int def_s)
   return (int)(v * 1000);
 }
 
-/* server(handler, opts) -> a server object for listen(). */
+/* server(handler, opts [, on_error]) -> a server object for listen(). */
 static int l_server(lua_State *L)
 {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   if (lua_isnoneornil(L, 2)) {
-    lua_settop(L, 1);
     lua_newtable(L);
+    lua_replace(L, 2);
   }
   luaL_checktype(L, 2, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 3)) luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_settop(L, 3);
   struct server_ud *ud = lua_newuserdata(L, sizeof *ud);
   ud->s = NULL;
   luaL_getmetatable(L, SERVER_MT);
@@ -671,9 +675,9 @@ static int l_server(lua_State *L)
   lua_getfield(L, 2, "access_log");
   if (lua_toboolean(L, -1)) {
     if (lua_isstring(L, -1)) {
-      s->log_fd = open(lua_tostring(L, -1), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+      s->log_fd = ch_log_file_open(lua_tostring(L, -1));   /* SIGUSR1 reopens it */
       if (s->log_fd < 0) {
-        int e = errno;
+        int e = -s->log_fd;
         free(s);
         return luaL_error(L, "access_log %s: %s", lua_tostring(L, -1), strerror(e));
       }
@@ -690,6 +694,10 @@ static int l_server(lua_State *L)
   }
   lua_pushvalue(L, 1);
   s->handler = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (!lua_isnil(L, 3)) {
+    lua_pushvalue(L, 3);
+    s->on_error = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   s->refs = 1;
   s->run = run_handler;
   s->on_free = server_free;

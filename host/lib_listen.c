@@ -22,8 +22,10 @@
 #include "lib.h"
 #include "lib_listen.h"
 #include "lib_socket.h"
+#include "net/activation.h"
 #include "net/addr.h"
 #include "net/listener.h"
+#include "net/proxy.h"
 #include "net/stream.h"
 #include "net/tls.h"
 
@@ -98,6 +100,18 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
   lua_pushvalue(T, -1);
   *refp = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps the socket past the handler */
   *tp = t;
+  if (ch_listener_proxy(l)) {
+    char from[CH_ADDR_TEXT];
+    ch_addr_format(&c->peer, from, sizeof from);
+    union ch_addr before = c->peer;
+    int r = ch_proxy_read(s, &c->peer, HANDSHAKE_MS);
+    if (r == 0 && memcmp(&before, &c->peer, sizeof before) != 0) r = ch_socket_set_peer(T, -1, &c->peer);
+    if (r < 0) {
+      ch_proxy_log_bad(from, r);
+      free(c);
+      return 0;
+    }
+  }
   char peer[CH_ADDR_TEXT];
   int n = ch_addr_format(&c->peer, peer, sizeof peer);
   lua_pushlstring(T, peer, (size_t)n);
@@ -264,6 +278,9 @@ static void read_opts(lua_State *L, struct ch_listener_opts *o)
     o->prio = p;
   }
   lua_pop(L, 1);
+  lua_getfield(L, 3, "proxy_protocol");
+  o->proxy_protocol = lua_toboolean(L, -1);
+  lua_pop(L, 1);
 }
 
 /* The TLS context of opts.ssl_cert, or NULL (none asked, or failed: then
@@ -329,11 +346,24 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   if (w->stopping) return fail(L, "shutting down");
   drain_dead(L);
   union ch_addr a;
-  socklen_t alen = listen_addr(L, spec, &a);
-  if (!alen) return 2;
+  socklen_t alen;
+  int passed = ch_activation_named(spec);   /* "fd:N", "systemd:NAME" */
+  if (passed != -EINVAL) {
+    if (passed < 0) return fail(L, "no such socket passed by systemd (LISTEN_FDS)");
+    alen = sizeof a;
+    if (getsockname(passed, &a.sa, &alen) < 0) return ch_lib_fail_errno(L, errno);
+  } else if (!(alen = listen_addr(L, spec, &a))) {
+    return 2;
+  }
   char err[512];
   SSL_CTX *ctx = read_tls(L, err, sizeof err);
   if (!ctx && err[0]) return fail(L, err);
+  if (ctx && o.proxy_protocol) {
+    /* The header comes before the handshake, and the stream under a TLS
+    ** connection reads through SSL. */
+    SSL_CTX_free(ctx);
+    return luaL_argerror(L, 3, "proxy_protocol is not supported with TLS");
+  }
   /* Everything that may raise comes before the listener exists. */
   struct listener_ud *lud = lua_newuserdata(L, sizeof *lud);
   lud->l = NULL;

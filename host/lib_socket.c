@@ -220,6 +220,8 @@ void ch_socket_finalize(struct ch_socket *u)
   ch_stream_close(&u->s, 1);
   free(u->key);
   u->key = NULL;
+  free(u->peer);
+  u->peer = NULL;
   u->read_closed = u->write_closed = 0;
 }
 
@@ -846,7 +848,8 @@ static int tcp_getpeername(lua_State *L)
   socklen_t len = sizeof a;
   if (u->s.fd < 0) return closed(L);
   memset(&a, 0, sizeof a);
-  if (getpeername(u->s.fd, &a.sa, &len) < 0) return fail_errno(L, errno);
+  if (u->peer) a = *u->peer;
+  else if (getpeername(u->s.fd, &a.sa, &len) < 0) return fail_errno(L, errno);
   if (a.sa.sa_family == AF_UNIX) {
     lua_pushstring(L, a.un.sun_path);
     return 1;
@@ -893,6 +896,14 @@ struct ch_stream *ch_socket_push_conn(lua_State *L, int fd, SSL *ssl, const char
     luaL_error(L, "no memory");
   }
   return &u->s;
+}
+
+int ch_socket_set_peer(lua_State *L, int idx, const union ch_addr *a)
+{
+  struct ch_socket *u = lua_touserdata(L, idx);
+  if (!u->peer && !(u->peer = malloc(sizeof *u->peer))) return -ENOMEM;
+  *u->peer = *a;
+  return 0;
 }
 
 void ch_socket_close_at(lua_State *L, int idx)

@@ -12,6 +12,7 @@
 #include <lua.h>
 #include <openssl/ssl.h>
 
+#include "net/addr.h"
 #include "net/stream.h"
 
 /* A TCP cosocket: the cohost.tcp userdata. */
@@ -24,6 +25,8 @@ struct ch_socket {
   int reused;               /* times this connection came from a pool */
   int pool_size;            /* opts.pool_size of the last connect; 0: default */
   char *key;                /* pool key of the connection (malloc), or NULL */
+  union ch_addr *peer;      /* the client a PROXY header named (malloc):
+                            ** getpeername's answer; NULL: the socket's */
   uint8_t reading;          /* busy flags: a task is inside that operation */
   uint8_t writing;
   uint8_t connecting;
@@ -49,6 +52,11 @@ int ch_ssl_info(lua_State *L);
 ** Returns its stream (for a server handshake). Raises on memory shortage
 ** (fd closed then). */
 struct ch_stream *ch_socket_push_conn(lua_State *L, int fd, SSL *ssl, const char *pre, size_t n);
+
+/* Makes getpeername() of the cosocket at idx answer a (the client of a
+** PROXY protocol header) instead of the socket's peer. Returns 0 or
+** -ENOMEM; never raises (a listener calls it outside any pcall). */
+int ch_socket_set_peer(lua_State *L, int idx, const union ch_addr *a);
 
 /* The bytes send(data) sends, as OpenResty has it: a string or number as
 ** is, nil and booleans spelled out, an array table flattened into one new

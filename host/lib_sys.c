@@ -42,26 +42,105 @@ static int l_monotonic(lua_State *L)
   return 1;
 }
 
-/* log(level, ...) with level a number (1 ERR .. 5 DEBUG) or a name. The
-** arguments are concatenated with tostring, like ngx.log. */
-static int l_log(lua_State *L)
+/* The level argument at idx: a number (1 ERR .. 5 DEBUG) or a name. */
+static int check_level(lua_State *L, int idx)
 {
   int level;
-  if (lua_type(L, 1) == LUA_TNUMBER) level = (int)lua_tointeger(L, 1);
-  else if (!(level = ch_log_level(luaL_checkstring(L, 1))))
-    return luaL_argerror(L, 1, "unknown log level");
-  if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, 1, "log level out of range");
-  if (level > ch_opts.log_level) return 0;
+  if (lua_type(L, idx) == LUA_TNUMBER) level = (int)lua_tointeger(L, idx);
+  else if (!(level = ch_log_level(luaL_checkstring(L, idx))))
+    return luaL_argerror(L, idx, "unknown log level");
+  if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, idx, "log level out of range");
+  return level;
+}
+
+/* The fields table at idx as a JSON object's text into out (cap bytes):
+** string keys only, numbers and booleans as themselves, anything else
+** through tostring. Cut short (still valid JSON) if it does not fit. */
+static void fields_json(lua_State *L, int idx, char *out, int cap)
+{
+  int n = 0, first = 1;
+  out[n++] = '{';
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    if (lua_type(L, -2) == LUA_TSTRING && n < cap - 64) {
+      int mark = n;
+      n += snprintf(out + n, (size_t)(cap - n), "%s\"", first ? "" : ",");
+      n = ch_log_json_escape(out, n, cap - 40, lua_tostring(L, -2));
+      n += snprintf(out + n, (size_t)(cap - n), "\":");
+      int t = lua_type(L, -1);
+      if (t == LUA_TNUMBER) {
+        n += snprintf(out + n, (size_t)(cap - n), "%.14g", lua_tonumber(L, -1));
+      } else if (t == LUA_TBOOLEAN) {
+        n += snprintf(out + n, (size_t)(cap - n), "%s", lua_toboolean(L, -1) ? "true" : "false");
+      } else {
+        lua_getglobal(L, "tostring");
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 1);
+        out[n++] = '"';
+        n = ch_log_json_escape(out, n, cap - 4, lua_tostring(L, -1));
+        out[n++] = '"';
+        lua_pop(L, 1);
+      }
+      if (n >= cap - 2) n = mark;   /* did not fit: left out */
+      else first = 0;
+    }
+    lua_pop(L, 1);
+  }
+  out[n++] = '}';
+  out[n] = '\0';
+}
+
+/* Logs the arguments from first on, concatenated with tostring, at
+** where:line. A table as the last argument holds fields: a JSON line
+** (--log-format json) carries them as "fields", a text line ends with
+** " key=value" for each. */
+static void log_args(lua_State *L, int level, int first, const char *where, int line)
+{
   int n = lua_gettop(L);
+  int fields = n >= first && lua_type(L, n) == LUA_TTABLE ? n : 0;
+  if (fields) n--;
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  for (int i = 2; i <= n; i++) {
+  for (int i = first; i <= n; i++) {
     lua_getglobal(L, "tostring");
     lua_pushvalue(L, i);
     lua_call(L, 1, 1);
     luaL_addvalue(&b);
   }
   luaL_pushresult(&b);
+  if (fields && !ch_log_is_json()) {   /* the message, then " k=v" each */
+    int parts = 1;
+    lua_pushnil(L);
+    while (lua_next(L, fields)) {
+      if (lua_type(L, -2) == LUA_TSTRING) {
+        lua_getglobal(L, "tostring");
+        lua_pushvalue(L, -2);
+        lua_call(L, 1, 1);
+        lua_pushfstring(L, " %s=%s", lua_tostring(L, -3), lua_tostring(L, -1));
+        lua_insert(L, -4);   /* below the key, the value and its string */
+        lua_pop(L, 2);       /* the string and the value: the key stays */
+        parts++;
+      } else {
+        lua_pop(L, 1);
+      }
+    }
+    lua_concat(L, parts);
+  }
+  if (fields && ch_log_is_json()) {
+    char json[2048];
+    fields_json(L, fields, json, sizeof json);
+    ch_log_fields(level, json, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  } else {
+    ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  }
+}
+
+/* log(level, ...): the arguments concatenated with tostring, like
+** ngx.log, at the caller's line. */
+static int l_log(lua_State *L)
+{
+  int level = check_level(L, 1);
+  if (level > ch_opts.log_level) return 0;
   lua_Debug ar;
   const char *where = "?";
   int line = 0;
@@ -69,7 +148,19 @@ static int l_log(lua_State *L)
     where = ar.short_src;
     line = ar.currentline;
   }
-  ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
+  log_args(L, level, 2, where, line);
+  return 0;
+}
+
+/* log_at(level, where, line, ...): log at a line of the caller's choice,
+** for a library that reports an error raised elsewhere (the router logs
+** a handler's error at the handler's line, not its own). */
+static int l_log_at(lua_State *L)
+{
+  int level = check_level(L, 1);
+  const char *where = luaL_checkstring(L, 2);
+  int line = (int)luaL_checkinteger(L, 3);
+  if (level <= ch_opts.log_level) log_args(L, level, 4, where, line);
   return 0;
 }
 
@@ -141,6 +232,14 @@ static int l_exit(lua_State *L)
 }
 
 /* shutdown() starts the graceful stop a SIGTERM would. */
+/* draining() -> whether this process drains (SIGTERM, cohost.shutdown):
+** what /healthz reports. */
+static int l_draining(lua_State *L)
+{
+  lua_pushboolean(L, ch_workers_draining());
+  return 1;
+}
+
 static int l_shutdown(lua_State *L)
 {
   (void)L;
@@ -299,6 +398,7 @@ static const luaL_Reg sys_funcs[] = {
   { "time", l_time },
   { "monotonic", l_monotonic },
   { "log", l_log },
+  { "log_at", l_log_at },
   { "log_enabled", l_log_enabled },
   { "log_raw", l_log_raw },
   { "log_level", l_log_level },
@@ -308,6 +408,7 @@ static const luaL_Reg sys_funcs[] = {
   { "worker_cpu", l_worker_cpu },
   { "exit", l_exit },
   { "shutdown", l_shutdown },
+  { "draining", l_draining },
   { "stats", l_stats },
   { NULL, NULL }
 };

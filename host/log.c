@@ -1,15 +1,22 @@
-/* Logging to stderr and OpenResty's error strings. */
+/* Logging to stderr, the log files SIGUSR1 reopens, and OpenResty's error
+** strings. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "worker.h"
+#include "proc/master.h"
 
 static const char *const names[] = { NULL, "error", "warn", "notice", "info", "debug" };
 
@@ -21,30 +28,83 @@ int ch_log_level(const char *name)
   return 0;
 }
 
-void ch_log(int level, const char *fmt, ...)
+static int json_format;   /* --log-format json */
+
+int ch_log_set_format(const char *name)
 {
-  if (level > ch_opts.log_level) return;
-  char buf[4096];
+  if (!strcmp(name, "text")) json_format = 0;
+  else if (!strcmp(name, "json")) json_format = 1;
+  else return -1;
+  return 0;
+}
+
+/* Appends s as a JSON string's contents (without quotes) at buf + n, at
+** most cap - n bytes; returns the new length. Control bytes are \u00XX. */
+int ch_log_json_escape(char *buf, int n, int cap, const char *s)
+{
+  for (; *s && n < cap - 7; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      buf[n++] = '\\';
+      buf[n++] = (char)ch;
+    } else if (ch == '\n') {
+      buf[n++] = '\\';
+      buf[n++] = 'n';
+    } else if (ch < 0x20) {
+      n += snprintf(buf + n, (size_t)(cap - n), "\\u%04x", ch);
+    } else {
+      buf[n++] = (char)ch;
+    }
+  }
+  return n;
+}
+
+int ch_log_is_json(void)
+{
+  return json_format;
+}
+
+static void vlog(int level, const char *fields, const char *fmt, va_list ap)
+{
+  char msg[4096], buf[8192];
+  int m = vsnprintf(msg, sizeof msg, fmt, ap);
+  /* A message longer than the buffer is cut, and says so. */
+  if (m >= (int)sizeof msg) memcpy(msg + sizeof msg - 4, "...", 4);
+  const char *lvl = names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level];
+  struct ch_worker *w = ch_worker_self;
+  int pid = (int)getpid();   /* a system call, but logging is no hot path */
+  unsigned gen = ch_master_generation();
+  char who[32];
+  if (w) snprintf(who, sizeof who, "w%d c%d", w->id, ch_self());
+  else snprintf(who, sizeof who, "%s", ch_master_is_master() ? "master" : "main");
   time_t now = time(NULL);
   struct tm tm;
-  localtime_r(&now, &tm);
-  int n = (int)strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
-  struct ch_worker *w = ch_worker_self;
-  n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] w%d c%d: ",
-                names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level],
-                w ? w->id : -1, ch_self());
-  va_list ap;
-  va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  /* A message longer than the buffer is cut, and says so. */
-  if (m < 0) m = 0;
-  if ((size_t)(n + m) >= sizeof buf - 1) {
-    n = (int)sizeof buf - 5;
-    memcpy(buf + n, "...", 3);
-    n += 3;
+  int n;
+  if (json_format) {
+    gmtime_r(&now, &tm);
+    n = (int)strftime(buf, sizeof buf, "{\"time\":\"%Y-%m-%dT%H:%M:%SZ\"", &tm);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ",\"level\":\"%s\",\"pid\":%d,\"generation\":%u,", lvl,
+                  pid, gen);
+    if (w) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w->id, ch_self());
+    else n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":\"%s\",", who);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "\"message\":\"");
+    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, msg);
+    buf[n++] = '"';
+    size_t fl = fields ? strlen(fields) : 0;
+    if (fl && (size_t)n + fl + 12 < sizeof buf) {   /* else dropped: a line stays whole */
+      memcpy(buf + n, ",\"fields\":", 10);
+      memcpy(buf + n + 10, fields, fl);
+      n += 10 + (int)fl;
+    }
+    buf[n++] = '}';
   } else {
-    n += m;
+    localtime_r(&now, &tm);
+    n = (int)strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
+    /* The master's messages say "master: " themselves. */
+    const char *text = msg;
+    if (!w && !strncmp(text, "master: ", 8) && !strcmp(who, "master")) text += 8;
+    n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] pid=%d gen=%u %s: %s", lvl, pid, gen, who, text);
+    if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
   }
   buf[n++] = '\n';
   /* One write keeps lines whole between workers. A raw system call, not
@@ -52,6 +112,118 @@ void ch_log(int level, const char *fmt, ...)
   ** never park (every worker writes to this one fd). */
   long r = syscall(SYS_write, STDERR_FILENO, buf, (size_t)n);
   (void)r;
+}
+
+void ch_log(int level, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void ch_log_fields(int level, const char *fields, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, fields, fmt, ap);
+  va_end(ap);
+}
+
+/* -- Log files SIGUSR1 reopens -------------------------------------------- */
+
+struct logfile {
+  struct logfile *next;
+  int fd;                   /* the number writers use; kept over a reopen */
+  int users;                /* ch_log_file_open calls on this path */
+  char path[];
+};
+
+static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct logfile *files;   /* guarded by files_lock */
+static char *stderr_path;       /* stderr's file, or NULL (a tty, a pipe) */
+
+static int open_append(const char *path)
+{
+  return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+void ch_log_init(void)
+{
+  struct stat st;
+  char link[64], path[PATH_MAX];
+  if (fstat(STDERR_FILENO, &st) < 0 || !S_ISREG(st.st_mode)) return;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", STDERR_FILENO);
+  ssize_t n = readlink(link, path, sizeof path - 1);
+  if (n <= 0 || path[0] != '/') return;
+  path[n] = '\0';
+  stderr_path = strdup(path);
+}
+
+/* Every worker of a process opens the same access log: one fd for all. */
+int ch_log_file_open(const char *path)
+{
+  pthread_mutex_lock(&files_lock);
+  struct logfile *f;
+  for (f = files; f; f = f->next)
+    if (strcmp(f->path, path) == 0) break;
+  int fd;
+  if (f) {
+    f->users++;
+    fd = f->fd;
+  } else if ((fd = open_append(path)) < 0) {
+    fd = -errno;
+  } else if (!(f = malloc(sizeof *f + strlen(path) + 1))) {
+    close(fd);
+    fd = -ENOMEM;
+  } else {
+    f->fd = fd;
+    f->users = 1;
+    strcpy(f->path, path);
+    f->next = files;
+    files = f;
+  }
+  pthread_mutex_unlock(&files_lock);
+  return fd;
+}
+
+void ch_log_file_close(int fd)
+{
+  pthread_mutex_lock(&files_lock);
+  for (struct logfile **p = &files; *p; p = &(*p)->next)
+    if ((*p)->fd == fd) {
+      struct logfile *f = *p;
+      if (--f->users == 0) {
+        *p = f->next;
+        close(f->fd);
+        free(f);
+      }
+      break;
+    }
+  pthread_mutex_unlock(&files_lock);
+}
+
+/* Opens path afresh and puts it at fd's number. */
+static void reopen(const char *path, int fd)
+{
+  int nfd = open_append(path);
+  if (nfd < 0) {
+    ch_log(CH_LOG_ERR, "cannot reopen log file %s: %s", path, strerror(errno));
+    return;
+  }
+  if (dup3(nfd, fd, fd == STDERR_FILENO ? 0 : O_CLOEXEC) < 0)
+    ch_log(CH_LOG_ERR, "cannot reopen log file %s: %s", path, strerror(errno));
+  close(nfd);
+}
+
+void ch_log_reopen(void)
+{
+  if (stderr_path) reopen(stderr_path, STDERR_FILENO);
+  pthread_mutex_lock(&files_lock);
+  for (struct logfile *f = files; f; f = f->next) reopen(f->path, f->fd);
+  pthread_mutex_unlock(&files_lock);
 }
 
 const char *ch_errstr(int err)

@@ -1,17 +1,54 @@
-/* Logging to stderr, and OpenResty's error strings for errno values. */
+/* Logging to stderr, the log files SIGUSR1 reopens, and OpenResty's error
+** strings for errno values. */
 #ifndef CH_LOG_H
 #define CH_LOG_H
 
 enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 
-/* Writes "YYYY/MM/DD HH:MM:SS [level] w<worker> c<coroutine>: message" to
-** stderr when level is enabled, as one write(2) so lines never interleave
-** and never park. */
+/* Writes "YYYY/MM/DD HH:MM:SS [level] pid=P gen=G w<worker> c<coroutine>:
+** message" to stderr when level is enabled ("master:" in place of the
+** worker in a --processes master, "main:" on a thread that is no worker),
+** or with --log-format json one object a line: {"time", "level", "pid",
+** "generation", "worker", "coroutine", "message"}. One write(2), so lines
+** never interleave and never park. */
 void ch_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ch_log with structured fields: fields is a JSON object's text, which a
+** --log-format json line carries as "fields" (a text line does not: the
+** caller puts them in the message). */
+void ch_log_fields(int level, const char *fields, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Appends s as the contents of a JSON string (no quotes) at buf + n, at
+** most cap - n bytes (cut short, never split inside an escape); returns
+** the new length. */
+int ch_log_json_escape(char *buf, int n, int cap, const char *s);
+
+/* Whether lines are JSON (--log-format json). */
+int ch_log_is_json(void);
 
 /* Level number for "err", "warn", ... (case-insensitive, also "ERR"), or
 ** 0 if unknown. */
 int ch_log_level(const char *name);
+
+/* --log-format: "text" (the default) or "json". Returns 0, or -1 for an
+** unknown name. */
+int ch_log_set_format(const char *name);
+
+/* At start, before any thread: remembers the path of stderr when it is a
+** regular file (cohost app.lua 2>>error.log), for ch_log_reopen. */
+void ch_log_init(void);
+
+/* Opens an access log file for appending (close-on-exec) and remembers
+** its path for ch_log_reopen. Returns the fd or -errno. */
+int ch_log_file_open(const char *path);
+
+/* Closes fd, opened by ch_log_file_open, and forgets it. */
+void ch_log_file_close(int fd);
+
+/* SIGUSR1: reopens stderr's file and every file of ch_log_file_open under
+** its path (a log rotation renamed them), each new file taking its old fd
+** number (dup2), so writers never see a closed fd. Never yields. */
+void ch_log_reopen(void);
 
 /* OpenResty's error string for an errno: "timeout", "closed",
 ** "connection refused", "connection reset by peer", "no memory", ... */

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,9 @@
 #include "vm/lua_alloc.h"
 #include "lib.h"
 #include "proc/watchdog.h"
+#include "net/activation.h"
+#include "proc/notify.h"
+#include "proc/metrics.h"
 #include "proc/master.h"
 #include "proc/stats.h"
 #include "proc/stats_procs.h"
@@ -88,6 +92,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.file", luaopen_cohost_core_file },
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
   { "cohost.core.bus", luaopen_cohost_core_bus },
+  { "cohost.core.metrics", luaopen_cohost_core_metrics },
   { NULL, NULL }
 };
 
@@ -116,7 +121,10 @@ static void usage(FILE *f)
     "                             once (default 0 = no limit)\n"
     "      --shutdown-timeout S   seconds handlers get on SIGTERM/SIGINT and old workers\n"
     "                             on a reload (default 10); SIGQUIT stops at once\n"
+    "      --drain-delay S        on SIGTERM, /healthz answers 503 for S seconds\n"
+    "                             before the listeners close (default 0)\n"
     "      --log-level LEVEL      err, warn, notice, info, debug (default notice)\n"
+    "      --log-format FORMAT    text (default) or json: one object a line\n"
     "      --cpu-affinity auto|LIST  pin worker i to the i-th CPU of LIST (e.g. 0,2-3)\n"
     "                             or of the CPUs allowed to the process (default: off)\n"
     "      --fair-switches N      a coroutine that keeps yielding lets I/O and timers\n"
@@ -244,6 +252,17 @@ static unsigned parse_uint(const char *v, const char *opt, unsigned max)
   return (unsigned)n;
 }
 
+/* "auto" (the CPU count) or a whole decimal number; anything else
+** ("2x", "", "-1") is 0, which the callers reject. */
+static int count_arg(const char *v)
+{
+  if (!strcmp(v, "auto")) return cpu_count();
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  return errno || end == v || *end || n < 0 || n > 1000000 ? 0 : (int)n;
+}
+
 /* Value of an option: "--opt=value" or the next argument. */
 static const char *value(int argc, char **argv, int *i, const char *opt)
 {
@@ -272,11 +291,11 @@ static int parse_args(int argc, char **argv, int *check)
       exit(0);
     } else if (!strcmp(a, "-w") || is(a, "--workers")) {
       const char *v = value(argc, argv, &i, "--workers");
-      ch_opts.threads = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      ch_opts.threads = count_arg(v);
       if (ch_opts.threads < 1 || ch_opts.threads > 1024) die("bad worker count '%s'", v);
     } else if (is(a, "--processes")) {
       const char *v = value(argc, argv, &i, "--processes");
-      ch_opts.processes = !strcmp(v, "auto") ? cpu_count() : atoi(v);
+      ch_opts.processes = count_arg(v);
       if (ch_opts.processes < 1 || ch_opts.processes > 1024) die("bad process count '%s'", v);
     } else if (is(a, "--shdict")) {
       const char *v = value(argc, argv, &i, "--shdict");
@@ -301,11 +320,16 @@ static int parse_args(int argc, char **argv, int *check)
       ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
     } else if (is(a, "--max-connections")) {
       ch_opts.max_connections = atoi(value(argc, argv, &i, "--max-connections"));
+    } else if (is(a, "--drain-delay")) {
+      ch_opts.drain_delay_ms = (int)(atof(value(argc, argv, &i, "--drain-delay")) * 1000);
     } else if (is(a, "--shutdown-timeout")) {
       ch_opts.shutdown_timeout_ms = (int)(atof(value(argc, argv, &i, "--shutdown-timeout")) * 1000);
     } else if (is(a, "--log-level")) {
       const char *v = value(argc, argv, &i, "--log-level");
       if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+    } else if (is(a, "--log-format")) {
+      const char *v = value(argc, argv, &i, "--log-format");
+      if (ch_log_set_format(v) < 0) die("--log-format: expected text or json, not '%s'", v);
     } else if (is(a, "--cpu-affinity")) {
       affinity_arg = value(argc, argv, &i, "--cpu-affinity");
     } else if (is(a, "--fair-switches")) {
@@ -508,9 +532,23 @@ static void catch_signals(void)
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGQUIT, &sa, NULL);
+  sigaction(SIGUSR1, &sa, NULL);   /* reopen the log files, not die */
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
   if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
+}
+
+/* --drain-delay: /healthz says 503 while the listeners still serve, so a
+** load balancer stops sending before they close. A second signal ends the
+** wait (and, read by the loop, the process). */
+static void drain_delay(void)
+{
+  ch_workers_set_draining();
+  if (ch_opts.drain_delay_ms <= 0) return;
+  ch_log(CH_LOG_NOTICE, "draining: /healthz answers 503; listeners close in %.1f s",
+         ch_opts.drain_delay_ms / 1000.0);
+  struct pollfd pf = { .fd = sig_pipe[0], .events = POLLIN };
+  while (poll(&pf, 1, ch_opts.drain_delay_ms) < 0 && errno == EINTR) {}
 }
 
 static void *signal_main(void *p)
@@ -522,6 +560,11 @@ static void *signal_main(void *p)
     long n = syscall(SYS_read, sig_pipe[0], &b, 1);
     if (n != 1) continue;   /* EINTR */
     int sig = b;
+    if (sig == SIGUSR1) {   /* logrotate's postrotate, as for nginx */
+      ch_log_reopen();
+      ch_log(CH_LOG_NOTICE, "SIGUSR1: log files reopened");
+      continue;
+    }
     if (sig == SIGQUIT) {
       fprintf(stderr, "cohost: SIGQUIT, exiting now\n");
       ch_worker_exit(1);
@@ -531,6 +574,7 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
+    drain_delay();
     ch_workers_shutdown();
   }
   return NULL;
@@ -587,6 +631,11 @@ int main(int argc, char **argv)
 {
   int check = 0;
   all_argv = argv;
+  ch_log_init();   /* stderr's file, which SIGUSR1 reopens */
+  ch_activation_init();   /* systemd's sockets, before any fork */
+  ch_notify_init();       /* and its NOTIFY_SOCKET */
+  if (ch_metrics_init() < 0)   /* shared by every process: before the fork */
+    fprintf(stderr, "cohost: no memory for the metrics registry; cohost.metrics is off\n");
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (test_mode || (script && ch_testmode_is_busted(script))) enter_test_mode();
@@ -619,6 +668,7 @@ int main(int argc, char **argv)
   pthread_t sig_thread;
   if (pthread_create(&sig_thread, NULL, signal_main, NULL) != 0) die("cannot start the signal thread%s", "");
   pthread_detach(sig_thread);
+  if (!ch_opts.processes) ch_notify_watchdog_start();   /* else the master pings */
 
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);

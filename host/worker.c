@@ -129,6 +129,18 @@ void ch_workers_run(struct lua_State *(*make_state)(void), void (*first)(void *)
   ** still be referenced until the process ends. */
 }
 
+static _Atomic int draining;   /* ch_workers_draining */
+
+int ch_workers_draining(void)
+{
+  return atomic_load_explicit(&draining, memory_order_relaxed);
+}
+
+void ch_workers_set_draining(void)
+{
+  atomic_store_explicit(&draining, 1, memory_order_relaxed);
+}
+
 static void post_shutdown(void *p)
 {
   ch_worker_shutdown(p);
@@ -140,6 +152,16 @@ void ch_workers_shutdown(void)
   for (int i = 0; workers && i < ch_opts.threads; i++)
     if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
   pthread_mutex_unlock(&workers_lock);
+}
+
+int ch_workers_post(void (*fn)(void *), void *arg)
+{
+  int n = 0;
+  pthread_mutex_lock(&workers_lock);
+  for (int i = 0; workers && i < ch_opts.threads; i++)
+    if (workers[i].sched && ch_post(workers[i].sched, fn, arg) == 0) n++;
+  pthread_mutex_unlock(&workers_lock);
+  return n;
 }
 
 int ch_worker_count(void)
@@ -176,6 +198,7 @@ void ch_worker_shutdown(struct ch_worker *w)
 {
   if (w->stopping) return;
   w->stopping = 1;
+  ch_workers_set_draining();
   ch_log(CH_LOG_INFO, "shutting down");
   ch_listener_drain(w);
   ch_http_close_idle(w);

@@ -47,6 +47,9 @@ struct ch_options {
   size_t stack_size;            /* bytes; 0 = runtime default */
   int max_connections;          /* per worker; 0 = unlimited */
   int shutdown_timeout_ms;      /* grace period on SIGTERM/SIGINT */
+  int drain_delay_ms;           /* --drain-delay: SIGTERM first makes
+                                ** /healthz answer 503 this long, serving
+                                ** as before, then the shutdown starts */
   int log_level;                /* CH_LOG_* */
   unsigned fair_switches;       /* ch_sched_set_fairness's policy */
   unsigned fair_usec;
@@ -72,6 +75,17 @@ void ch_workers_run(struct lua_State *(*new_state)(void), void (*start)(void *))
 /* Asks each of this process's running workers, through its scheduler, to
 ** shut down (ch_worker_shutdown). Any thread; the signal thread's. */
 void ch_workers_shutdown(void);
+
+/* Posts fn(arg) to each running worker's scheduler (it runs on that
+** worker's thread). Returns how many took it. Any thread. */
+int ch_workers_post(void (*fn)(void *), void *arg);
+
+/* Whether this process drains: a SIGTERM (or cohost.shutdown) came, and
+** /healthz answers 503 (during --drain-delay, and after). Any thread. */
+int ch_workers_draining(void);
+
+/* Marks this process as draining (ch_workers_draining). Any thread. */
+void ch_workers_set_draining(void);
 
 /* Starts an orderly shutdown of the calling worker: listeners close, daemon
 ** tasks are cancelled, the rest have the shutdown timeout to finish. */

@@ -390,7 +390,7 @@ end))
 end)
 
 describe("logging", function()
-  it("writes time, level, worker, coroutine id and the Lua call site before the message", function()
+  it("writes time, level, pid, generation, worker, coroutine id and the Lua call site before the message", function()
     local script = tmpfile([[
 local cohost = require "cohost"
 
@@ -402,7 +402,7 @@ cohost.wait(cohost.spawn(function() cohost.log("warn", "from a thread") end))
     local lines = {}
     for line in err:gmatch("[^\n]+") do lines[#lines + 1] = line end
     assert.equal(2, #lines, err)
-    local pattern = "^(%d%d%d%d)/(%d%d)/(%d%d) (%d%d):(%d%d):(%d%d) %[warn%] w0 c(%d+): (.*)$"
+    local pattern = "^(%d%d%d%d)/(%d%d)/(%d%d) (%d%d):(%d%d):(%d%d) %[warn%] pid=%d+ gen=0 w0 c(%d+): (.*)$"
     local y, mo, d, h, mi, s, c1, rest = lines[1]:match(pattern)
     assert.truthy(y, lines[1])
     assert.equal(script .. ":3: hello 42 true", rest)

@@ -21,7 +21,7 @@ local function parse_metrics(text)
     elseif line:match("^# TYPE ") then
       local name, typ = line:match("^# TYPE (%S+) (%S+)$")
       assert.truthy(name and name:match(NAME), line)
-      assert.truthy(({ counter = 1, gauge = 1, untyped = 1 })[typ], line)
+      assert.truthy(({ counter = 1, gauge = 1, histogram = 1, untyped = 1 })[typ], line)
       assert.is_nil(types[name], "TYPE twice for " .. name)
       types[name] = typ
     else
@@ -35,8 +35,14 @@ local function parse_metrics(text)
           assert.truthy(pair:match('^[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"$'), "bad label " .. pair)
         end
       end
-      assert.truthy(types[name], "sample before its TYPE: " .. line)
-      assert.truthy(helps[name], "sample without HELP: " .. line)
+      -- A histogram's samples are its name with _bucket, _sum, _count.
+      local family = name
+      if not types[name] then
+        local base = name:match("^(.*)_bucket$") or name:match("^(.*)_sum$") or name:match("^(.*)_count$")
+        if base and types[base] == "histogram" then family = base end
+      end
+      assert.truthy(types[family], "sample before its TYPE: " .. line)
+      assert.truthy(helps[family], "sample without HELP: " .. line)
       series[name .. (labels or "")] = assert(tonumber(value), line)
     end
   end
@@ -196,8 +202,8 @@ end))
     local first, types = parse_metrics(body)
     assert.equal(2, first.cohost_workers)
     assert.is_true(first.process_resident_memory_bytes > 1000000)
-    assert.truthy(first['cohost_http_requests_total{worker="0"}'])
-    assert.truthy(first['cohost_http_requests_total{worker="1"}'])
+    assert.truthy(first['cohost_worker_http_requests_total{worker="0"}'])
+    assert.truthy(first['cohost_worker_http_requests_total{worker="1"}'])
     assert.truthy(first['cohost_lua_memory_bytes{worker="1"}'] > 10000)
     assert.truthy(first['cohost_coroutines_by_state{worker="0",state="waiting"}'])
     for _ = 1, 10 do get(p.port, "/") end
@@ -212,8 +218,8 @@ end))
       end
     end
     assert.is_true(counters >= 8)
-    local r1 = first['cohost_http_requests_total{worker="0"}'] + first['cohost_http_requests_total{worker="1"}']
-    local r2 = second['cohost_http_requests_total{worker="0"}'] + second['cohost_http_requests_total{worker="1"}']
+    local r1 = first['cohost_worker_http_requests_total{worker="0"}'] + first['cohost_worker_http_requests_total{worker="1"}']
+    local r2 = second['cohost_worker_http_requests_total{worker="0"}'] + second['cohost_worker_http_requests_total{worker="1"}']
     assert.equal(r1 + 11, r2)   -- 10 app requests and the first scrape
     assert.equal(404, (get(sport, "/nothing")))
   end)

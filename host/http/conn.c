@@ -21,6 +21,8 @@
 #include "worker.h"
 #include "http/conn.h"
 #include "http/response.h"
+#include "net/proxy.h"
+#include "proc/metrics.h"
 #include "net/tls.h"
 
 #define BUF_SIZE      16384       /* input buffer, at least; grows to fit
@@ -39,7 +41,7 @@ static __thread struct ch_http_conn *conns;   /* this worker's */
 void ch_http_server_unref(struct ch_http_server *s)
 {
   if (--s->refs > 0) return;
-  if (s->log_owned) close(s->log_fd);
+  if (s->log_owned) ch_log_file_close(s->log_fd);
   s->on_free(s);   /* frees s (lib_http.c) */
 }
 
@@ -116,6 +118,18 @@ static void go_idle(struct ch_http_conn *c, int ms)
   if (ch_timer_start(&c->timer, ms, on_idle_expired) < 0) conn_free(c);
 }
 
+static void set_peer(struct ch_http_conn *c, const union ch_addr *peer)
+{
+  c->family = (uint8_t)peer->sa.sa_family;
+  if (peer->sa.sa_family == AF_INET) {
+    c->port = ntohs(peer->in.sin_port);
+    memcpy(c->addr, &peer->in.sin_addr, 4);
+  } else if (peer->sa.sa_family == AF_INET6) {
+    c->port = ntohs(peer->in6.sin6_port);
+    memcpy(c->addr, &peer->in6.sin6_addr, 16);
+  }
+}
+
 void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr *peer)
 {
   struct ch_http_server *srv = ud;
@@ -137,14 +151,7 @@ void ch_http_admit(void *ud, struct ch_listener *l, int fd, const union ch_addr 
   srv->refs++;
   c->l = l;
   c->w = ch_worker_self;
-  c->family = (uint8_t)peer->sa.sa_family;
-  if (peer->sa.sa_family == AF_INET) {
-    c->port = ntohs(peer->in.sin_port);
-    memcpy(c->addr, &peer->in.sin_addr, 4);
-  } else if (peer->sa.sa_family == AF_INET6) {
-    c->port = ntohs(peer->in6.sin6_port);
-    memcpy(c->addr, &peer->in6.sin6_addr, 16);
-  }
+  set_peer(c, peer);
   c->next = conns;
   if (conns) conns->prev = c;
   conns = c;
@@ -366,8 +373,12 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   struct ch_http_server *srv = c->srv;
   struct ch_http_head *h = &rq->h;
   ch_worker_count_request(c->w);
-  if (h->content_length > 0 && (uint64_t)h->content_length > srv->max_body) {
+  int too_large = h->content_length > 0 && (uint64_t)h->content_length > srv->max_body;
+  if (too_large && !srv->on_error) {
+    uint64_t t0 = ch_now_ns();
     ch_http_answer_error(c, 413);
+    ch_metrics_http(413, ch_http_req_base(rq) + h->method.off, h->method.len,
+                    (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
     return 0;
   }
@@ -375,6 +386,12 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   ** unless the handler fails). */
   memset(&rq->pend, 0, offsetof(struct ch_http_req, err) - offsetof(struct ch_http_req, pend));
   rq->err[0] = '\0';
+  /* A declared length over the limit, with an on_error: the body is
+  ** never read (reading it says "too large" at once), and on_error runs
+  ** instead of the handler, so it may answer in its own format; if it
+  ** does not, the plain 413. The connection closes after the answer
+  ** either way (its body is unread). */
+  if (too_large) rq->body_status = 413;
   rq->c = c;
   rq->clen = -1;
   rq->start_ns = ch_now_ns();
@@ -388,7 +405,11 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     return 0;
   }
   int keep = ch_http_response_finish(rq);
-  if (!rq->hijacked) access_log(c, rq);
+  if (!rq->hijacked) {
+    access_log(c, rq);
+    ch_metrics_http(rq->status, base + h->method.off, h->method.len,
+                    (double)(ch_now_ns() - rq->start_ns) / 1e9);
+  }
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {
@@ -404,6 +425,29 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   if (rq->body_status == 413 && !rq->hijacked) linger_close(c);   /* let it read the 413 */
   ch_http_req_release(rq);
   return keep;
+}
+
+/* Yields. The PROXY header a load balancer sends first (net/proxy.h),
+** within the header timeout: req.peer and the access log get the client
+** it names. A bad one or none closes the connection, logged. Returns 0 or
+** -1. Out of line, as handshake is. */
+static __attribute__((noinline)) int proxy_header(struct ch_http_conn *c)
+{
+  union ch_addr peer;
+  memset(&peer, 0, sizeof peer);
+  peer.sa.sa_family = AF_UNSPEC;
+  c->head_wait = ch_current();
+  int r = ch_proxy_read(&c->s, &peer, c->srv->header_ms);
+  c->head_wait = NULL;
+  if (r < 0) {
+    char who[80];
+    ch_http_peer(c, who, sizeof who);
+    ch_proxy_log_bad(who, r);
+    return -1;
+  }
+  if (peer.sa.sa_family != AF_UNSPEC) set_peer(c, &peer);
+  c->proxied = 1;
+  return 0;
 }
 
 /* Yields. The TLS handshake, within the header timeout; a failed one
@@ -470,6 +514,7 @@ static void conn_main(void *arg)
   struct ch_http_server *srv = c->srv;
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
   struct ch_http_req *rq = NULL;   /* freed when this active spell ends */
+  if (!c->proxied && ch_listener_proxy(c->l) && proxy_header(c) < 0) goto close;
   if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
   for (;;) {
     if (!c->s.buf && ch_stream_reserve(&c->s, c->s.max) < 0) break;

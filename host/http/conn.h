@@ -36,6 +36,9 @@ struct ch_http_req;
 struct ch_http_server {
   int handler;                    /* registry ref of handler(req, res);
                                   ** lib_http.c's, opaque here */
+  int on_error;                   /* registry ref of on_error(req, res), run
+                                  ** instead of the handler for a declared
+                                  ** body over max_body; 0: none */
   int refs;                       /* the Lua object, each connection */
   struct ch_http_limits lim;
   uint64_t max_body;              /* bytes */
@@ -77,6 +80,7 @@ struct ch_http_conn {
   uint8_t family;                 /* the peer's address, compact (an idle
                                   ** connection is ~220 bytes): for req.peer
                                   ** and the access log */
+  uint8_t proxied;                /* its PROXY header was read */
   uint16_t port;
   uint8_t addr[16];
 };

@@ -279,8 +279,10 @@ static void build_head(struct ch_http_req *rq, struct obuf *out, int64_t clen, i
   char *p = out->p + out->len;
 #define PUT(s, n) (memcpy(p, (s), (n)), p += (n))
   p += status_line(rq->status, p);
+  /* A handler's own Server or Date replaces ours (a proxy copying an
+  ** upstream's must not send two). */
   if (srvl && hx_find(rq, "server", 6, 0) < 0) PUT(c->srv->server_hdr, srvl);
-  PUT(date, datel);
+  if (hx_find(rq, "date", 4, 0) < 0) PUT(date, datel);
   for (int i = 0; i < rq->nhx; i++)
     if (rq->hx[i].len) PUT(rq->hdrs + rq->hx[i].off, rq->hx[i].len);
   int nobody = rq->status == 204 || rq->status == 304 || rq->status < 200;

@@ -19,6 +19,7 @@
 #include "cohost.h"
 #include "log.h"
 #include "worker.h"
+#include "net/activation.h"
 #include "net/listener.h"
 #include "net/stream.h"
 #include "proc/master_listen.h"
@@ -98,20 +99,31 @@ static int seen_next(const char *addr)
   return 0;
 }
 
+/* The first listen() on a fixed port in this cohost checks that no other
+** process listens there (SO_REUSEPORT would let it join ours silently):
+** asked of the master with --processes (master_listen.h), else probed
+** here. Returns 0 or -errno (-EADDRINUSE). */
+static int claim_port(const char *spec, int nth, const union ch_addr *a, socklen_t alen)
+{
+  int r = ch_master_claim_port(spec, nth, &a->sa, alen);
+  return r == -ENOSYS ? ch_listen_probe(&a->sa, alen) : r;
+}
+
 /* Opens, binds and listens on a TCP socket for a; with port 0, agrees on
-** the port with the other workers. Returns the fd or -errno. Never yields
-** and never calls Lua while holding shared_lock. */
+** the port with the other workers; with a fixed one, claims it first.
+** Returns the fd or -errno. Never yields and never calls Lua while
+** holding shared_lock. */
 static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen, int backlog)
 {
   int one = 1, err = 0, made = 0;
   int zero_port = (a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port) == 0;
-  struct shared *s = NULL;
+  pthread_mutex_lock(&shared_lock);
+  struct shared *s = shared_get(spec, nth, &made);
+  if (!s) {
+    pthread_mutex_unlock(&shared_lock);
+    return -ENOMEM;
+  }
   if (zero_port) {
-    pthread_mutex_lock(&shared_lock);
-    if (!(s = shared_get(spec, nth, &made))) {
-      pthread_mutex_unlock(&shared_lock);
-      return -ENOMEM;
-    }
     /* A worker before us got the port; or, with --processes, the master
     ** reserved it for every process (master_listen.h). */
     int port = made ? ch_master_reserve_port(spec, nth, &a->sa, alen) : s->port;
@@ -124,6 +136,10 @@ static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen,
       if (a->sa.sa_family == AF_INET) a->in.sin_port = htons((uint16_t)port);
       else a->in6.sin6_port = htons((uint16_t)port);
     }
+  } else if (made && (err = -claim_port(spec, nth, a, alen)) != 0) {
+    s->nth = -1;
+    pthread_mutex_unlock(&shared_lock);
+    return -err;
   }
   int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -140,13 +156,11 @@ static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen,
       getsockname(fd, &a->sa, &len);
     }
   }
-  if (s) {
-    if (made && !err)
-      s->port = ntohs(a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port);
-    else if (made)   /* nobody got a port: the next worker tries afresh */
-      s->nth = -1;
-    pthread_mutex_unlock(&shared_lock);
-  }
+  if (made && !err)
+    s->port = ntohs(a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port);
+  else if (made)   /* nobody got it: the next worker tries afresh */
+    s->nth = -1;
+  pthread_mutex_unlock(&shared_lock);
   if (err) {
     if (fd >= 0) close(fd);
     return -err;
@@ -248,6 +262,7 @@ const union ch_addr *ch_listener_addr(const struct ch_listener *l) { return &l->
 int ch_listener_fd(const struct ch_listener *l) { return l->fd; }
 int ch_listener_prio(const struct ch_listener *l) { return l->o.prio; }
 SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l) { return l->o.ssl_ctx; }
+int ch_listener_proxy(const struct ch_listener *l) { return l->o.proxy_protocol; }
 
 /* Logs at most once a second per worker. */
 static int may_warn(void)
@@ -404,8 +419,15 @@ int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
   }
   int nth = seen_next(spec);
   struct shared *shared = NULL;
-  int fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
-                                      : open_tcp(spec, nth, a, alen, backlog);
+  int fd, passed = ch_activation_match(a);
+  if (passed >= 0) {   /* systemd's socket: adopted, never bound again */
+    socklen_t len = sizeof *a;
+    if ((fd = fcntl(passed, F_DUPFD_CLOEXEC, 0)) < 0) fd = -errno;
+    else getsockname(fd, &a->sa, &len);
+  } else {
+    fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
+                                    : open_tcp(spec, nth, a, alen, backlog);
+  }
   if (fd < 0) {
     SSL_CTX_free(o->ssl_ctx);
     free(l);

@@ -29,6 +29,8 @@ struct ch_listener_opts {
   int prio;                 /* CH_PRIO_* of the acceptor and connections */
   SSL_CTX *ssl_ctx;         /* TLS on every connection, or NULL; the
                             ** listener owns it from ch_listener_open on */
+  int proxy_protocol;       /* each connection starts with a PROXY header
+                            ** (net/proxy.h), which the protocol reads */
   int answer_503;           /* over --max-connections: a fixed HTTP 503
                             ** (else the connection is closed at once) */
   ch_admit_fn admit;        /* where connections go */
@@ -65,6 +67,9 @@ int ch_listener_fd(const struct ch_listener *l);
 
 /* The scheduling class (CH_PRIO_*) of l's connections. */
 int ch_listener_prio(const struct ch_listener *l);
+
+/* Whether l's connections start with a PROXY protocol header. */
+int ch_listener_proxy(const struct ch_listener *l);
 
 /* l's TLS context, or NULL for a plain listener. */
 SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l);

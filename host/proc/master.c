@@ -15,7 +15,9 @@
 **   SIGTERM, SIGINT         SIGTERM to every worker (they drain within
 **                           --shutdown-timeout), exit when all are gone;
 **   a second one, SIGQUIT   SIGQUIT to every worker (they exit at once);
-**   SIGTERM to one worker   it drains, and a replacement starts at once.
+**   SIGTERM to one worker   it drains, and a replacement starts at once;
+**   SIGUSR1                 the master reopens its log file and passes
+**                           SIGUSR1 on to every worker (log rotation).
 **
 ** Each worker keeps a channel to the master (a SOCK_SEQPACKET socketpair)
 ** and writes a one-byte message on it when its script has started
@@ -49,6 +51,7 @@
 #include "worker.h"
 #include "proc/master.h"
 #include "proc/master_listen.h"
+#include "proc/notify.h"
 
 #define BACKOFF_MIN_MS 100      /* first restart delay */
 #define BACKOFF_MAX_MS 10000    /* the doubling stops here */
@@ -60,8 +63,9 @@
 
 enum { MSG_STARTED = 1, MSG_DRAINING = 2 };   /* one-byte messages on a channel */
 
-enum role { CURRENT, NEXT, OLD };   /* serving; a reload's, not yet
-                                    ** started; draining */
+enum role { CURRENT, NEXT, OLD, ABORTED };   /* serving; a reload's, not
+                                    ** yet started; draining; a failed
+                                    ** reload's, told to stop */
 
 struct child {
   pid_t pid;
@@ -88,6 +92,8 @@ static unsigned generation;     /* the newest generation forked */
 static unsigned current_gen;    /* the generation serving */
 static int ready_wfd = -1;      /* in a worker: its end of the channel */
 static int my_index;            /* in a worker: its index */
+static unsigned my_gen;         /* in a worker: its generation */
+static unsigned generation_of_child;   /* the generation spawn forks */
 
 static uint64_t now_ms(void)
 {
@@ -120,7 +126,7 @@ static void catch_signals(void)
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sa.sa_handler = on_signal;
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
   sa.sa_handler = SIG_IGN;   /* a closed stderr must not kill the master;
                              ** each worker installs its own handler */
@@ -138,14 +144,17 @@ static void become_worker(int wfd, const sigset_t *old_mask)
   for (int i = 0; i < nkids; i++)
     if (kids[i].ready_fd >= 0) close(kids[i].ready_fd);
   ready_wfd = wfd;
+  my_gen = generation_of_child;
   ch_mlisten_forget();
   ch_mlisten_set_channel(wfd);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = SIG_DFL;   /* until main.c sets its own, in a moment */
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+  sa.sa_handler = SIG_IGN;   /* a log rotation now must not kill it either */
+  sigaction(SIGUSR1, &sa, NULL);
   pthread_sigmask(SIG_SETMASK, old_mask, NULL);   /* blocked since the fork */
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -179,6 +188,7 @@ static int spawn(int index, enum role role, int first)
   sigset_t all, old_mask;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  generation_of_child = role == NEXT ? generation : current_gen;
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
@@ -200,7 +210,7 @@ static int spawn(int index, enum role role, int first)
   c->index = index;
   c->ready_fd = p[0];
   c->role = (uint8_t)role;
-  c->gen = role == NEXT ? generation : current_gen;
+  c->gen = generation_of_child;
   c->first = (uint8_t)first;
   c->born_ms = now_ms();
   ch_log(CH_LOG_INFO, "master: worker process %d is pid %d", index, (int)pid);
@@ -210,7 +220,7 @@ static int spawn(int index, enum role role, int first)
 static void signal_all(int sig, uint64_t kill_ms, int skip_old)
 {
   for (int i = 0; i < nkids; i++) {
-    if (skip_old && kids[i].role == OLD) continue;
+    if (skip_old && (kids[i].role == OLD || kids[i].role == ABORTED)) continue;
     kill(kids[i].pid, sig);
     kids[i].kill_ms = kill_ms;
   }
@@ -218,7 +228,8 @@ static void signal_all(int sig, uint64_t kill_ms, int skip_old)
 
 static uint64_t drain_deadline(void)
 {
-  return now_ms() + (uint64_t)ch_opts.shutdown_timeout_ms + KILL_GRACE_MS;
+  /* A worker first waits --drain-delay (serving), then drains. */
+  return now_ms() + (uint64_t)ch_opts.drain_delay_ms + (uint64_t)ch_opts.shutdown_timeout_ms + KILL_GRACE_MS;
 }
 
 static void start_stop(int at_once)
@@ -233,6 +244,7 @@ static void start_stop(int at_once)
     return;
   }
   stopping = 1;
+  ch_notify("STOPPING=1\nSTATUS=draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
   if (nkids)
     ch_log(CH_LOG_NOTICE, "master: draining %d worker process%s", nkids, nkids == 1 ? "" : "es");
   signal_all(SIGTERM, drain_deadline(), 1);   /* the old ones drain already */
@@ -270,6 +282,8 @@ static void promote_if_started(void)
   }
   current_gen = generation;
   ch_mlisten_retire(current_gen);
+  ch_notify("READY=1\nSTATUS=serving: %d worker process%s, generation %u", next, next == 1 ? "" : "es",
+            current_gen);
   ch_log(CH_LOG_NOTICE, "master: reload: %d new worker process%s started, %d old draining",
          next, next == 1 ? "" : "es", old);
 }
@@ -278,9 +292,10 @@ static void promote_if_started(void)
 static void abort_reload(void)
 {
   uint64_t deadline = drain_deadline();
+  ch_notify("READY=1\nSTATUS=reload failed; serving generation %u", current_gen);
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {
-      kids[i].role = OLD;
+      kids[i].role = ABORTED;
       kill(kids[i].pid, SIGTERM);
       kids[i].kill_ms = deadline;
     }
@@ -340,6 +355,9 @@ static void child_ended(int k, int st)
   c->ready_fd = -1;
   if (c->role == OLD) {
     ch_log(CH_LOG_NOTICE, "master: old worker process %d (pid %d) %s", c->index, (int)c->pid, why);
+  } else if (c->role == ABORTED) {
+    ch_log(CH_LOG_NOTICE, "master: new worker process %d (pid %d) of the failed reload %s",
+           c->index, (int)c->pid, why);
   } else if (stopping) {
     if (!clean) status = 1;
     ch_log(CH_LOG_NOTICE, "master: worker process %d (pid %d) %s", c->index, (int)c->pid, why);
@@ -392,6 +410,10 @@ static int on_master_signal(int sig)
     ch_log(CH_LOG_NOTICE, "master: SIGHUP: starting %d new worker process%s",
            ch_opts.processes, ch_opts.processes == 1 ? "" : "es");
     generation++;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ch_notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading: generation %u",
+              (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000u, generation);
     for (int i = 0; i < ch_opts.processes; i++)
       if (spawn(i, NEXT, 0)) return 1;
     return 0;
@@ -401,6 +423,11 @@ static int on_master_signal(int sig)
     return 0;
   case SIGQUIT:
     start_stop(1);
+    return 0;
+  case SIGUSR1:
+    ch_log_reopen();
+    ch_log(CH_LOG_NOTICE, "master: SIGUSR1: log files reopened; passing it on to the workers");
+    for (int i = 0; i < nkids; i++) kill(kids[i].pid, SIGUSR1);
     return 0;
   default:   /* SIGCHLD: reap() runs every turn */
     return 0;
@@ -449,6 +476,36 @@ static int run_deadlines(int *timeout)
   return 0;
 }
 
+/* READY=1 once every worker process of the first generation started. */
+static void notify_first_ready(void)
+{
+  static int sent;
+  if (sent || stopping) return;
+  int up = 0;
+  for (int i = 0; i < nkids; i++)
+    if (kids[i].role == CURRENT && kids[i].started) up++;
+  if (up < ch_opts.processes) return;
+  sent = 1;
+  ch_notify("READY=1\nMAINPID=%d\nSTATUS=serving: %d worker process%s", (int)master_pid, up,
+            up == 1 ? "" : "es");
+}
+
+/* WATCHDOG=1 every ch_notify_watchdog_ms (WATCHDOG_USEC / 2) from the
+** master's loop, which also watches the workers; shortens *timeout to
+** the next ping. */
+static void watchdog_ping(int *timeout)
+{
+  static uint64_t next_ms;
+  int every = ch_notify_watchdog_ms();
+  if (!every) return;
+  uint64_t now = now_ms();
+  if (now >= next_ms) {
+    ch_notify("WATCHDOG=1");
+    next_ms = now + (uint64_t)every;
+  }
+  *timeout = min_timeout(*timeout, next_ms, now);
+}
+
 static int pending_restarts(void)
 {
   for (int i = 0; i < ch_opts.processes; i++)
@@ -479,6 +536,8 @@ int ch_master_run(void)
     int timeout;
     if (run_deadlines(&timeout)) return my_index;
     promote_if_started();
+    notify_first_ready();
+    watchdog_ping(&timeout);
     if (nkids == 0 && (stopping || !pending_restarts())) {
       ch_log(CH_LOG_INFO, "master: every worker process has ended");
       ch_mlisten_close_all();
@@ -541,9 +600,24 @@ int ch_master_run(void)
 ** call it (never parks). A master gone away: EPIPE, ignored. */
 static void tell_master(unsigned char b)
 {
-  if (ready_wfd < 0) return;
+  if (ready_wfd < 0) {   /* no master: this process speaks to systemd */
+    if (b == MSG_STARTED) ch_notify("READY=1\nSTATUS=serving: %d worker thread%s", ch_opts.threads,
+                                    ch_opts.threads == 1 ? "" : "s");
+    else ch_notify("STOPPING=1\nSTATUS=draining");
+    return;
+  }
   long r = syscall(SYS_write, ready_wfd, &b, 1);
   (void)r;
+}
+
+unsigned ch_master_generation(void)
+{
+  return ready_wfd >= 0 ? my_gen : current_gen;
+}
+
+int ch_master_is_master(void)
+{
+  return master_pid != 0 && getpid() == master_pid;
 }
 
 void ch_master_ready(void)

@@ -24,7 +24,7 @@
 #include "worker.h"
 #include "proc/master_listen.h"
 
-enum { KIND_UNIX = 'u', KIND_PORT = 'p' };
+enum { KIND_UNIX = 'u', KIND_PORT = 'p', KIND_CLAIM = 'c' };
 
 struct request {
   uint8_t type;                 /* CH_MASTER_MSG_LISTEN */
@@ -88,6 +88,22 @@ int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog)
     return -e;
   }
   return fd;
+}
+
+int ch_listen_probe(const struct sockaddr *a, socklen_t alen)
+{
+  /* SO_REUSEADDR (a TIME_WAIT left by an earlier run is no owner) but no
+  ** SO_REUSEPORT: the bind then fails with EADDRINUSE while any socket
+  ** listens there, SO_REUSEPORT or not. Bound, never listening: it takes
+  ** no connection, and it is closed at once. */
+  int one = 1;
+  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (a->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  int r = bind(fd, a, alen) < 0 ? -errno : 0;
+  close(fd);
+  return r;
 }
 
 /* -- Worker side ---------------------------------------------------------- */
@@ -164,13 +180,24 @@ int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, s
   return r == 0 ? -EPROTO : r;
 }
 
+int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
+{
+  struct request rq;
+  int fd, r = make_request(&rq, KIND_CLAIM, key, nth, a, alen, 0);
+  if (r < 0) return r;
+  r = ask(&rq, &fd);
+  if (fd >= 0) close(fd);
+  return r > 0 ? 0 : r;
+}
+
 /* -- Master side ---------------------------------------------------------- */
 
 struct entry {
   struct entry *next;
   int kind;
   int nth;
-  int fd;                       /* the unix listener, or the port's holder */
+  int fd;                       /* the unix listener, the port's holder;
+                                ** -1 for a claim */
   int port;                     /* KIND_PORT */
   unsigned gen;                 /* the newest generation that asked */
   struct sockaddr_un path;      /* KIND_UNIX: to unlink */
@@ -222,15 +249,21 @@ static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
     *err = ENOMEM;
     return NULL;
   }
-  int fd;
+  int fd = -1, r;   /* r: the fd, or 0 for a claim; or -errno */
   if (rq->kind == KIND_UNIX) {
     memcpy(&e->path, &rq->addr, sizeof e->path);
-    fd = ch_listen_unix(&e->path, (socklen_t)rq->alen, rq->backlog);
+    r = fd = ch_listen_unix(&e->path, (socklen_t)rq->alen, rq->backlog);
+  } else if (rq->kind == KIND_CLAIM) {
+    /* The first ask for a fixed port, in any generation: nobody may
+    ** listen there yet. Later asks (the other processes, restarts,
+    ** reloads) find the entry and join with SO_REUSEPORT. A claim keeps
+    ** no socket. */
+    r = ch_listen_probe((const struct sockaddr *)&rq->addr, (socklen_t)rq->alen);
   } else {
-    fd = reserve(&rq->addr, (socklen_t)rq->alen, &e->port);
+    r = fd = reserve(&rq->addr, (socklen_t)rq->alen, &e->port);
   }
-  if (fd < 0) {
-    *err = -fd;
+  if (r < 0) {
+    *err = -r;
     free(e);
     return NULL;
   }
@@ -252,7 +285,7 @@ void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
   memset(&rq, 0, sizeof rq);
   memcpy(&rq, msg, got < sizeof rq ? got : sizeof rq);
   rq.key[sizeof rq.key - 1] = 0;
-  if (got != sizeof rq || (rq.kind != KIND_UNIX && rq.kind != KIND_PORT) ||
+  if (got != sizeof rq || (rq.kind != KIND_UNIX && rq.kind != KIND_PORT && rq.kind != KIND_CLAIM) ||
       rq.alen > sizeof rq.addr)
     err = EPROTO;
   else
@@ -278,7 +311,7 @@ void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
 
 static void drop(struct entry *e)
 {
-  close(e->fd);
+  if (e->fd >= 0) close(e->fd);
   if (e->kind == KIND_UNIX) unlink(e->path.sun_path);
   free(e);
 }
@@ -302,7 +335,7 @@ void ch_mlisten_forget(void)
   while (entries) {
     struct entry *e = entries;
     entries = e->next;
-    close(e->fd);
+    if (e->fd >= 0) close(e->fd);
     free(e);
   }
 }

@@ -12,6 +12,11 @@
 **   port 0       must mean one port for all: the master reserves one with
 **                a socket bound (SO_REUSEPORT) but never listening, which
 **                takes no connections, and every process binds that port.
+**   a fixed port is bound by every process with SO_REUSEPORT, which the
+**                kernel would let any other process of the same user join
+**                (and split the connections with it): the first ask checks
+**                that nobody listens there yet (ch_listen_probe), and only
+**                the processes and generations of this master join after.
 **
 ** Entries are keyed by the address string and by which listen() call with
 ** that string it was on its worker (as lib_socket.c keys them between the
@@ -36,6 +41,17 @@ int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
 /* The port every process binds for TCP address a whose port is 0 (listen()
 ** call nth with spec key): > 0, or -ENOSYS without a master, or -errno. */
 int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen);
+
+/* May this cohost listen on TCP address a with its fixed port (listen()
+** call nth with spec key)? The first ask of all its processes and
+** generations checks that no other process listens there (the answer's
+** -EADDRINUSE); the others join the first with SO_REUSEPORT. Returns 0,
+** -ENOSYS without a master (probe yourself), or -errno. */
+int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen);
+
+/* Whether any process listens on TCP address a now: 0 if none, else
+** -EADDRINUSE (or another -errno). What a claim checks. */
+int ch_listen_probe(const struct sockaddr *a, socklen_t alen);
 
 /* Binds and listens on unix address a (non-blocking, close-on-exec),
 ** first removing a stale socket file there (one nobody accepts on).

@@ -32,7 +32,14 @@ function M.listen(addr, handler, opts)
   if opts.priority ~= nil and not PRIORITY[opts.priority] then
     error("bad option priority (\"high\", \"normal\" or \"low\" expected)", 2)
   end
-  local server = core.server(handler, opts)
+  local on_error = opts.on_error
+  if on_error ~= nil and type(on_error) ~= "function" then
+    error("bad option on_error (function expected)", 2)
+  end
+  -- on_error(req, res, status, err): a body declared over max_body_size.
+  local server = core.server(handler, opts, on_error and function(req, res)
+    return on_error(req, res, 413, "too large")
+  end)
   return core.listen(addr, server, opts)
 end
 
@@ -55,7 +62,10 @@ local client_mod = lazy "cohost.http.client"
 M.current = core.current
 M.track_current = core.track_current
 
+local real_ip_mod = lazy "cohost.http.real_ip"
+
 function M.router(...) return router_mod().new(...) end
+function M.real_ip(opts) return real_ip_mod().new(opts) end
 function M.request(url, opts) return client_mod().request(url, opts) end
 function M.client(opts) return client_mod().new(opts) end
 

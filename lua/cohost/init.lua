@@ -61,6 +61,7 @@ M.exit = sys.exit
 M.shutdown = sys.shutdown
 
 M.timer = require "cohost.timer"
+M.metrics = require "cohost.metrics"
 M.semaphore = require "cohost.semaphore"
 M.channel = require("cohost.channel").new
 

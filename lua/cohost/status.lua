@@ -7,6 +7,8 @@
 local M = {}
 
 local sys = require "cohost.core.sys"
+local metrics = require "cohost.metrics"
+local metrics_core = require "cohost.core.metrics"
 local cjson = require("cjson").new()   -- our own settings, not the app's
 
 local concat, format, floor = table.concat, string.format, math.floor
@@ -35,8 +37,8 @@ local FAMILIES = {
   { "cohost_timers", "gauge", "Armed timers, coroutine timeouts included.", field = "timers" },
   { "cohost_connections", "gauge", "Open connections accepted by the worker's listeners.", field = "connections" },
   { "cohost_connections_accepted_total", "counter", "Connections accepted.", field = "accepted" },
-  { "cohost_http_requests_total", "counter", "Requests served by cohost.http (the status endpoint's own included).",
-    field = "requests" },
+  { "cohost_worker_http_requests_total", "counter",
+    "Requests cohost.http began on the worker (the status endpoint's own included).", field = "requests" },
   { "cohost_lua_memory_bytes", "gauge", "Lua heap of the worker's Lua state.", field = "lua_bytes" },
   { "cohost_stack_address_space_bytes", "gauge", "Address space mapped for coroutine stacks (not resident memory).",
     field = "stack_bytes" },
@@ -52,6 +54,34 @@ local FAMILIES = {
 local function num(v)
   if v == floor(v) and v > -2^53 and v < 2^53 then return format("%.0f", v) end
   return format("%.6g", v)
+end
+
+-- CPU seconds and open fds summed over the worker processes (and the
+-- master), and the start time of the first of them: from /proc.
+local function process_totals(all)
+  local pids = {}
+  if all.processes then
+    for _, p in ipairs(all.processes) do
+      if p.pid and p.pid > 0 then pids[#pids + 1] = p.pid end
+    end
+    local stat = io.open("/proc/self/stat")
+    local ppid = stat and tonumber(stat:read("*a"):match("^%d+ %b() %S+ (%d+)"))
+    if stat then stat:close() end
+    if ppid then pids[#pids + 1] = ppid end
+  else
+    local stat = io.open("/proc/self/stat")
+    pids[1] = stat and stat:read("*n")
+    if stat then stat:close() end
+  end
+  local cpu, start, fds = 0, nil, 0
+  for _, pid in ipairs(pids) do
+    local c, s, f = metrics_core.process(pid)
+    if c then
+      cpu, fds = cpu + c, fds + f
+      if not start or s < start then start = s end
+    end
+  end
+  return cpu, start or 0, fds
 end
 
 -- stats("all") in the Prometheus text format, with label worker="<id>"
@@ -89,12 +119,24 @@ function M.metrics(all)
   put("# HELP process_resident_memory_bytes Resident memory of the worker processes, summed (/proc/self/statm).")
   put("# TYPE process_resident_memory_bytes gauge")
   put("process_resident_memory_bytes " .. num(all.totals.rss_bytes))
-  return concat(out, "\n") .. "\n"
+  local cpu, start, fds = process_totals(all)
+  put("# HELP process_cpu_seconds_total User and system CPU time of the cohost processes, summed.")
+  put("# TYPE process_cpu_seconds_total counter")
+  put("process_cpu_seconds_total " .. num(cpu))
+  put("# HELP process_start_time_seconds Start time of cohost (its master under --processes), Unix seconds.")
+  put("# TYPE process_start_time_seconds gauge")
+  put("process_start_time_seconds " .. format("%.2f", start))
+  put("# HELP process_open_fds Open file descriptors of the cohost processes, summed.")
+  put("# TYPE process_open_fds gauge")
+  put("process_open_fds " .. num(fds))
+  -- cohost.http's request metrics and the application's (cohost.metrics).
+  return concat(out, "\n") .. "\n" .. metrics.render()
 end
 
--- The endpoint's handler: GET (or HEAD) /status and /metrics.
+-- The endpoint's handler: GET (or HEAD) /status, /metrics and /healthz.
+local PATHS = { ["/status"] = true, ["/metrics"] = true, ["/healthz"] = true }
 function M.handler(req, res)
-  if req.path ~= "/status" and req.path ~= "/metrics" then
+  if not PATHS[req.path] then
     res.status = 404
     return res:send("not found\n")
   end
@@ -104,6 +146,16 @@ function M.handler(req, res)
     return res:send("method not allowed\n")
   end
   res:header("Cache-Control", "no-store")
+  if req.path == "/healthz" then
+    -- 503 from the first SIGTERM on (through --drain-delay, while the
+    -- listeners still serve), so a load balancer takes the node out
+    -- before they close.
+    if sys.draining() then
+      res.status = 503
+      return res:send("draining\n")
+    end
+    return res:send("ok\n")
+  end
   if req.path == "/status" then
     res:header("Content-Type", "application/json")
     return res:send(M.json())

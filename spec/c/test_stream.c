@@ -18,10 +18,14 @@
 #include "worker.h"
 #include "net/stream.h"
 #include "net/tls.h"
+#include "proc/master.h"
 
 /* What log.c reads, normally the host's (main.c, worker.c). */
 struct ch_options ch_opts = { .log_level = CH_LOG_ERR };
 __thread struct ch_worker *ch_worker_self;
+/* log.o names the process in its lines; no master here. */
+unsigned ch_master_generation(void) { return 0; }
+int ch_master_is_master(void) { return 0; }
 
 /* -- Lines and patterns --------------------------------------------------- */
 

@@ -14,6 +14,8 @@
 -- kept in a hash for an exact lookup, so the common case costs one table
 -- lookup. See docs/http-router.md.
 local cohost = require "cohost"
+local log_at = require("cohost.core.sys").log_at
+local MY_SRC = debug.getinfo(1, "S").short_src   -- this file, as tracebacks name it
 local static = require "cohost.http.static"
 
 local M = {}
@@ -358,9 +360,21 @@ end
 -- xpcall's message handler: wraps a handler error with its traceback
 -- (taken where it was raised); passes the others on unchanged.
 local Traced = {}
+local getinfo = debug.getinfo
 local function traced(e)
   if passthrough(e) then return e end
-  return setmetatable({ e, debug_traceback(tostring(e), 2) }, Traced)
+  -- Where it was raised: the first Lua frame below error() that is not
+  -- this file (a handler, a middleware), for the log line's location.
+  local where, line = "?", 0
+  for level = 2, 40 do
+    local info = getinfo(level, "Sl")
+    if not info then break end
+    if info.what ~= "C" and info.short_src ~= MY_SRC then
+      where, line = info.short_src, info.currentline
+      break
+    end
+  end
+  return setmetatable({ e, debug_traceback(tostring(e), 2), where, line }, Traced)
 end
 
 -- Handles one request: dispatch under xpcall; a handler error is logged
@@ -372,10 +386,10 @@ function Router:_handle(req, res, debug)
   local ok, err = xpcall(self._dispatch, traced, self, req, res, segs, 1, n)
   if ok then return end
   if getmetatable(err) ~= Traced then error(err, 0) end
-  local trace
-  err, trace = err[1], err[2]
+  local trace, where, line
+  err, trace, where, line = err[1], err[2], err[3], err[4]
   if res:sent() then error(trace, 0) end
-  cohost.log(cohost.ERR, "http: ", req.method, " ", req.path, ": ", trace)
+  log_at(cohost.ERR, where, line, "http: ", req.method, " ", req.path, ": ", trace)
   debug = debug or self.debug
   local ok2, err2 = xpcall(self.error_handler, debug_traceback, err, req, res, trace, debug)
   if not ok2 then
