@@ -171,11 +171,13 @@ describe("http", function()
 local http = require "cohost.http"
 local l = assert(http.listen("127.0.0.1:0", function() end))
 local ip, port = l:addr()
-print(ip, port > 0, package.loaded.cohost == nil)
+print(ip, port > 0)
 l:close()
 ]])
     assert.equal(0, code, err)
-    assert.equal("127.0.0.1\ttrue\ttrue\n", out)
+    -- (cohost.http now loads cohost itself, to say "run inside cohost"
+    -- when it is not: the methods must not depend on that either.)
+    assert.equal("127.0.0.1\ttrue\n", out)
   end)
 
   it("lets a handler's Date header replace the default one", function()
