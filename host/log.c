@@ -21,10 +21,15 @@ int ch_log_level(const char *name)
   return 0;
 }
 
-void ch_log(int level, const char *fmt, ...)
+#define LINE_MAX_BYTES 4096   /* one log line, prefix and message */
+
+/* Writes prefix, msg[0..len) and, when repeats > 0, " (repeated N times)",
+** as one line. One write keeps lines whole between workers. A raw system
+** call, not the hooked write: stderr may be a pipe that fills, and a log
+** line must never park (every worker writes to this one fd). */
+static void emit(int level, const char *msg, size_t len, unsigned repeats)
 {
-  if (level > ch_opts.log_level) return;
-  char buf[4096];
+  char buf[LINE_MAX_BYTES + 64];
   time_t now = time(NULL);
   struct tm tm;
   localtime_r(&now, &tm);
@@ -33,25 +38,66 @@ void ch_log(int level, const char *fmt, ...)
   n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] w%d c%d: ",
                 names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level],
                 w ? w->id : -1, ch_self());
+  if (len > LINE_MAX_BYTES - (size_t)n - 32) len = LINE_MAX_BYTES - (size_t)n - 32;
+  memcpy(buf + n, msg, len);
+  n += (int)len;
+  if (repeats) n += snprintf(buf + n, sizeof buf - (size_t)n, " (repeated %u times)", repeats);
+  buf[n++] = '\n';
+  long r = syscall(SYS_write, STDERR_FILENO, buf, (size_t)n);
+  (void)r;
+}
+
+/* The last error or warning line of this thread, for the repeat filter: a
+** handler failing the same way on every request (a worker wedged by a bug)
+** logs its message, often with a traceback, once a second with a count
+** instead of once per request (it wrote 84 MB in 12 s). Per thread: each
+** worker has its own, and no lock is taken. */
+#define REPEAT_WINDOW 1   /* seconds an identical line stays held back */
+static __thread char last[LINE_MAX_BYTES];
+static __thread size_t last_len;
+static __thread int last_level;
+static __thread unsigned held;     /* identical lines held back since the last write */
+static __thread time_t last_time;  /* when the last one was written */
+
+void ch_log(int level, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  char msg[LINE_MAX_BYTES];
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  int m = vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   /* A message longer than the buffer is cut, and says so. */
   if (m < 0) m = 0;
-  if ((size_t)(n + m) >= sizeof buf - 1) {
-    n = (int)sizeof buf - 5;
-    memcpy(buf + n, "...", 3);
-    n += 3;
-  } else {
-    n += m;
+  size_t len = (size_t)m;
+  if (len >= sizeof msg - 1) {
+    len = sizeof msg - 4;
+    memcpy(msg + len, "...", 3);
+    len += 3;
   }
-  buf[n++] = '\n';
-  /* One write keeps lines whole between workers. A raw system call, not
-  ** the hooked write: stderr may be a pipe that fills, and a log line must
-  ** never park (every worker writes to this one fd). */
-  long r = syscall(SYS_write, STDERR_FILENO, buf, (size_t)n);
-  (void)r;
+  if (level > CH_LOG_WARN) {   /* only errors and warnings are filtered */
+    emit(level, msg, len, 0);
+    return;
+  }
+  time_t now = time(NULL);
+  if (level == last_level && len == last_len && !memcmp(msg, last, len)) {
+    if (now - last_time < REPEAT_WINDOW) {
+      held++;
+      return;
+    }
+    /* This one and those held back since the last write. */
+    emit(level, msg, len, held + 1);
+    held = 0;
+    last_time = now;
+    return;
+  }
+  if (held) emit(last_level, last, last_len, held);
+  emit(level, msg, len, 0);
+  memcpy(last, msg, len);
+  last_len = len;
+  last_level = level;
+  held = 0;
+  last_time = now;
 }
 
 const char *ch_errstr(int err)
