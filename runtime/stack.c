@@ -234,6 +234,18 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
   c->free[c->nfree++] = *st;
 }
 
+/* Gives back up to n warm stacks of c beyond CH_STACK_WATERMARK, from the
+** bottom of the warm region, so the warm ones stay on top. */
+static void shed(struct ch_stack_class *c, size_t n)
+{
+  while (n > 0 && c->resident > CH_STACK_WATERMARK) {
+    struct ch_stack *old = &c->free[c->nfree - c->resident];
+    madvise(old->base, old->size, MADV_DONTNEED);
+    c->resident--;
+    n--;
+  }
+}
+
 void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns)
 {
   if (now_ns - p->trimmed_ns < CH_STACK_TRIM_NS) return;
@@ -241,17 +253,17 @@ void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns)
   for (int i = 0; i < CH_STACK_CLASSES; i++) {
     struct ch_stack_class *c = &p->cls[i];
     /* Stacks below position low were never taken this period. Of the
-    ** warm ones among them, keep CH_STACK_WATERMARK; the rest are
-    ** madvised from the bottom of the warm region, so the warm ones stay
-    ** on top. */
-    size_t idle = c->low < c->resident ? c->low : c->resident;
-    while (idle > 0 && c->resident > CH_STACK_WATERMARK) {
-      struct ch_stack *old = &c->free[c->nfree - c->resident];
-      madvise(old->base, old->size, MADV_DONTNEED);
-      c->resident--;
-      idle--;
-    }
+    ** warm ones among them, keep CH_STACK_WATERMARK. */
+    shed(c, c->low < c->resident ? c->low : c->resident);
     c->low = c->nfree;
+  }
+}
+
+void ch_stack_trim_idle(struct ch_stack_pool *p)
+{
+  for (int i = 0; i < CH_STACK_CLASSES; i++) {
+    shed(&p->cls[i], SIZE_MAX);
+    p->cls[i].low = p->cls[i].nfree;
   }
 }
 

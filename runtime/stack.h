@@ -75,6 +75,11 @@ void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns);
 
 #define CH_STACK_TRIM_NS 1000000000u   /* 1 s */
 
+/* Gives back the pages of every free stack beyond CH_STACK_WATERMARK now,
+** used or not this period: for a loop that has been idle a whole period
+** (sched.c's trim_idle), where ch_stack_trim never runs. */
+void ch_stack_trim_idle(struct ch_stack_pool *p);
+
 /* Records which coroutine id runs on st, for the overflow report. */
 void ch_stack_set_owner(const struct ch_stack *st, int id);
 
