@@ -60,6 +60,57 @@ static int parse_range(const char *v, size_t n, int64_t size, int64_t *from, int
   return 1;
 }
 
+/* An HTTP-date (IMF-fixdate, RFC 850 or asctime, RFC 9110 5.6.7) in
+** v[0..n) as a time, or -1 when it is none. */
+static time_t parse_date(const char *v, size_t n)
+{
+  static const char *const formats[] = {
+    "%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y",
+  };
+  char tmp[64];
+  if (n >= sizeof tmp) return -1;
+  memcpy(tmp, v, n);
+  tmp[n] = 0;
+  for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(tmp, formats[i], &tm);
+    if (end && *end == 0) return timegm(&tm);
+  }
+  return -1;
+}
+
+/* Whether the If-Match list v[0..n) names etag: "*" names any file, and
+** the comparison is strong (RFC 9110 13.1.1), so a weak W/"..." never
+** matches, as in nginx. */
+static int match_etag(const char *v, size_t n, const char *etag)
+{
+  size_t el = strlen(etag);
+  while (n > 0) {
+    while (n > 0 && (*v == ' ' || *v == '\t' || *v == ',')) { v++; n--; }
+    const char *item = v;
+    while (n > 0 && *v != ',') { v++; n--; }
+    size_t il = (size_t)(v - item);
+    while (il > 0 && (item[il - 1] == ' ' || item[il - 1] == '\t')) il--;
+    if ((il == 1 && item[0] == '*') || (il == el && memcmp(item, etag, el) == 0)) return 1;
+  }
+  return 0;
+}
+
+/* Answers rq with a short 4xx of its own (412, 416) and msg as its body;
+** cr: its Content-Range, or NULL. */
+static int refuse(struct ch_http_req *rq, int status, const char *msg, const char *cr)
+{
+  int r;
+  rq->status = status;
+  if (cr) {
+    ch_http_header_del(rq, "Content-Range", 13);
+    if ((r = ch_http_header_add(rq, "Content-Range", 13, cr, strlen(cr))) < 0) return r;
+  }
+  r = ch_http_response_send(rq, msg, strlen(msg));
+  return r < 0 ? r : CH_HTTP_REFUSED;
+}
+
 /* Yields. The file's bytes [off, off + left) after the head: sendfile(2)
 ** on a plain socket, which copies in the kernel; through TLS, pieces read
 ** into a buffer of this call's own (another coroutine's sendfile must not
@@ -123,14 +174,29 @@ int ch_http_sendfile(struct ch_http_req *rq, const char *path, const char *ctype
   int status = rq->status, ranged = 0;
   const struct ch_http_head *h = &rq->h;
   const char *base = ch_http_req_base(rq);
-  const char *inm = NULL, *ims = NULL, *range = NULL, *ifr = NULL;
-  size_t inml = 0, imsl = 0, rangel = 0, ifrl = 0;
+  const char *inm = NULL, *ims = NULL, *range = NULL, *ifr = NULL, *im = NULL, *ius = NULL;
+  size_t inml = 0, imsl = 0, rangel = 0, ifrl = 0, iml = 0, iusl = 0;
   for (int i = 0; i < h->nheaders; i++) {
     struct ch_http_span nm = h->name[i], vl = h->value[i];
     if (ch_http_name_is(base, nm, "if-none-match")) { inm = base + vl.off; inml = vl.len; }
+    else if (ch_http_name_is(base, nm, "if-match")) { im = base + vl.off; iml = vl.len; }
+    else if (ch_http_name_is(base, nm, "if-unmodified-since")) { ius = base + vl.off; iusl = vl.len; }
     else if (ch_http_name_is(base, nm, "if-modified-since")) { ims = base + vl.off; imsl = vl.len; }
     else if (ch_http_name_is(base, nm, "range")) { range = base + vl.off; rangel = vl.len; }
     else if (ch_http_name_is(base, nm, "if-range")) { ifr = base + vl.off; ifrl = vl.len; }
+  }
+  /* RFC 9110 13.2.2's order: If-Match, else If-Unmodified-Since (ignored
+  ** when it is no date), then If-None-Match or If-Modified-Since, then
+  ** Range. A failed precondition is a 412, as nginx answers. */
+  int failed = 0;
+  if (im) failed = !match_etag(im, iml, etag);
+  else if (ius) {
+    time_t t = parse_date(ius, iusl);
+    failed = t != (time_t)-1 && st.st_mtime > t;
+  }
+  if (status == 200 && failed) {
+    close(fd);
+    return refuse(rq, 412, "412 Precondition Failed\n", NULL);
   }
   int not_modified = 0;
   if (inm) {
@@ -150,12 +216,7 @@ int ch_http_sendfile(struct ch_http_req *rq, const char *path, const char *ctype
       close(fd);
       char cr[64];
       snprintf(cr, sizeof cr, "bytes */%lld", (long long)size);
-      rq->status = 416;
-      ch_http_header_del(rq, "Content-Range", 13);
-      if ((r = ch_http_header_add(rq, "Content-Range", 13, cr, strlen(cr))) < 0) return r;
-      static const char msg[] = "416 Range Not Satisfiable\n";
-      r = ch_http_response_send(rq, msg, sizeof msg - 1);
-      return r < 0 ? r : CH_HTTP_UNSATISFIABLE;
+      return refuse(rq, 416, "416 Range Not Satisfiable\n", cr);
     }
     if (pr > 0) { status = 206; ranged = 1; }
   }
