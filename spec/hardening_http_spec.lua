@@ -82,3 +82,62 @@ for _, path in ipairs { "/f", "/s/f.txt" } do
     end)
   end)
 end
+
+-- The parts of a multipart/byteranges body: { range = "a-b/size", type,
+-- body } each, in order.
+local function parts(ctype, body)
+  local boundary = assert(ctype:match("^multipart/byteranges; boundary=(%S+)$"), ctype)
+  local out = {}
+  local pos = 1
+  while true do
+    local s, e = body:find("\r\n--" .. boundary, pos, true)
+    assert(s, "no delimiter after " .. pos)
+    if body:sub(e + 1, e + 4) == "--\r\n" then
+      assert.equal(#body, e + 4)
+      return out
+    end
+    local head_end = assert(body:find("\r\n\r\n", e, true))
+    local head = body:sub(e + 3, head_end + 1)
+    local range = head:match("Content%-Range: bytes (%S+)\r\n")
+    local nxt = assert(body:find("\r\n--" .. boundary, head_end + 4, true))
+    out[#out + 1] = { range = range, type = head:match("Content%-Type: ([^\r]+)"),
+                      body = body:sub(head_end + 4, nxt - 1) }
+    pos = nxt
+  end
+end
+
+for _, path in ipairs { "/f", "/s/f.txt" } do
+  describe("several ranges on " .. (path == "/f" and "res:sendfile" or "cohost.http.static"), function()
+    it("are served as multipart/byteranges, as nginx does", function()
+      local port, data = fixture()
+      local status, headers, body = curl(port, path, "-r 0-9,20-29,-5")
+      assert.equal(206, status)
+      assert.equal(tostring(#body), headers["content-length"])
+      local got = parts(headers["content-type"], body)
+      assert.same({
+        { range = "0-9/1000", type = path == "/f" and nil or "text/plain; charset=utf-8", body = data:sub(1, 10) },
+        { range = "20-29/1000", type = path == "/f" and nil or "text/plain; charset=utf-8", body = data:sub(21, 30) },
+        { range = "995-999/1000", type = path == "/f" and nil or "text/plain; charset=utf-8", body = data:sub(996) },
+      }, got)
+      -- HEAD: the same head, no body.
+      local hstatus, hheaders = curl(port, path, "-I -r 0-9,20-29,-5")
+      assert.equal(206, hstatus)
+      assert.equal(headers["content-length"], hheaders["content-length"])
+    end)
+
+    it("drop unsatisfiable ranges, and give the whole file when they add up to more than it", function()
+      local port, data = fixture()
+      local status, headers, body = curl(port, path, "-r 0-9,5000-6000")
+      assert.equal(206, status)
+      assert.equal("bytes 0-9/1000", headers["content-range"])
+      assert.equal(data:sub(1, 10), body)
+      assert.equal(416, (curl(port, path, "-r 5000-6000,7000-")))
+      status, _, body = curl(port, path, "-r 0-,0-")
+      assert.same({ 200, data }, { status, body })
+      local many = {}
+      for i = 1, 17 do many[i] = ("%d-%d"):format(i * 10, i * 10 + 1) end
+      status, _, body = curl(port, path, "-r " .. table.concat(many, ","))
+      assert.same({ 200, data }, { status, body })
+    end)
+  end)
+end

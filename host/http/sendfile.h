@@ -1,7 +1,8 @@
 /*
 ** Files as responses: ETag and Last-Modified, If-Match and
-** If-Unmodified-Since (412), If-None-Match and If-Modified-Since (304), a
-** single Range (206, or 416), and the bytes by
+** If-Unmodified-Since (412), If-None-Match and If-Modified-Since (304),
+** Range (206, several ranges as multipart/byteranges, or 416), and the
+** bytes by
 ** sendfile(2), or by 64 KiB pieces through TLS.
 */
 #ifndef CH_HTTP_SENDFILE_H
