@@ -76,6 +76,12 @@ void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
 ** so that ch_ljvm_init and tests can name it. */
 int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
 
+/* The same check for Lua code (host/vm/cstack.c calls it through the FFI,
+** which the JIT compiles to a plain call): non-zero when the running task
+** is to raise "C stack overflow" now. Does not yield, allocates nothing;
+** 0 outside a task. Exported (cohost links with -rdynamic) for ffi.C. */
+int ch_ljvm_stack_low(void);
+
 /* The yield check (ch_set_yield_check): non-zero when c may park here,
 ** i.e. c runs no Lua at all, or its innermost marked classic C function
 ** is the top frame, the VM is in C and not on a trace, in no finalizer or
