@@ -477,8 +477,8 @@ static int res_sendfile(lua_State *L)
     return 2;
   }
   if (r == -EINVAL) return luaL_error(L, "bad header value for Content-Type (control characters)");
-  if (r == CH_HTTP_UNSATISFIABLE) {   /* res.status says what was sent */
-    lua_pushinteger(L, 416);
+  if (r == CH_HTTP_REFUSED) {   /* res.status says what was sent: 412, 416 */
+    lua_pushinteger(L, rq->status);
     lua_setfield(L, 1, "status");
     r = 0;
   }

@@ -64,12 +64,19 @@ int ch_log_is_json(void)
   return json_format;
 }
 
-static void vlog(int level, const char *fields, const char *fmt, va_list ap)
+#define LINE_MAX_BYTES 4096   /* one log line's message */
+
+/* Writes one line: msg[0..len), with " (repeated N times)" when repeats >
+** 0, as text or JSON. One write keeps lines whole between workers. A raw
+** system call, not the hooked write: stderr may be a pipe that fills, and
+** a log line must never park (every worker writes to this one fd). */
+static void emit(int level, const char *fields, const char *msg, size_t len, unsigned repeats)
 {
-  char msg[4096], buf[8192];
-  int m = vsnprintf(msg, sizeof msg, fmt, ap);
-  /* A message longer than the buffer is cut, and says so. */
-  if (m >= (int)sizeof msg) memcpy(msg + sizeof msg - 4, "...", 4);
+  char text[LINE_MAX_BYTES + 32], buf[2 * LINE_MAX_BYTES];
+  if (len > LINE_MAX_BYTES) len = LINE_MAX_BYTES;
+  memcpy(text, msg, len);
+  if (repeats) len += (size_t)snprintf(text + len, sizeof text - len, " (repeated %u times)", repeats);
+  text[len] = '\0';
   const char *lvl = names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level];
   struct ch_worker *w = ch_worker_self;
   int pid = (int)getpid();   /* a system call, but logging is no hot path */
@@ -88,7 +95,7 @@ static void vlog(int level, const char *fields, const char *fmt, va_list ap)
     if (w) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w->id, ch_self());
     else n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":\"%s\",", who);
     n += snprintf(buf + n, sizeof buf - (size_t)n, "\"message\":\"");
-    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, msg);
+    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, text);
     buf[n++] = '"';
     size_t fl = fields ? strlen(fields) : 0;
     if (fl && (size_t)n + fl + 12 < sizeof buf) {   /* else dropped: a line stays whole */
@@ -101,17 +108,64 @@ static void vlog(int level, const char *fields, const char *fmt, va_list ap)
     localtime_r(&now, &tm);
     n = (int)strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
     /* The master's messages say "master: " themselves. */
-    const char *text = msg;
-    if (!w && !strncmp(text, "master: ", 8) && !strcmp(who, "master")) text += 8;
-    n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] pid=%d gen=%u %s: %s", lvl, pid, gen, who, text);
+    const char *t = text;
+    if (!w && !strncmp(t, "master: ", 8) && !strcmp(who, "master")) t += 8;
+    n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] pid=%d gen=%u %s: %s", lvl, pid, gen, who, t);
     if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
   }
   buf[n++] = '\n';
-  /* One write keeps lines whole between workers. A raw system call, not
-  ** the hooked write: stderr may be a pipe that fills, and a log line must
-  ** never park (every worker writes to this one fd). */
   long r = syscall(SYS_write, STDERR_FILENO, buf, (size_t)n);
   (void)r;
+}
+
+/* The last error or warning line of this thread, for the repeat filter: a
+** handler failing the same way on every request (a worker wedged by a bug)
+** logs its message, often with a traceback, once a second with a count
+** instead of once per request (it wrote 84 MB in 12 s). Per thread: each
+** worker has its own, and no lock is taken. Lines with fields (an app's
+** structured log) are never held back. */
+#define REPEAT_WINDOW 1   /* seconds an identical line stays held back */
+static __thread char last[LINE_MAX_BYTES];
+static __thread size_t last_len;
+static __thread int last_level;
+static __thread unsigned held;     /* identical lines held back since the last write */
+static __thread time_t last_time;  /* when the last one was written */
+
+static void vlog(int level, const char *fields, const char *fmt, va_list ap)
+{
+  char msg[LINE_MAX_BYTES];
+  int m = vsnprintf(msg, sizeof msg, fmt, ap);
+  /* A message longer than the buffer is cut, and says so. */
+  if (m < 0) m = 0;
+  size_t len = (size_t)m;
+  if (len >= sizeof msg - 1) {
+    len = sizeof msg - 4;
+    memcpy(msg + len, "...", 3);
+    len += 3;
+  }
+  if (level > CH_LOG_WARN || fields) {   /* only errors and warnings are filtered */
+    emit(level, fields, msg, len, 0);
+    return;
+  }
+  time_t now = time(NULL);
+  if (level == last_level && len == last_len && !memcmp(msg, last, len)) {
+    if (now - last_time < REPEAT_WINDOW) {
+      held++;
+      return;
+    }
+    /* This one and those held back since the last write. */
+    emit(level, NULL, msg, len, held + 1);
+    held = 0;
+    last_time = now;
+    return;
+  }
+  if (held) emit(last_level, NULL, last, last_len, held);
+  emit(level, NULL, msg, len, 0);
+  memcpy(last, msg, len);
+  last_len = len;
+  last_level = level;
+  held = 0;
+  last_time = now;
 }
 
 void ch_log(int level, const char *fmt, ...)

@@ -10,7 +10,10 @@ enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 ** worker in a --processes master, "main:" on a thread that is no worker),
 ** or with --log-format json one object a line: {"time", "level", "pid",
 ** "generation", "worker", "coroutine", "message"}. One write(2), so lines
-** never interleave and never park. */
+** never interleave and never park. An error or warning identical to the
+** thread's last one within a second is held back and counted; the next
+** line that is written for it says " (repeated N times)" (N lines, the
+** written one included). */
 void ch_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ch_log with structured fields: fields is a JSON object's text, which a

@@ -26,6 +26,7 @@
 #include "log.h"
 #include "worker.h"
 #include "vm/task.h"
+#include "vm/cstack.h"
 #include "vm/lua_alloc.h"
 #include "lib.h"
 #include "proc/watchdog.h"
@@ -110,7 +111,7 @@ static void usage(FILE *f)
     "                             (default: one process, no master; auto = CPUs)\n"
     "      --shdict NAME:SIZE     make shared dict NAME (SIZE like 10m) before the\n"
     "                             workers start, shared by every process (repeatable)\n"
-    "      --stack-size BYTES     coroutine stack size, K/M suffix (default 256K)\n"
+    "      --stack-size BYTES     coroutine stack size, K/M suffix (default 1M)\n"
     "      --stack-mode MODE      separate (a stack per coroutine, the default) or\n"
     "                             copy (one shared stack, parked frames copied to\n"
     "                             the heap): docs/stacks.md\n"
@@ -430,6 +431,7 @@ static lua_State *new_state(void)
     fprintf(stderr, "cohost: this LuaJIT build is not the one cohost was verified on: %s\n", why);
     exit(1);
   }
+  if (ch_cstack_init(L) < 0) return NULL;
   set_path(L);
   set_arg(L);
   return L;

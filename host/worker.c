@@ -83,7 +83,7 @@ static void *worker_main(void *p)
   pthread_mutex_lock(&workers_lock);
   w->sched = s;
   pthread_mutex_unlock(&workers_lock);
-  if (ch_opts.stack_size && ch_set_stack_size(ch_opts.stack_size) < 0)
+  if (ch_set_stack_size(ch_opts.stack_size ? ch_opts.stack_size : CH_WORKER_STACK_DEFAULT) < 0)
     fatal("bad stack size", w->id);
   if (ch_opts.stack_mode >= 0 && ch_sched_set_stack_mode(ch_opts.stack_mode) < 0)
     fatal("--stack-mode copy is not available in this build (ASan)", w->id);

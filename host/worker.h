@@ -37,6 +37,13 @@ struct ch_worker {
 };
 
 /* Options from the command line, read-only once workers start. */
+/* The coroutine stack size of cohost's workers when --stack-size is not
+** given: 1 MiB, four times the runtime's, so that Lua recursion through C
+** (a gsub callback about 100 levels deep) ends with "C stack overflow" in
+** its handler, not far sooner (docs/stacks.md). Address space only, with
+** MAP_NORESERVE: a stack costs the pages it touched. */
+#define CH_WORKER_STACK_DEFAULT ((size_t)1 << 20)
+
 struct ch_options {
   int workers;                  /* workers in all processes: processes (or
                                 ** 1) x threads; ch_worker_count() */
@@ -44,7 +51,7 @@ struct ch_options {
   int processes;                /* --processes; 0: no master */
   int process;                  /* this worker process's index (0 .. processes-1);
                                 ** its workers are ids process*threads + 0.. */
-  size_t stack_size;            /* bytes; 0 = runtime default */
+  size_t stack_size;            /* bytes; 0 = CH_WORKER_STACK_DEFAULT */
   int max_connections;          /* per worker; 0 = unlimited */
   int shutdown_timeout_ms;      /* grace period on SIGTERM/SIGINT */
   int drain_delay_ms;           /* --drain-delay: SIGTERM first makes

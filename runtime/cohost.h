@@ -295,6 +295,14 @@ size_t ch_coro_saved_bytes(const struct ch_coro *c);
 ** sizes at most per thread). */
 int ch_set_stack_size(size_t bytes);
 
+/* Bytes of c's stack left below the caller's frame, c being the running
+** coroutine (the caller runs on its stack), and in *size the stack's usable
+** size. For embedders that re-enter an interpreter and would rather raise an
+** error than hit the guard (host/vm/cstack.c). Two loads and a subtraction;
+** the frame address stands for the stack pointer, a few hundred bytes
+** high at most. */
+size_t ch_coro_stack_left(const struct ch_coro *c, size_t *size);
+
 /* An opaque pointer the embedder keeps per coroutine (the Lua host keeps the
 ** coroutine's lua_State there). */
 void ch_coro_set_udata(struct ch_coro *c, void *udata);

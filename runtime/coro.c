@@ -121,20 +121,38 @@ size_t ch_coro_saved_bytes(const struct ch_coro *c) { return c->saved_len; }
 
 /* -- Life ------------------------------------------------------------------ */
 
+/* Freed coroutine structs kept for reuse per scheduler. Bounded, as the
+** stack pool's warm stacks are: the 15,000 structs of a burst kept for good
+** were scattered over the malloc heap, each pinning a page that the
+** burst's freed buffers around it could not give back. */
+#define SPARE_MAX 256
+
+static void spare_push(struct ch_sched *s, struct ch_coro *c)
+{
+  if (s->nspare >= SPARE_MAX) {
+    free(c);
+    return;
+  }
+  c->next = s->spare;
+  s->spare = c;
+  s->nspare++;
+}
+
 struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
                             void (*entry)(void *), int *err)
 {
   struct ch_coro *c = s->spare;
-  if (c) s->spare = c->next;
-  else if (!(c = malloc(sizeof *c))) { *err = -ENOMEM; return NULL; }
+  if (c) {
+    s->spare = c->next;
+    s->nspare--;
+  } else if (!(c = malloc(sizeof *c))) { *err = -ENOMEM; return NULL; }
   memset(c, 0, sizeof *c);
   if (s->copy_mode) {
     /* No stack of its own and no frame yet: ch_coro_load forges the
     ** first one when the coroutine first runs (ctx.sp stays NULL). */
     struct ch_shared *sh = shared_of(s, s->stack_size, err);
     if (!sh) {
-      c->next = s->spare;
-      s->spare = c;
+      spare_push(s, c);
       return NULL;
     }
     sh->entry = entry;
@@ -143,8 +161,7 @@ struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
   } else {
     int r = ch_stack_new(&s->stacks, s->stack_size, &c->stack);
     if (r < 0) {
-      c->next = s->spare;
-      s->spare = c;
+      spare_push(s, c);
       *err = r;
       return NULL;
     }
@@ -174,11 +191,19 @@ void ch_coro_free(struct ch_coro *c)
   } else {
     ch_stack_free(&s->stacks, &c->stack);
   }
-  c->next = s->spare;
-  s->spare = c;
+  spare_push(s, c);
 }
 
 int ch_coro_id(const struct ch_coro *c) { return c->id; }
 void ch_coro_set_udata(struct ch_coro *c, void *udata) { c->udata = udata; }
 void *ch_coro_udata(const struct ch_coro *c) { return c->udata; }
+
+size_t ch_coro_stack_left(const struct ch_coro *c, size_t *size)
+{
+  /* In COPY mode c->stack is the shared stack's, where c runs now. */
+  const char *sp = __builtin_frame_address(0);
+  const char *lo = c->stack.base;
+  *size = c->stack.size;
+  return sp > lo ? (size_t)(sp - lo) : 0;
+}
 void ch_coro_set_may_yield(struct ch_coro *c, int on) { c->may_yield = on != 0; }

@@ -763,10 +763,37 @@ static void trim_images(struct ch_sched *s, uint64_t now)
   s->saved_peak = s->saved_alloc;
 }
 
+/* After a burst: once no coroutine was spawned for CH_STACK_TRIM_NS, give
+** back what the burst left. The stack pool's warm stacks beyond its
+** watermark (ch_stack_trim gives them back only from a loop that runs, and
+** an idle loop sleeps in epoll_wait), and the malloc heap's free pages:
+** glibc returns only the top of a heap on free, so the connection structs,
+** buffers and request records of 15,000 dropped connections stayed as
+** ~200 MB of free chunks under a live one. malloc_trim(0) hands every free
+** page back (MADV_DONTNEED, middle of the heap included); it walks every
+** arena, a few milliseconds for a big heap, once per idle spell. While
+** the trim is due, loop_timeout wakes the loop for it; after it, an idle
+** loop sleeps for good again. */
+static void trim_idle(struct ch_sched *s, uint64_t now)
+{
+  if (s->spawned != s->idle_spawned) {
+    s->idle_spawned = s->spawned;
+    s->idle_since_ns = now;
+    s->idle_trimmed = 0;
+    return;
+  }
+  if (s->idle_trimmed || now - s->idle_since_ns < CH_STACK_TRIM_NS) return;
+  s->idle_trimmed = 1;
+  ch_stack_trim_idle(&s->stacks);
+  malloc_trim(0);
+}
+
 static int loop_timeout(struct ch_sched *s)
 {
   if (any_ready(s)) return 0;
   uint64_t next = ch_timerq_next(&s->timers);
+  if (!s->idle_trimmed && s->idle_since_ns + CH_STACK_TRIM_NS < next)
+    next = s->idle_since_ns + CH_STACK_TRIM_NS;
   if (next == UINT64_MAX) return -1;
   uint64_t now = ch_now_ns();
   if (next <= now) return 0;
@@ -790,6 +817,7 @@ int ch_run(void)
     ch_timerq_expire(&s->timers, now);
     ch_stack_trim(&s->stacks, now);
     if (s->copy_mode) trim_images(s, now);
+    trim_idle(s, now);
     run_batch(s);
     if (s->stopping) break;
     /* With no coroutine left, every armed timer is a ch_timer_start one;

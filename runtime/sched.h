@@ -54,6 +54,7 @@ struct ch_sched {
   uint64_t normal_runs_seen;    /* rq[NORMAL].runs after the last pop_other */
   struct ch_coro *dead;         /* EXITED, waiting for the loop to reclaim */
   struct ch_coro *spare;        /* freed coroutine structs for reuse */
+  uint32_t nspare;              /* structs on spare, at most coro.c's SPARE_MAX */
   struct ch_timerq timers;      /* includes coroutine timeouts */
   struct ch_stack_pool stacks;  /* this thread's stacks */
   uint8_t copy_mode;            /* CH_STACK_COPY: coroutines share stacks */
@@ -67,6 +68,9 @@ struct ch_sched {
   uint64_t saved_peak;          /* COPY: most saved_alloc since the last
                                 ** image trim (see trim_images) */
   uint64_t images_trimmed_ns;   /* COPY: when trim_images last looked */
+  uint64_t idle_spawned;        /* spawned when the loop last looked (trim_idle) */
+  uint64_t idle_since_ns;       /* when spawned last moved */
+  uint8_t idle_trimmed;         /* trim_idle ran since spawned last moved */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
   struct ch_poll poll;          /* the readiness backend (poll.c) */

@@ -27,11 +27,15 @@
 /* Guards as memcheck's no-access: its leak check at exit then skips them
 ** instead of faulting on every guard page (10k stacks: 99 s, not 420). */
 #define GUARD_NOACCESS(lo, len) ((void)VALGRIND_MAKE_MEM_NOACCESS(lo, len))
+/* The depth probes read below where the last coroutine's stack pointer
+** was: memcheck calls that undefined. */
+#define PROBE_DEFINED(p, len) ((void)VALGRIND_MAKE_MEM_DEFINED(p, len))
 #endif
 #endif
 #ifndef STACK_REGISTER
 #define STACK_REGISTER(lo, hi) ((void)0)
 #define GUARD_NOACCESS(lo, len) ((void)0)
+#define PROBE_DEFINED(p, len) ((void)0)
 #endif
 
 /* ASan builds (CH_ASAN): a coroutine leaves poisoned redzones of its last
@@ -190,11 +194,35 @@ int ch_stack_new(struct ch_stack_pool *p, size_t size, struct ch_stack *st)
   return 0;
 }
 
+/* Whether a coroutine went deeper than CH_STACK_KEEP on st: one of the
+** probe words under that depth is not zero. Pages never touched (fresh
+** from mmap or given back with madvise) read zero, and a coroutine that
+** went past the probes almost surely left a frame's return address or
+** saved register in one of them; a miss only keeps pages until
+** ch_stack_trim. Eight loads; the first on a fresh stack maps the zero
+** page, which costs no memory. */
+static int went_deep(const struct ch_stack *st)
+{
+  const char *top = (const char *)st->base + st->size;
+  for (int i = 0; i < CH_STACK_PROBES; i++) {
+    const uint64_t *w = (const uint64_t *)(top - CH_STACK_KEEP - (size_t)i * CH_STACK_PROBE_STEP) - 1;
+    PROBE_DEFINED(w, sizeof *w);
+    if (*(const volatile uint64_t *)w) return 1;
+  }
+  return 0;
+}
+
 void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
 {
   struct ch_stack_class *c = class_of(p, st->size);
   ch_stack_set_owner(st, 0);
   STACK_UNPOISON(st->base, st->size);
+  /* A deep recursion leaves up to the whole stack resident; the pool keeps
+  ** CH_STACK_WATERMARK warm stacks, so give back all but the top
+  ** CH_STACK_KEEP at once (a warm stack stays warm where most
+  ** coroutines run). */
+  if (st->size >= CH_STACK_KEEP + CH_STACK_PROBES * CH_STACK_PROBE_STEP && went_deep(st))
+    madvise(st->base, st->size - CH_STACK_KEEP, MADV_DONTNEED);
   if (c->nfree == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
     struct ch_stack *f = realloc(c->free, cap * sizeof *f);
@@ -206,6 +234,18 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
   c->free[c->nfree++] = *st;
 }
 
+/* Gives back up to n warm stacks of c beyond CH_STACK_WATERMARK, from the
+** bottom of the warm region, so the warm ones stay on top. */
+static void shed(struct ch_stack_class *c, size_t n)
+{
+  while (n > 0 && c->resident > CH_STACK_WATERMARK) {
+    struct ch_stack *old = &c->free[c->nfree - c->resident];
+    madvise(old->base, old->size, MADV_DONTNEED);
+    c->resident--;
+    n--;
+  }
+}
+
 void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns)
 {
   if (now_ns - p->trimmed_ns < CH_STACK_TRIM_NS) return;
@@ -213,17 +253,17 @@ void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns)
   for (int i = 0; i < CH_STACK_CLASSES; i++) {
     struct ch_stack_class *c = &p->cls[i];
     /* Stacks below position low were never taken this period. Of the
-    ** warm ones among them, keep CH_STACK_WATERMARK; the rest are
-    ** madvised from the bottom of the warm region, so the warm ones stay
-    ** on top. */
-    size_t idle = c->low < c->resident ? c->low : c->resident;
-    while (idle > 0 && c->resident > CH_STACK_WATERMARK) {
-      struct ch_stack *old = &c->free[c->nfree - c->resident];
-      madvise(old->base, old->size, MADV_DONTNEED);
-      c->resident--;
-      idle--;
-    }
+    ** warm ones among them, keep CH_STACK_WATERMARK. */
+    shed(c, c->low < c->resident ? c->low : c->resident);
     c->low = c->nfree;
+  }
+}
+
+void ch_stack_trim_idle(struct ch_stack_pool *p)
+{
+  for (int i = 0; i < CH_STACK_CLASSES; i++) {
+    shed(&p->cls[i], SIZE_MAX);
+    p->cls[i].low = p->cls[i].nfree;
   }
 }
 

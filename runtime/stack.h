@@ -21,6 +21,13 @@
 #define CH_STACK_MIN        (16 * 1024)
 #define CH_STACK_PER_SLAB   64            /* 64 x 320 KiB = 20 MiB of address space */
 #define CH_STACK_WATERMARK  256           /* free stacks kept resident per size */
+/* A freed stack whose coroutine went deeper than CH_STACK_KEEP from its
+** top gives the pages below back at once (madvise): 64 KiB covers a Lua
+** handler's usual depth, a few KiB to about 20. Probed at CH_STACK_PROBES
+** words CH_STACK_PROBE_STEP apart below that depth. */
+#define CH_STACK_KEEP       (64 * 1024)
+#define CH_STACK_PROBES     8
+#define CH_STACK_PROBE_STEP 4096
 
 struct ch_slab;
 
@@ -54,7 +61,8 @@ struct ch_stack_pool {
 ** the pool is empty. Returns 0 or -errno (-ENOMEM, or the guard's error). */
 int ch_stack_new(struct ch_stack_pool *p, size_t size, struct ch_stack *st);
 
-/* Returns st to p, warm, on top of the free stacks. */
+/* Returns st to p, warm, on top of the free stacks; with its pages below
+** CH_STACK_KEEP given back if its coroutine went deeper. */
 void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st);
 
 /* Gives back the pages (MADV_DONTNEED; the mapping stays) of free stacks
@@ -66,6 +74,11 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st);
 void ch_stack_trim(struct ch_stack_pool *p, uint64_t now_ns);
 
 #define CH_STACK_TRIM_NS 1000000000u   /* 1 s */
+
+/* Gives back the pages of every free stack beyond CH_STACK_WATERMARK now,
+** used or not this period: for a loop that has been idle a whole period
+** (sched.c's trim_idle), where ch_stack_trim never runs. */
+void ch_stack_trim_idle(struct ch_stack_pool *p);
 
 /* Records which coroutine id runs on st, for the overflow report. */
 void ch_stack_set_owner(const struct ch_stack *st, int id);

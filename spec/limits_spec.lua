@@ -30,6 +30,17 @@ local handlers = {
     cohost.sleep(0.5)
     res:send("slow " .. #string.rep("y", 1000))
   end,
+  -- Big strings until the limit refuses one: a few hundred allocations
+  -- at most (the issue's 1e6 of 1 MiB each does the same, more slowly).
+  ["/big"] = function()
+    local t = {}
+    for i = 1, 1e4 do t[i] = string.rep("x", 8 * 1024 * 1024 - 64) .. i end
+  end,
+  ["/count"] = function(req, res) res:send(("%d"):format(collectgarbage("count") * 1024)) end,
+  -- 1 MiB of garbage per request: a heap left near the limit fills again
+  -- within a few dozen of these.
+  ["/work"] = function(req, res) res:send(#(string.rep("w", 1024 * 1024) .. "!")) end,
+  ["/fail"] = function() error("the same failure every time") end,
   ["/spin"] = function() while true do end end,
   ["/call"] = function() local n = 0 while true do n = inc(n) end end,
   ["/busy"] = function(req, res)
@@ -163,6 +174,48 @@ print("done")
     local head = table.concat(want, " ") .. " "
     assert.is_true(out == head .. "not enough memory false done\n" or out == head .. "true 21 done\n", out)
     assert.is_nil(err:find("PANIC", 1, true), err)
+  end)
+
+  -- A heap measured near the limit used to put LuaJIT's next collection
+  -- at twice that, above the limit: the failed handler's garbage stayed,
+  -- and every later request that allocated was refused (with 512m and the
+  -- default 1g: "/status" and "/" answered 500 until a restart).
+  for _, limit in ipairs { "64m", "512m", "default" } do
+    it("goes back to its baseline heap after a refusal, and later requests that allocate succeed (" .. limit .. ")", function()
+      local p = start(limit == "default" and "" or "--lua-memory-limit " .. limit)
+      local s0, before = get(p.port, "/count")
+      assert.equal(200, s0)
+      local status, body = get(p.port, "/big")
+      assert.equal(500, status)
+      assert.matches("not enough memory", body)
+      local s1, after = get(p.port, "/count")
+      assert.equal(200, s1)
+      assert.is_true(tonumber(after) < tonumber(before) + 16 * 1024 * 1024,
+                     ("heap %s bytes after the refusal, %s before"):format(after, before))
+      for i = 1, 150 do
+        assert.same({ 200, tostring(1024 * 1024 + 1) }, { get(p.port, "/work") }, "request " .. i)
+      end
+      assert.matches("Lua memory limit reached %(" .. (limit == "default" and "1024" or limit:sub(1, -2)) .. " MiB", log(p))
+      assert.is_nil(p.exited())
+    end)
+  end
+
+  it("logs a handler failing the same way on every request once, then with a count", function()
+    local p = start("")
+    for _ = 1, 40 do assert.equal(500, (get(p.port, "/fail"))) end
+    -- The held-back lines are written with the next identical one a
+    -- second or more later: keep failing until it comes.
+    assert.is_true(h.wait_for(function()
+      assert.equal(500, (get(p.port, "/fail")))
+      return log(p):find("%(repeated %d+ times%)")
+    end, 10, 0.2))
+    local text = log(p)
+    local _, n = text:gsub("the same failure every time", "")
+    assert.is_true(n < 10, text)
+    -- Each written message stands for itself, or for N with a count.
+    local total = n
+    for count in text:gmatch("%(repeated (%d+) times%)") do total = total + tonumber(count) - 1 end
+    assert.is_true(total >= 40, text)
   end)
 
   it("rejects a value that is no size, or under 4m, with status 2", function()

@@ -3,7 +3,8 @@
 --   app.start(opts) -> listener, collection | nil, err
 --     opts.host (default "127.0.0.1"), opts.port (default 8080, 0: any),
 --     opts.dir (storage, default "imagehost-data"), opts.max_size (bytes of
---     one image, default 10 MiB), opts.base_url (prefix of the "url" field,
+--     one image, default 10 MiB), opts.max_pixels (width x height of one
+--     image, default 100,000,000; 0: any), opts.base_url (prefix of the "url" field,
 --     default none: "/i/<id>"), opts.access_log (see docs/http.md)
 --
 --   POST   /images          multipart field "file", or the raw bytes as the body
@@ -19,6 +20,9 @@ local images = require "imagehost.images"
 local M = {}
 
 local READ_SIZE = 65536          -- bytes asked of req:read at a time
+local MAX_PARTS = 32             -- fields and files of one upload form
+local MAX_FIELD = 4096           -- bytes of one non-file form field
+local MAX_PIXELS = 100000000     -- default opts.max_pixels: 10,000 x 10,000
 local FORM_SLACK = 64 * 1024     -- multipart headers and fields around the file
 
 -- The directory of this file: the static page sits beside it.
@@ -33,14 +37,23 @@ local function json(res, value, status)
   res:send(body)
 end
 
--- Failures of an upload: status and the message the client gets.
-local function failure(err, max_size)
+-- Failures of an upload: status and the message the client gets. Only
+-- what is no fault of the request is a 500 (a temp file that cannot be
+-- made or written).
+local function failure(err, opts)
   if err == "too large" or err == "file too large" then
-    return 413, ("the image is larger than %d bytes"):format(max_size)
+    return 413, ("the image is larger than %d bytes"):format(opts.max_size)
+  elseif err == "too many parts" then
+    return 413, ("the form has more than %d fields and files"):format(MAX_PARTS)
+  elseif err == "field too large" then
+    return 413, ("a form field is larger than %d bytes"):format(MAX_FIELD)
+  elseif err == "too many pixels" then
+    return 413, ("the image has more than %d pixels"):format(opts.max_pixels)
   elseif err == "unsupported" or err == "bad image header" then
     return 415, "not a PNG, JPEG, GIF or WebP image" ..
                 (err == "bad image header" and " (unreadable header)" or "")
-  elseif err == "bad form" or err == "bad request" or err == "no file" then
+  elseif err == "bad form" or err == "bad request" or err == "no file"
+         or err == "unsupported media type" then
     return 400, err == "no file" and 'no "file" field in the form' or "malformed body"
   elseif err == "timeout" then
     return 408, "the body was too slow"
@@ -75,7 +88,7 @@ end
 -- nil, err with the upload (if begun) in box.up for the caller to abort.
 local function receive_form(req, col, box)
   local form, err = req:multipart {
-    max_parts = 32, max_field_size = 4096,
+    max_parts = MAX_PARTS, max_field_size = MAX_FIELD,
     on_file = function(part)
       if part.name ~= "file" or box.up then return nil end
       local up, berr = col:begin()
@@ -128,7 +141,7 @@ local function upload(req, res, col, opts, box)
   end
   if not up then
     if err == "closed" then return end   -- the client left: nobody to answer
-    local status, msg = failure(err, opts.max_size)
+    local status, msg = failure(err, opts)
     if status == 500 then cohost.log(cohost.ERR, "imagehost: upload failed: ", err) end
     if status ~= 408 then drain(req) end
     return json(res, { error = msg }, status)
@@ -150,7 +163,8 @@ local function first(v) if type(v) == "table" then return v[1] end return v end
 function M.start(opts)
   opts = opts or {}
   opts.max_size = opts.max_size or 10 * 1024 * 1024
-  local col, err = images.new(opts.dir or "imagehost-data", opts.max_size)
+  opts.max_pixels = opts.max_pixels or MAX_PIXELS
+  local col, err = images.new(opts.dir or "imagehost-data", opts.max_size, opts.max_pixels)
   if not col then return nil, err end
   if cohost.worker_id() == 0 then col:reconcile(cohost.now()) end
 

@@ -1,7 +1,7 @@
 -- imagehost.images: the image collection, keeping the files (store.lua)
 -- and their rows (db.lua) in step.
 --
---   images.new(dir, max_size) -> col | nil, err
+--   images.new(dir, max_size [, max_pixels]) -> col | nil, err
 --   col:begin() -> upload          (store.lua: write pieces, then col:add)
 --   col:add(upload) -> row, created | nil, err
 --   col:get(id) -> row | nil       col:type(id) -> mime | nil (cached)
@@ -32,8 +32,8 @@ local TYPE_CACHE_MAX = 10000   -- ids whose type is cached; then the cache resta
 local Col = {}
 Col.__index = Col
 
-function M.new(dir, max_size)
-  local store, err = store_mod.new(dir, max_size)
+function M.new(dir, max_size, max_pixels)
+  local store, err = store_mod.new(dir, max_size, max_pixels)
   if not store then return nil, err end
   local db
   db, err = db_mod.open(dir .. "/meta.db")

@@ -2,7 +2,8 @@
 -- the SHA-256 of their bytes. See docs/imagehost.md.
 --
 --   build/cohost examples/imagehost/main.lua [--port P] [--dir D]
---       [--host H] [--max-size BYTES[K|M]] [--base-url URL] [--access-log]
+--       [--host H] [--max-size BYTES[K|M]] [--max-pixels N] [--base-url URL]
+--       [--access-log]
 --
 --   curl -F file=@cat.png localhost:8080/images          201 {id, url, ...}
 --   curl --data-binary @cat.png -H 'Content-Type: image/png' localhost:8080/images
@@ -18,7 +19,7 @@ package.path = here .. "/../?.lua;" .. package.path
 local app = require "imagehost.app"
 
 local USAGE = "usage: main.lua [--port P] [--dir D] [--host H] [--max-size BYTES[K|M]] " ..
-              "[--base-url URL] [--access-log]"
+              "[--max-pixels N] [--base-url URL] [--access-log]"
 
 local function die(msg)
   io.stderr:write("imagehost: ", msg, "\n", USAGE, "\n")
@@ -39,6 +40,8 @@ while arg[i] do
   elseif a == "--dir" then opts.dir = v or die("--dir needs a value")
   elseif a == "--host" then opts.host = v or die("--host needs a value")
   elseif a == "--max-size" then opts.max_size = bytes(v) or die("bad --max-size")
+  elseif a == "--max-pixels" then
+    opts.max_pixels = (v and v:find("^%d+$") and tonumber(v)) or die("bad --max-pixels")
   elseif a == "--base-url" then opts.base_url = v and v:gsub("/$", "") or die("--base-url needs a value")
   elseif a == "--access-log" then opts.access_log = true; i = i - 1
   else die("unknown option " .. a) end

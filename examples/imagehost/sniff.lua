@@ -35,10 +35,17 @@ local function le16(s, i) local a, b = byte(s, i, i + 1); return b * 256 + a end
 local function le24(s, i) local a, b, c = byte(s, i, i + 2); return (c * 256 + b) * 256 + a end
 local function be32(s, i) return be16(s, i) * 65536 + be16(s, i + 2) end
 
--- PNG: the first chunk must be IHDR (width, height as 32-bit big-endian).
+-- The largest width or height a PNG may declare (PNG spec 11.2.2: 1 to
+-- 2^31 - 1, big-endian).
+M.PNG_MAX_DIM = 0x7fffffff
+
+-- PNG: the first chunk must be IHDR (width, height as 32-bit big-endian,
+-- neither past PNG_MAX_DIM: 4294967295x4294967295 is no PNG).
 local function png(h)
   if #h < 24 or h:sub(13, 16) ~= "IHDR" then return nil end
-  return be32(h, 17), be32(h, 21)
+  local w, hgt = be32(h, 17), be32(h, 21)
+  if w > M.PNG_MAX_DIM or hgt > M.PNG_MAX_DIM then return nil end
+  return w, hgt
 end
 
 -- GIF: the logical screen descriptor follows the 6-byte signature.

@@ -6,10 +6,12 @@
 --   <dir>/tmp/upload-*     uploads in progress (same file system: rename is
 --                          atomic)
 --
---   store.new(dir, max_size) -> store | nil, err
+--   store.new(dir, max_size [, max_pixels]) -> store | nil, err
+--                      (max_pixels: width x height allowed; nil or 0: any)
 --   store:begin() -> upload | nil, err
 --   upload:write(piece) -> true | nil, "too large" | "unsupported" | err
---   upload:finish() -> true | nil, "unsupported" | "bad image header" | err
+--   upload:finish() -> true | nil, "unsupported" | "bad image header" |
+--                      "too many pixels" | err
 --                      (then upload.id, .type, .size, .width, .height)
 --   store:commit(upload) -> true | nil, err    the file becomes <id>
 --   upload:abort()         removes the temp file (any time, any number of times)
@@ -34,13 +36,14 @@ local function mkdir(path)
   return true
 end
 
-function M.new(dir, max_size)
+function M.new(dir, max_size, max_pixels)
   for _, d in ipairs { dir, dir .. "/images", dir .. "/tmp" } do
     local ok, err = mkdir(d)
     if not ok then return nil, "mkdir " .. d .. ": " .. tostring(err) end
   end
   return setmetatable({ dir = dir, images_dir = dir .. "/images", tmp_dir = dir .. "/tmp",
-                        max_size = max_size }, Store)
+                        max_size = max_size,
+                        max_pixels = max_pixels ~= 0 and max_pixels or nil }, Store)
 end
 
 function Store:path(id) return self.images_dir .. "/" .. id end
@@ -86,6 +89,11 @@ function Upload:finish()
   self.width, self.height = sniff.size(self.type, f)
   f:close()
   if not self.width then return nil, self.height end
+  -- A decompression-bomb guard for whatever decodes the image later (a
+  -- thumbnailer): a few KB of PNG can declare 50,000 x 50,000 pixels,
+  -- 10 GB once decoded.
+  local max = self.store.max_pixels
+  if max and self.width * self.height > max then return nil, "too many pixels" end
   self.id = self.hash:hex()
   return true
 end

@@ -93,11 +93,38 @@ static void unmark(struct ch_ljvm_mark *m)
   m->v->top = m->prev;
 }
 
+/* Whether c (running v) is to raise "C stack overflow" here: less than
+** the margin of C stack is left below the caller, and no such error is on
+** its way already (whose handlers may go on down to half the margin). */
+static inline int stack_low(struct ch_coro *c, struct ch_ljvm_coro *v)
+{
+  size_t size, left = ch_coro_stack_left(c, &size);
+  size_t margin = size / 4 < CH_LJVM_STACK_MARGIN ? size / 4 : CH_LJVM_STACK_MARGIN;
+  if (__builtin_expect(left >= margin, 1)) {
+    if (__builtin_expect(v->overflowed, 0) && left > 2 * margin) v->overflowed = 0;
+    return 0;
+  }
+  if (v->overflowed && left >= margin / 2) return 0;
+  v->overflowed = 1;
+  return 1;
+}
+
+int ch_ljvm_stack_low(void)
+{
+  struct ch_coro *c = ch_current();
+  struct ch_ljvm_coro *v = c ? ch_coro_udata(c) : NULL;
+  return v ? stack_low(c, v) : 0;
+}
+
 int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
 {
   struct ch_coro *c = ch_current();
   struct ch_ljvm_coro *v = c ? ch_coro_udata(c) : NULL;
   if (!v) return f(L);   /* not a Lua task: nothing to mark */
+  if (__builtin_expect(stack_low(c, v), 0)) {
+    lua_pushliteral(L, "C stack overflow");
+    lua_error(L);
+  }
   struct ch_ljvm_mark m __attribute__((cleanup(unmark))) =
     { v->top, v, L, CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) };
   v->top = &m;

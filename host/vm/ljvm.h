@@ -41,7 +41,18 @@ struct ch_ljvm_coro {
                                ** place the Lua memory cap may refuse
                                ** (lua_alloc.c); owner: task.c */
   const char *name;            /* for logs ("handler", "main"); owner: task.c */
+  uint8_t overflowed;          /* a "C stack overflow" error is on its way:
+                               ** its handlers get half the margin more;
+                               ** owner: ljvm */
 };
+
+/* C stack kept free below a classic C function's call, bytes (a quarter of
+** the stack when that is less): a call with less left raises "C stack
+** overflow" instead (see ch_ljvm_wrap). It covers the deepest step between
+** two checks (LuaJIT's gsub frame is 8.8 KB), the unwinder and the
+** handlers that run at the error's depth: the task's message handler and
+** its log line take about 12 KiB. */
+#define CH_LJVM_STACK_MARGIN (64 * 1024)
 
 /* Checks that this LuaJIT build has the layout the host was written for,
 ** by probing L (hooks, C calls, a thread, a finalizer, an FFI callback and
@@ -56,9 +67,20 @@ void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
 
 /* The C function wrapper (LUAJIT_MODE_WRAPCFUNC) installed by ch_ljvm_init:
 ** marks the running coroutine "inside classic C function f" while f runs,
-** error unwinding included. About 40 instructions per call. Public only
+** error unwinding included, after checking that the coroutine has
+** CH_LJVM_STACK_MARGIN of C stack left: with less it raises "C stack
+** overflow" (LuaJIT 2.1 has no C-call depth limit of its own, and Lua
+** recursion through C would hit the stack guard, which ends the process).
+** While that error is raised, its handlers may go on down to half the
+** margin. About 50 instructions per call. Public only
 ** so that ch_ljvm_init and tests can name it. */
 int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
+
+/* The same check for Lua code (host/vm/cstack.c calls it through the FFI,
+** which the JIT compiles to a plain call): non-zero when the running task
+** is to raise "C stack overflow" now. Does not yield, allocates nothing;
+** 0 outside a task. Exported (cohost links with -rdynamic) for ffi.C. */
+int ch_ljvm_stack_low(void);
 
 /* The yield check (ch_set_yield_check): non-zero when c may park here,
 ** i.e. c runs no Lua at all, or its innermost marked classic C function

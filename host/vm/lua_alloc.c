@@ -21,6 +21,13 @@
 **      tracebacks, other connections of the worker) still gets memory; it
 **      closes once the heap is back under limit - reserve. Past limit +
 **      reserve every protected growth is refused.
+**   4. No collection ever runs in here (the allocator is called from
+**      inside the collector and from any VM state). A refusal is only
+**      counted; when a task's pcall has returned, ch_lua_alloc_recover runs
+**      one full collection. LuaJIT's own pacing would not: its next cycle
+**      starts at twice the heap of the last one, which sits above the limit
+**      once a heap near it was measured, so the failed handler's garbage
+**      would stay until the next refusal, and the next, for good.
 ** LuaJIT raises a memory error without calling the message handler (see
 ** lj_err_mem), so the task's own log line has no traceback: the refusal
 ** is logged here, naming the task, once per episode.
@@ -45,6 +52,7 @@ struct heap {
   size_t limit;                 /* refusals start past this, bytes */
   size_t reserve;               /* opened above limit after a refusal */
   int over;                     /* a refusal happened, reserve open */
+  unsigned refused;             /* refusals since the last recovery */
 };
 
 /* -- Settings ------------------------------------------------------------- */
@@ -105,6 +113,7 @@ static int refuse(struct heap *h, size_t grow)
 {
   if (!is_protected()) return 0;
   if (h->over && h->bytes + grow <= h->limit + h->reserve) return 0;
+  h->refused++;
   if (!h->over) {
     h->over = 1;
     ch_log(CH_LOG_ERR, "%s: Lua memory limit reached (%zu MiB, --lua-memory-limit): "
@@ -126,6 +135,28 @@ static void *heap_alloc(void *ud, void *p, size_t osize, size_t nsize)
     if (h->over && h->bytes + h->reserve < h->limit) h->over = 0;
   }
   return r;
+}
+
+/* -- Recovery ------------------------------------------------------------ */
+
+static int full_gc(lua_State *L)
+{
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  return 0;
+}
+
+void ch_lua_alloc_recover(lua_State *L)
+{
+  void *ud;
+  if (lua_getallocf(L, &ud) != heap_alloc) return;
+  struct heap *h = ud;
+  if (!h->refused) return;
+  h->refused = 0;
+  /* Protected: LuaJIT passes a __gc finalizer's error on to the caller of
+  ** the collection, and no pcall is around here. Costs one mark and sweep
+  ** of the live heap (about 10 ms per 100 MiB of live objects); it runs once
+  ** per task that met a refusal, never per request of a healthy worker. */
+  if (lua_cpcall(L, full_gc, NULL) != 0) lua_pop(L, 1);
 }
 
 /* -- Wrapping ------------------------------------------------------------- */

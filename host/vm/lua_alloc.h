@@ -42,6 +42,13 @@ int ch_lua_alloc_wrap(lua_State *L);
 ** a task runs. The section must not yield. */
 void ch_lua_alloc_unrefusable(int delta);
 
+/* After a task's pcall returned (its garbage is unreachable now): when a
+** growth of L's universe was refused since the last call, runs one full
+** collection, so the heap is back at its live size and LuaJIT's next
+** cycle is paced from there, below the limit. Does nothing otherwise.
+** Never inside the allocator, a finalizer or a hook. Does not yield. */
+void ch_lua_alloc_recover(lua_State *L);
+
 /* Bytes L's universe holds now, as counted by the wrapper; lua_gc's count
 ** when L is not wrapped. Only on L's own thread. */
 size_t ch_lua_alloc_bytes(lua_State *L);

@@ -209,6 +209,7 @@ static __attribute__((noinline)) void run_end(struct ch_task *t, int base, int r
   if (r == LUA_ERRMEM)
     ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->name);
   t->nresults = lua_gettop(T) - base;
+  ch_lua_alloc_recover(T);
   /* Killed is killed, even if the function caught every "cancelled"
   ** and returned normally. */
   t->status = ch_cancelled(ch_current()) ? CH_TASK_KILLED : r == 0 ? CH_TASK_DONE : CH_TASK_FAILED;

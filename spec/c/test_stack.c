@@ -292,6 +292,36 @@ static void test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark(void *
     fail_msg("rss %ld pages before, %ld after a trim period: stacks not trimmed", warm, trimmed);
 }
 
+/* -- Deep stacks: a coroutine that went deeper than CH_STACK_KEEP gives
+** the pages below back when its stack is freed, not after the pool's
+** trim (which keeps CH_STACK_WATERMARK stacks warm, all of their pages). */
+
+static long deep_rss;
+
+static void go_deep(void *arg) {
+  (void)arg;
+  volatile char deep[600 * 1024];   /* 150 pages, most below the keep */
+  for (size_t i = 0; i < sizeof deep; i++) deep[i] = 1;
+  deep_rss = th_rss_pages();
+  deep[0] = 2;
+}
+
+static void test_a_deep_stack_gives_its_pages_below_the_keep_back_when_freed(void **state) {
+  (void)state;
+  if (ch_sched_stack_mode() == CH_STACK_COPY) {
+    fprintf(stderr, "skipped: copy-stack mode frees no per-coroutine stack\n");
+    skip();
+  }
+  assert_int_equal(ch_set_stack_size(1 << 20), 0);
+  assert_true(ch_spawn(go_deep, NULL) > 0);
+  th_run();
+  long after = th_rss_pages();
+  assert_int_equal(ch_set_stack_size(0), 0);
+  /* (600 - 64) KiB went back: 134 pages, and some slack for the heap. */
+  if (deep_rss - after < 100)
+    fail_msg("rss %ld pages while deep, %ld after the coroutine ended", deep_rss, after);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--overflow-child") == 0) return overflow_child();
   if (argc > 1 && strcmp(argv[1], "--segv-child") == 0) return segv_child();
@@ -307,6 +337,7 @@ int main(int argc, char **argv) {
     TH_TEST(test_runtime_fault_handlers_run_on_the_alternate_stack),
     TH_TEST(test_stacks_are_reused_so_mappings_stay_flat),
     TH_TEST(test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark),
+    TH_TEST(test_a_deep_stack_gives_its_pages_below_the_keep_back_when_freed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@
 --   serve(req, res, "/css/site.css")   -- the path relative to the prefix
 --
 -- The router's r:static(prefix, dir) wires this up. Files go out through
--- res:sendfile, which does ETag, Last-Modified, 304 and single ranges.
+-- res:sendfile, which does ETag, Last-Modified, 304, 412 (If-Match,
+-- If-Unmodified-Since) and ranges (several as multipart/byteranges).
 --
 -- What a request may reach: a relative path is made of its decoded
 -- segments, and a segment that is "..", ".", holds a NUL or a backslash is

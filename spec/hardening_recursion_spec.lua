@@ -1,0 +1,188 @@
+-- Lua recursion through C must end as a Lua error in the handler that
+-- recursed, never at the coroutine stack's guard (which ends the process
+-- with status 86): docs/limits.md ("Recursion"), docs/stacks.md. LuaJIT
+-- 2.1 counts no C-call depth, so cohost checks the C stack left where Lua
+-- re-enters the VM from C (host/vm/ljvm.c, host/vm/cstack.c). One server
+-- (build/cohost as a child, h.start, one worker, 127.0.0.1 port 0) serves
+-- every path; each test recurses through one path, in a pcall and
+-- without, and checks that the same process serves on.
+local h = require "spec.helper"
+h.cleanups(after_each)   -- h.tmpfile's; the server lives for the whole file
+local q = h.shell_quote
+
+-- Each route recurses through one path until an error stops it, and
+-- answers the depth reached and the error; "/raw/..." recurses without a
+-- pcall of its own, so the error ends the handler (a 500).
+local SERVER = [[
+local http = require "cohost.http"
+local depth
+local paths = {}
+function paths.gsub()
+  local function f() depth = depth + 1 return (("x"):gsub("x", f)) end
+  return f()
+end
+function paths.sort()
+  local function f() depth = depth + 1 table.sort({ 3, 2, 1 }, function(a, b) f() return a < b end) end
+  return f()
+end
+-- __lt from table.sort (LuaJIT calls it from C) and __index from the
+-- interpreter, each calling back into the other.
+function paths.meta()
+  local mt = {}
+  mt.__lt = function(a, b) depth = depth + 1 return a.next < b end
+  mt.__index = function(t, k) local l = { setmetatable({}, mt), setmetatable({}, mt) } table.sort(l) return l[1] end
+  local a, b = setmetatable({}, mt), setmetatable({}, mt)
+  return a < b
+end
+function paths.tostring()
+  local mt = {}
+  mt.__tostring = function() depth = depth + 1 return string.format("%s", setmetatable({}, mt)) end
+  return tostring(setmetatable({}, mt))
+end
+function paths.pcall()
+  local function f() depth = depth + 1 local ok, e = pcall(f) error(e, 0) end
+  return f()
+end
+function paths.xpcall()
+  local function f() depth = depth + 1 local ok, e = xpcall(f, function(e) return e end) error(e, 0) end
+  return f()
+end
+function paths.load()
+  local function f()
+    depth = depth + 1
+    local chunk, err = load(function() f() return nil end)
+    error(err, 0)
+  end
+  return f()
+end
+-- A module whose body requires itself again (package.loaded cleared),
+-- each level inside the last one's require.
+function paths.require()
+  package.preload.deep = function() depth = depth + 1 package.loaded.deep = nil return require "deep" end
+  return require "deep"
+end
+function paths.coroutine()
+  local function f() depth = depth + 1 return coroutine.wrap(f)() end
+  return f()
+end
+listener = http.listen("127.0.0.1:0", function(req, res)
+  local raw, name = req.path:match("^/raw/(%a+)$"), req.path:match("(%a+)$")
+  local f = paths[name]
+  if not f then return res:send("ok") end
+  depth = 0
+  if raw then f() end
+  local ok, err = pcall(f)
+  res:send(("%d %s %s"):format(depth, tostring(ok), tostring(err):match("[^\n]*$")))
+end, { debug = true })
+]]
+
+local p
+
+setup(function()
+  p = h.start("-w 1 " .. q(h.tmpfile(h.server_script(SERVER))), 120)
+end)
+
+teardown(function()
+  if p then p.stop() end
+end)
+
+local function get(path)
+  return h.get_to_close(p.port, path, { timeout = 30000 })
+end
+
+-- The path's depth and error, and that the worker serves on.
+local function recurse(name)
+  local status, body = get("/" .. name)
+  assert.is_nil(p.exited(), h.slurp(p.err))
+  assert.equal(200, status, body)
+  local depth, ok, err = body:match("^(%d+) (%a+) (.*)$")
+  assert.equal("false", ok, body)
+  assert.same({ 200, "ok" }, { get("/") })
+  return tonumber(depth), err
+end
+
+-- Without a pcall the handler fails with the error (a debug 500 shows it),
+-- and the worker serves on.
+local function recurse_raw(name, want)
+  local status, body = get("/raw/" .. name)
+  assert.is_nil(p.exited(), h.slurp(p.err))
+  assert.equal(500, status)
+  assert.matches(want, body)
+  assert.same({ 200, "ok" }, { get("/") })
+end
+
+describe("Lua recursion through C", function()
+  -- 30 levels ended the process ("coroutine 3 stack overflow", status 86).
+  it("ends in a string.gsub callback with \"C stack overflow\", about 100 levels down", function()
+    local depth, err = recurse("gsub")
+    assert.equal("C stack overflow", err)
+    assert.is_true(depth >= 80, depth)
+    recurse_raw("gsub", "C stack overflow")
+  end)
+
+  it("ends in table.sort comparators with \"C stack overflow\"", function()
+    local depth, err = recurse("sort")
+    assert.equal("C stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+    recurse_raw("sort", "C stack overflow")
+  end)
+
+  it("ends in __lt and __index metamethods calling each other with an error", function()
+    local depth, err = recurse("meta")
+    assert.matches("stack overflow", err)
+    assert.is_true(depth >= 100, depth)
+    recurse_raw("meta", "stack overflow")
+  end)
+
+  it("ends in __tostring through string.format with \"C stack overflow\"", function()
+    local depth, err = recurse("tostring")
+    assert.equal("C stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+    recurse_raw("tostring", "C stack overflow")
+  end)
+
+  it("ends pcall recursion with LuaJIT's own \"stack overflow\"", function()
+    local depth, err = recurse("pcall")
+    assert.matches("stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+  end)
+
+  it("ends xpcall recursion with LuaJIT's own \"stack overflow\"", function()
+    local depth, err = recurse("xpcall")
+    assert.matches("stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+  end)
+
+  it("ends load recursion through its reader function with \"C stack overflow\"", function()
+    local depth, err = recurse("load")
+    assert.matches("C stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+    recurse_raw("load", "C stack overflow")
+  end)
+
+  it("ends require recursion with \"C stack overflow\"", function()
+    local depth, err = recurse("require")
+    assert.matches("C stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+    recurse_raw("require", "C stack overflow")
+  end)
+
+  it("ends coroutine.wrap recursion with \"C stack overflow\"", function()
+    local depth, err = recurse("coroutine")
+    assert.matches("C stack overflow", err)
+    assert.is_true(depth >= 1000, depth)
+    recurse_raw("coroutine", "C stack overflow")
+  end)
+end)
+
+describe("Lua recursion with a small --stack-size", function()
+  it("still ends with \"C stack overflow\" on 64 KiB stacks", function()
+    local small = h.start("-w 1 --stack-size 64K " .. q(h.tmpfile(h.server_script(SERVER))), 60)
+    local status, body = h.get_to_close(small.port, "/gsub", { timeout = 30000 })
+    local alive = small.exited() == nil
+    small.stop()
+    assert.is_true(alive)
+    assert.equal(200, status)
+    assert.matches("^%d+ false C stack overflow$", body)
+  end)
+end)
