@@ -403,6 +403,9 @@ static long chunked(struct ch_http_head *h, const char *buf, size_t len,
       if (h->ck_line == 0) return -400;              /* no digits */
       if (h->body_limit != UINT64_MAX && h->ck_left > h->body_limit - h->ck_total)
         return -413;                                 /* declared too big: say so now */
+      /* The byte that ends the digits (";" or BWS) is part of the line's
+      ** CK_MAX_LINE too: uncounted, a line one byte longer passed. */
+      if (c != '\r' && ++h->ck_line > CK_MAX_LINE) return -400;
       if (c == '\r') h->ck_state = CK_SIZE_LF;
       else if (c == ';') h->ck_state = CK_EXT;
       else if (is_ows((char)c)) h->ck_state = CK_SIZE_BWS;

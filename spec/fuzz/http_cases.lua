@@ -114,6 +114,14 @@ M.cases = {
   -- an endless extension is an unbounded read for a 5-byte body.
   { "32 KiB of chunk extension on a 5-byte chunk", stage = "body", status = { 400, 413 },
     raw = CHUNKED .. "5;" .. ("x"):rep(32768) .. "\r\nhello\r\n0\r\n\r\n" },
+  -- The size line's cap, 4096 bytes before its CR: digits, ";" and the
+  -- extension all count (the fuzzer found the ";" left out, a line of
+  -- 4097 passing: one byte, but a parser that disagrees with the grammar
+  -- by a byte is where smuggling starts).
+  { "a chunk size line of 4096 bytes", stage = "ok", echo = "POST /p 5",
+    raw = CHUNKED .. "5;" .. ("x"):rep(4094) .. "\r\nhello\r\n0\r\n\r\n" },
+  { "a chunk size line of 4097 bytes", stage = "body", status = 400,
+    raw = CHUNKED .. "5;" .. ("x"):rep(4095) .. "\r\nhello\r\n0\r\n\r\n" },
   { "a bare LF inside a trailer", stage = "body", status = 400,
     raw = CHUNKED .. "5\r\nhello\r\n0\r\nX: y\nZ: w\r\n\r\n" },
   { "an obs-fold line in a trailer", stage = "body", status = 400,
