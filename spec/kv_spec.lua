@@ -773,7 +773,7 @@ describe("kv's append-only log", function()
     h.write_file(path, good .. "garbage\r\n" .. encode({ "SET", "b", "2" }))
     local code, _, err = h.run(("%s --port 0 --dir %s"):format(KV, h.shell_quote(dir)))
     assert.equal(1, code)
-    assert.matches("bad record at byte " .. #good, err, 1, true)
+    assert.matches("record 2 at byte " .. #good .. " is bad", err, 1, true)
   end)
 
   it("keeps no log with --appendonly no", function()

@@ -117,6 +117,8 @@ function sections.clients()
     { "connected_clients", R.stats.clients },
     { "blocked_clients", R.stats.blocked },
     { "pubsub_clients", R.stats.pubsub_clients or 0 },
+    -- kv's own: clients whose long command (KEYS) is paused for others.
+    { "kv_paused_clients", R.stats.paused },
   })
 end
 
@@ -150,6 +152,37 @@ function sections.stats()
   })
 end
 
+-- CPU time from getrusage(2), as Redis's INFO cpu: the process, the
+-- children it waited for, and the calling (main) thread.
+local ffi = require "ffi"
+ffi.cdef [[
+struct kv_timeval { long tv_sec; long tv_usec; };
+struct kv_rusage { struct kv_timeval ru_utime, ru_stime; long ru_rest[14]; };
+int getrusage(int who, struct kv_rusage *usage);
+]]
+local RUSAGE_SELF, RUSAGE_CHILDREN, RUSAGE_THREAD = 0, -1, 1
+local ru = ffi.new("struct kv_rusage")
+
+local function cpu(who)
+  if ffi.C.getrusage(who, ru) ~= 0 then return "0.000000", "0.000000" end
+  local function secs(tv) return format("%d.%06d", tonumber(tv.tv_sec), tonumber(tv.tv_usec)) end
+  return secs(ru.ru_stime), secs(ru.ru_utime)
+end
+
+function sections.cpu()
+  local sys, user = cpu(RUSAGE_SELF)
+  local csys, cuser = cpu(RUSAGE_CHILDREN)
+  local msys, muser = cpu(RUSAGE_THREAD)
+  return section("CPU", {
+    { "used_cpu_sys", sys },
+    { "used_cpu_user", user },
+    { "used_cpu_sys_children", csys },
+    { "used_cpu_user_children", cuser },
+    { "used_cpu_sys_main_thread", msys },
+    { "used_cpu_user_main_thread", muser },
+  })
+end
+
 function sections.keyspace()
   local t = { "# Keyspace" }
   if store.size() > 0 then
@@ -158,7 +191,7 @@ function sections.keyspace()
   return concat(t, "\r\n") .. "\r\n"
 end
 
-local order = { "server", "clients", "memory", "persistence", "stats", "keyspace" }
+local order = { "server", "clients", "memory", "persistence", "stats", "cpu", "keyspace" }
 
 reg("info", -1, function(_, argv, argc, out, n)
   local want = {}

@@ -22,6 +22,15 @@ local function hash_at(k)
   return v
 end
 
+R.dumpers.hash = function(h)
+  local t, n = {}, 0
+  for field, v in pairs(h.f) do
+    t[n + 1], t[n + 2] = field, v
+    n = n + 2
+  end
+  return "HSET", t, n, 2
+end
+
 -- HSET key field value [field value ...] -> fields added; HMSET -> OK.
 local function hset(name, ok_reply)
   return function(_, argv, argc, out, n)
@@ -53,7 +62,7 @@ reg("hget", 3, function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   local v = h and h.f[argv[3]]
-  if v == nil then return put(out, n, NULL) end
+  if not v then return put(out, n, NULL) end
   return bulk(out, n, v)
 end)
 
@@ -64,7 +73,7 @@ reg("hmget", -3, function(_, argv, argc, out, n)
   out[n] = resp.array_head(argc - 2)
   for i = 3, argc do
     local v = h and h.f[argv[i]]
-    if v == nil then
+    if not v then
       n = n + 1
       out[n] = NULL
     else

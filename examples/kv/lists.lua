@@ -60,6 +60,10 @@ function M.elements(l)
   return t
 end
 
+R.dumpers.list = function(l)
+  return "RPUSH", M.elements(l), l.n, 1
+end
+
 -- The list at k for reading: the list, false for a missing key, or nil
 -- after appending WRONGTYPE (then the caller returns n + 1).
 local function list_at(k)
@@ -308,7 +312,7 @@ local function bpop(left)
     return bulk(out, n, w.value)
   end
 end
-reg("blpop", -3, bpop(true), { write = true })
-reg("brpop", -3, bpop(false), { write = true })
+reg("blpop", -3, bpop(true), { write = true, last = -2 })
+reg("brpop", -3, bpop(false), { write = true, last = -2 })
 
 return M

@@ -12,10 +12,18 @@ local M = {}
 -- those allowed in subscribed mode.
 M.commands = {}
 
+--
+-- The keys a write command changes, for the log rewrite's snapshot (as
+-- Redis's firstkey, lastkey, step): flags.first (default 2), flags.last
+-- (default first; -1 the last argument, -2 the one before), flags.step
+-- (default 1); or flags.keys = function(argv, argc, touch) calling
+-- touch(k) for each; or flags.all for FLUSHALL.
 function M.register(name, arity, fn, flags)
   flags = flags or {}
+  local first = flags.first or 2
   local cmd = { name = name, arity = arity, fn = fn, write = flags.write or false,
-                pubsub = flags.pubsub or false }
+                pubsub = flags.pubsub or false, first = first, last = flags.last or first,
+                step = flags.step or 1, keys = flags.keys, all = flags.all or false }
   M.commands[name] = cmd
   M.commands[name:upper()] = cmd
 end
@@ -50,6 +58,7 @@ M.stats = {
   connections = 0,        -- total accepted
   clients = 0,            -- connected now
   blocked = 0,            -- in BLPOP/BRPOP now
+  paused = 0,             -- inside a long command that let others run now
   commands = 0,           -- processed
   pubsub_channels = 0,
   pubsub_patterns = 0,
@@ -63,6 +72,11 @@ M.config = {
   appendonly = true,
   appendfsync = "everysec",
 }
+
+-- kind -> function(v) -> command, flat array of arguments after the key,
+-- their count, arguments per item: how the log rewrite records a value of
+-- that kind (a copy: the rewrite yields while it writes it out).
+M.dumpers = {}
 
 -- Set by aof.lua: the reason writes are refused, or nil.
 M.write_error = nil

@@ -10,8 +10,9 @@ local put = resp.put
 local aof = require "kv.aof"
 local pubsub = require "kv.pubsub"
 local lists = require "kv.lists"
+local snapshot = require "kv.snapshot"
 
-local parse = resp.parse
+local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
 local sub, lower, concat, format = string.sub, string.lower, table.concat, string.format
 local commands, stats = R.commands, R.stats
 
@@ -40,6 +41,10 @@ end
 -- one) and clears it. Returns 0, the new reply count. Yields.
 function Client:flush(out, n)
   if n == 0 then return 0 end
+  if resp.big_reply and not self.writer then
+    resp.big_reply = false
+    return self:flush_big(out, n)
+  end
   local data = n == 1 and out[1] or concat(out, "", 1, n)
   for i = 1, n do out[i] = nil end
   if self.writer then
@@ -47,6 +52,25 @@ function Client:flush(out, n)
   elseif not self.sock:send(data) then
     self.quit = true
   end
+  return 0
+end
+
+-- flush for replies holding a large value: each such value is sent on
+-- its own, as is (send would copy a table of pieces into one buffer),
+-- and the pieces between them joined. Yields.
+function Client:flush_big(out, n)
+  local from = 1
+  for i = 1, n + 1 do
+    local p = out[i]
+    if i > n or (type(p) == "string" and #p >= resp.BIG) then
+      if i > from and not self.quit and not self.sock:send(concat(out, "", from, i - 1)) then
+        self.quit = true
+      end
+      if i <= n and not self.quit and not self.sock:send(p) then self.quit = true end
+      from = i + 1
+    end
+  end
+  for i = 1, n do out[i] = nil end
   return 0
 end
 
@@ -112,13 +136,25 @@ local function unknown(argv, argc)
                          sub(argv[1], 1, 128), concat(args)))
 end
 
+-- Before a write command runs while the log rewrite takes its snapshot:
+-- the keys it will change are recorded as they are now.
+local touch = snapshot.touch
+local function touch_keys(cmd, argv, argc)
+  if cmd.all then return snapshot.touch_all() end
+  if cmd.keys then return cmd.keys(argv, argc, touch) end
+  local last = cmd.last
+  if last < 0 then last = argc + last + 1 end
+  for i = cmd.first, last, cmd.step do touch(argv[i]) end
+end
+
 local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
   .. "PING / QUIT / RESET are allowed in this context"
 
 -- Runs one request and appends its reply; logs it if it changed data.
 -- buf[s, e) is its RESP text, logged as is when the command asks
--- (nil for inline requests, which are encoded instead). Returns the new
--- reply count.
+-- (nil for inline requests, which are encoded instead; false for one
+-- read in parts, logged as pieces). Returns the new reply count.
+local store = require "kv.store"
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
   local cmd = commands[name]
@@ -135,19 +171,33 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   end
   if cmd.write and R.write_error then return put(out, n, R.write_error) end
   stats.commands = stats.commands + 1
+  if cmd.write and snapshot.active() then touch_keys(cmd, argv, argc) end
   n = cmd.fn(c, argv, argc, out, n)
   local prop = R.prop
   if prop then
     R.prop = nil
     if logging then
       if prop == true then
-        aof.feed(s and sub(buf, s, e - 1) or resp.encode(argv, argc))
+        if s then
+          aof.feed(sub(buf, s, e - 1))
+        elseif s == false then
+          aof.feed_parts(resp.encode_parts(argv, argc))
+        else
+          aof.feed(resp.encode(argv, argc))
+        end
       else
         aof.feed(prop)
       end
     end
   end
   if R.any_ready then lists.serve() end
+  -- A large value dropped: collect now, or the heap stays as large until
+  -- the collector's pace gets round to it (a full cycle: O(heap), only
+  -- after 64 MiB or more of such values were dropped).
+  if store.freed >= 64 * 1024 * 1024 then
+    store.freed = 0
+    collectgarbage()
+  end
   local extra = R.extra
   if extra then
     R.extra = nil
@@ -177,6 +227,8 @@ end
 local function loop(c, sock)
   local argv, out, n = {}, {}, 0
   local buf, pos, len, need = "", 1, 0, nil
+  local partial = nil   -- { n, a }: a request whose argument a - 1 was read apart
+  local refused = nil   -- the error reply for it, if its value could not be kept
   while not c.quit and not c.gone do
     local data, err
     local have = len - pos + 1
@@ -188,9 +240,30 @@ local function loop(c, sock)
     if data then
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
-      local seq = aof.seq
       while pos <= len do
-        local argc, nxt, inline = parse(buf, pos, len, argv)
+        local argc, nxt, x, bs, bl, bn
+        if partial then
+          argc, nxt, x, bs, bl, bn = parse_rest(buf, pos, len, argv, partial[1], partial[2], pos)
+        else
+          argc, nxt, x, bs, bl, bn = parse(buf, pos, len, argv)
+        end
+        local inline = argc and x
+        if argc == nil and x and bl >= BIG then
+          -- A large value: read apart; the request goes on after it.
+          local v, e = read_value(function(want) return sock:receive(want) end, sub(buf, bs, len), bl)
+          if v == false then
+            c.quit = true
+            break
+          end
+          argv[x] = v or ""
+          refused = refused or e
+          buf, pos, len = "", 1, 0
+          if x < bn then
+            partial = { bn, x + 1 }
+            break
+          end
+          argc, nxt = bn, 1
+        end
         if not argc then
           if argc == false then
             out[n + 1] = resp.err("ERR " .. nxt)
@@ -202,7 +275,19 @@ local function loop(c, sock)
           break
         end
         if argc > 0 then
-          n = dispatch(c, argv, argc, out, n, buf, not inline and pos or nil, nxt)
+          if refused then
+            n = put(out, n, refused)
+          else
+            -- A request read in parts is logged from its arguments (false).
+            local s = not inline and pos or nil
+            if partial or bl then s = false end
+            n = dispatch(c, argv, argc, out, n, buf, s, nxt)
+          end
+          if partial or refused or bl then
+            -- Let the large value go (argv would hold it until reused).
+            partial, refused = nil, nil
+            for i = 1, argc do argv[i] = nil end
+          end
           if c.pending then
             -- Input that came while a blocking command waited.
             buf = sub(buf, nxt) .. c.pending
@@ -213,8 +298,12 @@ local function loop(c, sock)
         pos = nxt
         if c.quit or c.gone then break end
       end
+      -- No reply goes out before every record logged so far is written
+      -- (and synced with always), its own and others': a reader must not
+      -- see a value a crash could still take back (Redis sends replies
+      -- after its beforeSleep has written the AOF, the same rule).
       if n > 0 then
-        if aof.seq > seq and logging then aof.wait(aof.seq, c.aof_sema or c:make_aof_sema()) end
+        if logging and aof.seq > aof.durable() then aof.wait(aof.seq, c.aof_sema or c:make_aof_sema()) end
         n = c:flush(out, n)
       end
     elseif err ~= "timeout" then
@@ -223,10 +312,19 @@ local function loop(c, sock)
   end
 end
 
+-- Lets the other clients run in the middle of a long command (KEYS):
+-- c.pause of a connection's client. Yields.
+local function pause()
+  stats.paused = stats.paused + 1
+  cohost.sleep(0)
+  stats.paused = stats.paused - 1
+end
+
 local function serve(sock, peer)
   sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
   sock:setoption("tcp-nodelay", true)
   local c = new_client(sock, peer)
+  c.pause = pause
   stats.clients = stats.clients + 1
   stats.connections = stats.connections + 1
   -- The cleanup runs whatever ended the loop (a bug, or "cancelled" at

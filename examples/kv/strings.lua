@@ -30,6 +30,30 @@ local function num_arg(s)
 end
 M.num_arg = num_arg
 
+local SECONDS_MAX, SECONDS_MIN = 9223372036854775LL, -9223372036854775LL   -- LLONG_MAX/MIN / 1000
+
+-- The deadline (Unix ms, exact: a number or an int64) that expiry
+-- argument s asks for, checked as Redis 7.0 does (getExpireMillisecondsOrReply,
+-- expireGenericCommand): in seconds (scale 1000) or ms, relative to now
+-- or absolute; positive: SET's rule that it must be above 0. Returns it,
+-- or nil and the error reply. Nothing out of int64 gets through: a
+-- deadline is logged as its exact text, and must load again.
+local function deadline_arg(s, name, scale, relative, positive)
+  local v = parse_int(s)
+  if v == nil then return nil, NOT_INT end
+  if positive and v <= 0 then return nil, invalid_expire(name) end
+  if scale == 1000 then
+    if v > SECONDS_MAX or v < SECONDS_MIN then return nil, invalid_expire(name) end
+    v = ints.mul(v, 1000)
+  end
+  if relative then
+    v = ints.add(v, floor(store.now_ms()))
+    if v == nil then return nil, invalid_expire(name) end
+  end
+  return v
+end
+M.deadline_arg = deadline_arg
+
 -- -- Strings ---------------------------------------------------------------
 
 reg("get", 2, function(_, argv, _, out, n)
@@ -62,13 +86,10 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   local deadline
   if unit then
-    local v = num_arg(when)
-    if not v then return put(out, n, NOT_INT) end
-    if v <= 0 then return put(out, n, invalid_expire("set")) end
-    if unit == "ex" then deadline = store.now_ms() + v * 1000
-    elseif unit == "px" then deadline = store.now_ms() + v
-    elseif unit == "exat" then deadline = v * 1000
-    else deadline = v end
+    local err
+    deadline, err = deadline_arg(when, "set", (unit == "ex" or unit == "exat") and 1000 or 1,
+                                 unit == "ex" or unit == "px", true)
+    if not deadline then return put(out, n, err) end
   end
   local k = argv[2]
   local old = get(k)
@@ -79,8 +100,8 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   set(k, argv[3], keep)
   if deadline then
-    store.expire_at(k, deadline)
-    R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(floor(deadline)) }, 5)
+    store.expire_at(k, tonumber(deadline))
+    R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(deadline) }, 5)
   else
     R.prop = true
   end
@@ -101,14 +122,12 @@ end, { write = true })
 -- SETEX key seconds value, PSETEX key ms value.
 local function setex(name, scale)
   return function(_, argv, _, out, n)
-    local v = num_arg(argv[3])
-    if not v then return put(out, n, NOT_INT) end
-    if v <= 0 then return put(out, n, invalid_expire(name)) end
+    local deadline, err = deadline_arg(argv[3], name, scale, true, true)
+    if not deadline then return put(out, n, err) end
     local k = argv[2]
-    local deadline = store.now_ms() + v * scale
     set(k, argv[4])
-    store.expire_at(k, deadline)
-    R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(floor(deadline)) }, 5)
+    store.expire_at(k, tonumber(deadline))
+    R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(deadline) }, 5)
     return put(out, n, OK)
   end
 end
@@ -157,7 +176,7 @@ reg("mset", -3, function(_, argv, argc, out, n)
   for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
   R.prop = true
   return put(out, n, OK)
-end, { write = true })
+end, { write = true, last = -1, step = 2 })
 
 -- INCR, INCRBY, DECR, DECRBY. by: a fixed step, or nil to read argv[3]
 -- (negated for DECRBY).
@@ -241,8 +260,8 @@ local function del(_, argv, argc, out, n)
   if count > 0 then R.prop = true end
   return put(out, n, int(count))
 end
-reg("del", -2, del, { write = true })
-reg("unlink", -2, del, { write = true })
+reg("del", -2, del, { write = true, last = -1 })
+reg("unlink", -2, del, { write = true, last = -1 })
 
 reg("exists", -2, function(_, argv, argc, out, n)
   local count = 0
@@ -275,8 +294,8 @@ local function flushall(_, argv, argc, out, n)
   R.prop = true
   return put(out, n, OK)
 end
-reg("flushall", -1, flushall, { write = true })
-reg("flushdb", -1, flushall, { write = true })
+reg("flushall", -1, flushall, { write = true, all = true })
+reg("flushdb", -1, flushall, { write = true, all = true })
 
 -- -- Expiry ----------------------------------------------------------------
 
@@ -301,11 +320,9 @@ local function expire(name, scale, absolute)
     if gt and lt then
       return put(out, n, "-ERR GT and LT options at the same time are not compatible\r\n")
     end
-    local v = num_arg(argv[3])
-    if not v then return put(out, n, NOT_INT) end
-    if v * scale > 9.2e18 or v * scale < -9.2e18 then return put(out, n, invalid_expire(name)) end
-    local when = v * scale
-    if not absolute then when = when + store.now_ms() end
+    local exact, err = deadline_arg(argv[3], name, scale, not absolute, false)
+    if not exact then return put(out, n, err) end
+    local when = tonumber(exact)
     local k = argv[2]
     if get(k) == nil then return put(out, n, resp.ZERO) end
     local cur = store.deadline(k)
@@ -318,7 +335,7 @@ local function expire(name, scale, absolute)
       R.prop = resp.encode({ "DEL", k }, 2)
     else
       store.expire_at(k, when)
-      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(floor(when)) }, 3)
+      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(exact) }, 3)
     end
     return put(out, n, resp.ONE)
   end
@@ -366,8 +383,8 @@ local function bulk_array(out, n, list, count)
 end
 M.bulk_array = bulk_array
 
-reg("keys", 2, function(_, argv, _, out, n)
-  local list, count = store.keys(argv[2])
+reg("keys", 2, function(c, argv, _, out, n)
+  local list, count = store.keys(argv[2], c.pause)
   return bulk_array(out, n, list, count)
 end)
 
