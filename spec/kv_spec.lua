@@ -7,68 +7,13 @@ local cohost = require "cohost"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
-local KV = "examples/kv/main.lua"
-local NULL = setmetatable({}, { __tostring = function() return "NULL" end })
+local kv = require "spec.kv_util"
+local KV, NULL, encode, client = kv.KV, kv.NULL, kv.encode, kv.client
 
 -- -- Helpers ---------------------------------------------------------------
 
--- Starts a server on dir (a fresh one by default) with extra args;
--- stopped after the test. Returns the process (port, pid, dir, err).
 local function start(opts)
-  opts = opts or {}
-  local dir = opts.dir or h.tmpdir()
-  local p = h.start(("%s --port 0 --announce --dir %s %s"):format(KV, h.shell_quote(dir), opts.args or ""))
-  p.dir = dir
-  defer(p.stop)
-  return p
-end
-
--- A RESP request for the strings in args.
-local function encode(args)
-  local t = { "*" .. #args .. "\r\n" }
-  for _, a in ipairs(args) do
-    a = tostring(a)
-    t[#t + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
-  end
-  return table.concat(t)
-end
-
--- Reads one reply: a string for +, a number for :, NULL for nulls,
--- { err = text } for -, a table for arrays; nil, err on a socket error.
-local function read_reply(s)
-  local line, err = s:receive("*l")
-  if not line then return nil, err end
-  local kind, rest = line:sub(1, 1), line:sub(2)
-  if kind == "+" then return rest end
-  if kind == "-" then return { err = rest } end
-  if kind == ":" then return tonumber(rest) end
-  if kind == "$" then
-    local n = tonumber(rest)
-    if n < 0 then return NULL end
-    local data = assert(s:receive(n + 2))
-    return data:sub(1, n)
-  end
-  if kind == "*" then
-    local n = tonumber(rest)
-    if n < 0 then return NULL end
-    local t = {}
-    for i = 1, n do t[i] = read_reply(s) end
-    return t
-  end
-  error("bad reply line: " .. line)
-end
-
--- A connection: c:call(...) sends one request and returns its reply.
-local function client(port)
-  local s = h.dial(port, 5000)
-  return {
-    sock = s,
-    call = function(_, ...)
-      assert(s:send(encode({ ... })))
-      return read_reply(s)
-    end,
-    read = function() return read_reply(s) end,
-  }
+  return kv.start(defer, opts)
 end
 
 -- Sends raw bytes and reads until the server closes or wait seconds pass
@@ -665,14 +610,7 @@ describe("kv's append-only log", function()
     crash_and_check("everysec")
   end)
 
-  -- Polls INFO persistence until aof_rewrites reaches n.
-  local function wait_rewrites(c, n)
-    local r = h.eventually(function()
-      local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
-      return r >= n and r
-    end, 20)
-    return r or error("no rewrite")
-  end
+  local wait_rewrites = kv.wait_rewrites
 
   for _, fsync in ipairs { "everysec", "always" } do
     it("rewrites the log on BGREWRITEAOF while writes go on, and replays the result (" .. fsync .. ")", function()

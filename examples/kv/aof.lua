@@ -275,7 +275,7 @@ local function replay(exec, repair)
       local v, e = resp.read_value(read, sub(data, bs, len), bl)
       if v == false then break end   -- the file ends inside it: torn
       if not v then
-        bad_log("failed: " .. e:gsub("\r\n$", ""), count, start, repair)
+        bad_log("failed: " .. e:sub(2, -3), count, start, repair)
         size = start
         return count
       end
@@ -292,7 +292,7 @@ local function replay(exec, repair)
         for i = 1, argc do argv[i] = nil end
       end
       if err then
-        bad_log("failed: " .. err:gsub("\r\n$", ""), count, start, repair)
+        bad_log("failed: " .. err:sub(2, -3), count, start, repair)
         size = start
         return count
       end
