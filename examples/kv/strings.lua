@@ -361,6 +361,20 @@ end
 reg("ttl", 2, ttl(false))
 reg("pttl", 2, ttl(true))
 
+-- EXPIRETIME and PEXPIRETIME: the absolute deadline, -1 without one, -2
+-- for a missing key.
+local function expiretime(ms)
+  return function(_, argv, _, out, n)
+    local k = argv[2]
+    if get(k) == nil then return put(out, n, int(-2)) end
+    local d = store.deadline(k)
+    if not d then return put(out, n, int(-1)) end
+    return put(out, n, ":" .. ints.str(ms and d or floor(d / 1000)) .. "\r\n")
+  end
+end
+reg("expiretime", 2, expiretime(false))
+reg("pexpiretime", 2, expiretime(true))
+
 reg("persist", 2, function(_, argv, _, out, n)
   local k = argv[2]
   if get(k) ~= nil and store.persist(k) then
