@@ -251,6 +251,7 @@ local function replay(exec, repair)
   local eof, count, bad = false, 0, nil
   local partial               -- { n, a }: a record whose argument a - 1 was read apart
   local start = 0             -- file offset of the record being read
+  local txn                   -- file offset of an open MULTI record
   local function read(want) return f:read(want) end
   while true do
     local argc, nxt, x, bs, bl, bn
@@ -286,6 +287,8 @@ local function replay(exec, repair)
       if not partial then argc, nxt = bn, 1 end
     end
     if argc then
+      local name = argc == 1 and argv[1]:lower()
+      if name == "multi" then txn = start elseif name == "exec" then txn = nil end
       local err = exec(argv, argc)
       if bl or partial then
         partial = nil
@@ -316,6 +319,13 @@ local function replay(exec, repair)
   end
   -- The end of the last whole record.
   local good = (bad or partial or pos <= len) and start or offset + pos - 1
+  if txn and not bad then
+    -- A transaction the log ends in (a crash before its EXEC was
+    -- written): none of it was run; it goes, as Redis's loader does.
+    log(cohost.WARN, path, ": the log ends inside a transaction (MULTI at byte ", txn,
+        " without EXEC): truncated there")
+    good = txn
+  end
   local total = f:stat().size
   if good < total then
     local tail = ""

@@ -277,6 +277,8 @@ local function bpop(left)
         return bulk(out, n, v)
       end
     end
+    -- Inside EXEC a blocking pop does not block (as Redis).
+    if c.in_exec or not c.sock then return put(out, n, resp.NULL_ARRAY) end
     -- Block: the replies before this one go out first.
     n = c:flush(out, n)
     local keys = {}

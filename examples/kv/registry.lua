@@ -9,7 +9,8 @@ local M = {}
 -- -n: at least n); fn(c, argv, argc, out, n) appends its reply to out
 -- after position n and returns the new length; write marks commands that
 -- change data (refused while the log cannot be written); pubsub marks
--- those allowed in subscribed mode.
+-- those allowed in subscribed mode; txn those that run at once inside
+-- MULTI (the others are queued).
 M.commands = {}
 
 --
@@ -23,7 +24,8 @@ function M.register(name, arity, fn, flags)
   local first = flags.first or 2
   local cmd = { name = name, arity = arity, fn = fn, write = flags.write or false,
                 pubsub = flags.pubsub or false, first = first, last = flags.last or first,
-                step = flags.step or 1, keys = flags.keys, all = flags.all or false }
+                step = flags.step or 1, keys = flags.keys, all = flags.all or false,
+                txn = flags.txn or false }
   M.commands[name] = cmd
   M.commands[name:upper()] = cmd
 end

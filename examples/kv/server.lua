@@ -11,6 +11,7 @@ local aof = require "kv.aof"
 local pubsub = require "kv.pubsub"
 local lists = require "kv.lists"
 local snapshot = require "kv.snapshot"
+local multi = require "kv.multi"
 
 local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
 local sub, lower, concat, format = string.sub, string.lower, table.concat, string.format
@@ -155,38 +156,69 @@ local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCR
 -- (nil for inline requests, which are encoded instead; false for one
 -- read in parts, logged as pieces). Returns the new reply count.
 local store = require "kv.store"
+local MULTI_REC, EXEC_REC = multi.MULTI_REC, multi.EXEC_REC
+
+-- Logs one record of c's command (a string, or pieces): inside EXEC the
+-- transaction's MULTI record goes first, once.
+local function log_rec(c, rec, parts)
+  if c.in_exec and not c.multi_logged then
+    c.multi_logged = true
+    aof.feed(MULTI_REC)
+  end
+  if parts then aof.feed_parts(rec) else aof.feed(rec) end
+end
+
+-- Marks the clients that WATCH the keys a command changed.
+local changed = multi.changed
+local function mark_changed(cmd, argv, argc)
+  if cmd.keys then return cmd.keys(argv, argc, changed) end
+  local last = cmd.last
+  if last < 0 then last = argc + last + 1 end
+  for i = cmd.first, last, cmd.step do changed(argv[i]) end
+end
+
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
   local cmd = commands[name]
   if not cmd then
     cmd = commands[lower(name)]
-    if not cmd then return put(out, n, unknown(argv, argc)) end
+    if not cmd then
+      if c.multi then return multi.queue(c, argv, argc, out, n, unknown(argv, argc)) end
+      return put(out, n, unknown(argv, argc))
+    end
   end
   local arity = cmd.arity
   if (arity > 0 and argc ~= arity) or argc < -arity then
-    return put(out, n, "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n")
+    local err = "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n"
+    if c.multi then return multi.queue(c, argv, argc, out, n, err) end
+    return put(out, n, err)
   end
   if c.nsubs > 0 and not cmd.pubsub then
     return put(out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
   end
+  if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n) end
   if cmd.write and R.write_error then return put(out, n, R.write_error) end
   stats.commands = stats.commands + 1
-  if cmd.write and snapshot.active() then touch_keys(cmd, argv, argc) end
+  if cmd.write then
+    if snapshot.active() then touch_keys(cmd, argv, argc) end
+    if cmd.all and multi.watched > 0 then multi.changed_all(store.get) end
+  end
   n = cmd.fn(c, argv, argc, out, n)
   local prop = R.prop
   if prop then
     R.prop = nil
+    if multi.watched > 0 and not cmd.all then mark_changed(cmd, argv, argc) end
     if logging then
       if prop == true then
         if s then
-          aof.feed(sub(buf, s, e - 1))
+          log_rec(c, sub(buf, s, e - 1))
         elseif s == false then
-          aof.feed_parts(resp.encode_parts(argv, argc))
+          log_rec(c, resp.encode_parts(argv, argc), true)
         else
-          aof.feed(resp.encode(argv, argc))
+          log_rec(c, resp.encode(argv, argc))
         end
       else
-        aof.feed(prop)
+        log_rec(c, prop)
       end
     end
   end
@@ -202,11 +234,16 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   if extra then
     R.extra = nil
     if logging then
-      for i = 1, #extra do aof.feed(extra[i]) end
+      for i = 1, #extra do log_rec(c, extra[i]) end
     end
+  end
+  if R.log_exec_end then
+    R.log_exec_end = false
+    if logging then aof.feed(EXEC_REC) end
   end
   return n
 end
+multi.dispatch = dispatch
 
 -- Runs a logged request at start: nil, or the error reply it gave.
 local loader = new_client(nil, "aof")
@@ -334,6 +371,7 @@ local function serve(sock, peer)
   c.gone = true
   stats.clients = stats.clients - 1
   pubsub.forget(c)
+  multi.forget(c)
   if c.writer then
     stats.pubsub_clients = stats.pubsub_clients - 1
     c.qsema:post()

@@ -1,0 +1,212 @@
+-- examples/kv against a real redis-server (Debian's 7.0), case by case:
+-- each case is a list of commands run on both, from an empty database,
+-- and kv's replies must equal redis-server's, error texts included. The
+-- reference is redis-server, so a difference fails as kv's. A case is
+-- { name, { command, ... } }; a command is an array of its words, with
+-- sort = true when the reply is an unordered array (KEYS, HGETALL,
+-- SMEMBERS). Add cases to the tables below: nothing else is needed.
+local cohost = require "cohost"
+local h = require "spec.helper"
+local kv = require "spec.kv_util"
+h.cleanups(after_each)   -- the connections each test opens
+
+local NULL = kv.NULL
+
+-- -- The cases -----------------------------------------------------------------
+
+local function sorted(cmd)
+  cmd.sort = true
+  return cmd
+end
+
+local BIG = "9223372036854775807"
+
+local families = {}
+
+families["strings and keys"] = {
+  { "SET with its options", {
+    { "SET", "k", "v", "NX" }, { "SET", "k", "w", "NX" }, { "SET", "k", "w", "XX" },
+    { "SET", "n", "v", "XX" }, { "SET", "k", "x", "GET" }, { "SET", "k", "v", "NX", "XX" },
+    { "SET", "k", "v", "EX", "10", "PX", "100" }, { "SET", "k", "v", "EX", "ten" },
+    { "SET", "k", "v", "EX", "0" }, { "SET", "k", "v", "PX", "-1" }, { "SET", "k", "v", "KEEPTTL", "EX", "5" },
+    { "GET", "k" }, { "GET", "none" },
+  } },
+  { "expiries past int64 and far ones", {
+    { "SET", "foo", "bar", "EX", "10000000000000000" }, { "SET", "foo", "bar", "PX", BIG },
+    { "SET", "foo", "bar", "EXAT", "10000000000000000" }, { "SETEX", "foo", "10000000000000000", "v" },
+    { "PSETEX", "foo", BIG, "v" }, { "GET", "foo" }, { "SET", "foo", "bar" },
+    { "EXPIRE", "foo", BIG }, { "EXPIRE", "foo", "-9223372036854775808" }, { "PEXPIRE", "foo", BIG },
+    { "EXPIREAT", "foo", "9223372036854775" }, { "EXPIREAT", "foo", "9223372036854776" },
+    { "PEXPIREAT", "foo", BIG }, { "PEXPIRETIME", "foo" }, { "EXPIRETIME", "foo" },
+    { "SET", "bar", "x", "PXAT", BIG }, { "PEXPIRETIME", "bar" },
+    { "SET", "baz", "x", "EXAT", "9223372036854775" }, { "PEXPIRETIME", "baz" },
+    { "EXPIRE", "foo", "x" }, { "EXPIRETIME", "none" }, { "PEXPIRETIME", "baz", "x" },
+  } },
+  { "EXPIRE options and TTLs", {
+    { "SET", "k", "v" }, { "TTL", "k" }, { "PTTL", "none" }, { "EXPIRETIME", "k" },
+    { "EXPIRE", "k", "100", "XX" }, { "EXPIRE", "k", "100", "NX" }, { "EXPIRE", "k", "50", "GT" },
+    { "EXPIRE", "k", "50", "LT" }, { "EXPIRE", "k", "5", "NX", "XX" }, { "EXPIRE", "k", "5", "GT", "LT" },
+    { "EXPIRE", "k", "5", "BOGUS" }, { "TTL", "k" }, { "PERSIST", "k" }, { "PERSIST", "k" },
+    { "EXPIRE", "k", "-1" }, { "EXISTS", "k" }, { "EXPIRE", "none", "10" },
+  } },
+  { "counters at the int64 limits", {
+    { "INCR", "n" }, { "INCRBY", "n", "10" }, { "DECR", "n" }, { "DECRBY", "n", "15" },
+    { "SET", "big", "9223372036854775806" }, { "INCR", "big" }, { "INCR", "big" },
+    { "DECRBY", "x", "-9223372036854775808" }, { "SET", "f", "1.5" }, { "INCR", "f" },
+    { "SET", "z", "007" }, { "INCR", "z" }, { "INCRBY", "n", "x" }, { "INCRBY", "n", "" },
+  } },
+  { "GETSET, GETDEL, MGET, MSET, APPEND, STRLEN, SETNX", {
+    { "GETSET", "k", "a" }, { "GETSET", "k", "b" }, { "GETDEL", "k" }, { "GETDEL", "k" },
+    { "MSET", "a", "1", "b", "2" }, { "MSET", "a", "1", "b" }, { "MGET", "a", "b", "none" },
+    { "APPEND", "a", "234" }, { "APPEND", "new", "x" }, { "STRLEN", "a" }, { "STRLEN", "none" },
+    { "SETNX", "a", "x" }, { "SETNX", "s", "x" }, { "RPUSH", "l", "x" }, { "GETDEL", "l" },
+    { "GETSET", "l", "x" }, { "APPEND", "l", "x" }, { "STRLEN", "l" }, { "MGET", "l", "s" },
+  } },
+  { "DEL, EXISTS, TYPE, DBSIZE, KEYS and SCAN", {
+    { "MSET", "user:1", "a", "user:2", "b", "user:10", "c", "a*b", "d" }, { "RPUSH", "l", "x" },
+    { "HSET", "h", "f", "v" }, { "TYPE", "l" }, { "TYPE", "h" }, { "TYPE", "user:1" }, { "TYPE", "none" },
+    sorted { "KEYS", "user:?" }, sorted { "KEYS", "user:[0-9]*" }, sorted { "KEYS", "a\\*b" },
+    sorted { "KEYS", "*[" }, sorted { "KEYS", "user:[^1]" }, sorted { "KEYS", "[a-u]*" },
+    { "KEYS", string.rep("a*", 20) .. "b" }, { "EXISTS", "l", "h", "none", "l" },
+    { "DEL", "l", "h", "none" }, { "DBSIZE" }, { "SCAN", "x" }, { "SCAN", "0", "COUNT", "0" },
+    { "SCAN", "0", "MATCH" },
+  } },
+}
+
+families["lists"] = {
+  { "pushes, pops, ranges and indexes", {
+    { "LPUSH", "l", "a", "b", "c" }, { "RPUSH", "l", "d", "e" }, { "LRANGE", "l", "0", "-1" },
+    { "LRANGE", "l", "-2", "100" }, { "LRANGE", "l", "5", "10" }, { "LRANGE", "l", "-100", "1" },
+    { "LINDEX", "l", "2" }, { "LINDEX", "l", "-1" }, { "LINDEX", "l", "99" }, { "LINDEX", "l", "x" },
+    { "LPOP", "l" }, { "RPOP", "l" }, { "LPOP", "l", "2" }, { "LPOP", "l", "-1" }, { "LLEN", "l" },
+    { "RPOP", "l", "5" }, { "EXISTS", "l" }, { "LPOP", "l" }, { "LPOP", "l", "2" }, { "LLEN", "none" },
+    { "LRANGE", "none", "0", "-1" },
+  } },
+  { "wrong types", {
+    { "SET", "s", "x" }, { "LPUSH", "s", "y" }, { "LPOP", "s" }, { "LRANGE", "s", "0", "1" },
+    { "LLEN", "s" }, { "LINDEX", "s", "0" }, { "BLPOP", "s", "1" },
+  } },
+  { "blocking pops that need not block", {
+    { "RPUSH", "q", "a" }, { "BLPOP", "none", "q", "1" }, { "BLPOP", "q", "x" }, { "BLPOP", "q", "-1" },
+  } },
+}
+
+families["hashes"] = {
+  { "HSET, HGET, HMGET, HDEL, HLEN, HGETALL, HEXISTS", {
+    { "HSET", "h", "f1", "v1", "f2", "v2" }, { "HSET", "h", "f1", "v9" }, { "HSET", "h", "f" },
+    { "HGET", "h", "f1" }, { "HGET", "h", "none" }, { "HMGET", "h", "f1", "none", "f2" },
+    { "HLEN", "h" }, sorted { "HGETALL", "h" }, { "HEXISTS", "h", "f1" }, { "HEXISTS", "h", "x" },
+    { "HDEL", "h", "f1", "none" }, { "HMSET", "h", "a", "1" }, { "HDEL", "h", "f2", "a" }, { "EXISTS", "h" },
+  } },
+  { "a missing key", {
+    { "HMGET", "none", "a", "b" }, { "HGET", "none", "a" }, { "HLEN", "none" }, { "HGETALL", "none" },
+    { "HEXISTS", "none", "a" }, { "HDEL", "none", "a" },
+  } },
+  { "wrong types", {
+    { "SET", "s", "x" }, { "HMGET", "s", "a" }, { "HGET", "s", "a" }, { "HSET", "s", "a", "b" },
+    { "HGETALL", "s" }, { "HLEN", "s" }, { "HDEL", "s", "a" }, { "HEXISTS", "s", "a" },
+  } },
+}
+
+families["transactions"] = {
+  { "MULTI and EXEC", {
+    { "MULTI" }, { "SET", "a", "1" }, { "INCR", "a" }, { "LPUSH", "a", "x" }, { "GET", "a" }, { "EXEC" },
+  } },
+  { "EXECABORT after a queued error", {
+    { "MULTI" }, { "SET", "a" }, { "SET", "b", "1" }, { "NOPE" }, { "EXEC" }, { "GET", "b" },
+  } },
+  { "errors outside and inside", {
+    { "EXEC" }, { "DISCARD" }, { "MULTI" }, { "MULTI" }, { "WATCH", "x" }, { "SET", "c", "1" },
+    { "DISCARD" }, { "GET", "c" },
+  } },
+  { "WATCH on an unchanged key", {
+    { "SET", "w", "1" }, { "WATCH", "w" }, { "GET", "w" }, { "MULTI" }, { "INCR", "w" }, { "EXEC" },
+  } },
+  { "WATCH on a key the client changed itself", {
+    { "SET", "w", "1" }, { "WATCH", "w" }, { "SET", "w", "2" }, { "MULTI" }, { "INCR", "w" },
+    { "EXEC" }, { "GET", "w" },
+  } },
+  { "UNWATCH", {
+    { "SET", "w", "1" }, { "WATCH", "w" }, { "SET", "w", "2" }, { "UNWATCH" }, { "MULTI" },
+    { "INCR", "w" }, { "EXEC" },
+  } },
+  { "a blocking pop inside MULTI", {
+    { "MULTI" }, { "BLPOP", "none", "0" }, { "RPUSH", "q", "a" }, { "BLPOP", "q", "0" }, { "EXEC" },
+  } },
+}
+
+families["server"] = {
+  { "PING, ECHO, SELECT", {
+    { "PING" }, { "PING", "hi" }, { "PING", "a", "b" }, { "ECHO", "x" }, { "SELECT", "0" },
+    { "SELECT", "x" }, { "NOPE", "a" },
+  } },
+}
+
+-- -- Running them --------------------------------------------------------------
+
+-- Runs cmds on connection c (after FLUSHALL); returns the replies.
+local function run(c, cmds)
+  assert(c:call("FLUSHALL") == "OK")
+  local replies = {}
+  for i, cmd in ipairs(cmds) do
+    local r = c:call(unpack(cmd))
+    if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
+    replies[i] = r == nil and "<no reply>" or r
+  end
+  return replies
+end
+
+-- Both replies side by side, for a failure message.
+local function show(cmds, want, got)
+  local function s(v)
+    if v == NULL then return "(nil)" end
+    if type(v) == "table" then
+      if v.err then return "(error) " .. v.err end
+      local t = {}
+      for i, x in ipairs(v) do t[i] = s(x) end
+      return "[" .. table.concat(t, ", ") .. "]"
+    end
+    return ("%q"):format(v)
+  end
+  local lines = {}
+  for i, cmd in ipairs(cmds) do
+    local mark = s(want[i]) == s(got[i]) and "  " or "!!"
+    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, table.concat(cmd, " "),
+                                                              s(want[i]), s(got[i]))
+  end
+  return table.concat(lines, "\n")
+end
+
+describe("kv against redis-server", function()
+  local redis_pid, redis_log, redis_port, kv_proc
+  local stops = {}
+
+  setup(function()
+    redis_port = h.free_port()
+    redis_pid, redis_log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no")
+      :format(redis_port))
+    h.wait_port(redis_port, redis_log)
+    -- No log, so no directory of its own (h.tmpdir is per test).
+    kv_proc = kv.start(function(fn) stops[#stops + 1] = fn end, { args = "--appendonly no", dir = "/tmp" })
+  end)
+
+  teardown(function()
+    h.stop_pid(redis_pid)
+    if redis_log then os.remove(redis_log) end
+    for _, fn in ipairs(stops) do fn() end
+  end)
+
+  local names = {}
+  for name in pairs(families) do names[#names + 1] = name end
+  table.sort(names)
+  for _, family in ipairs(names) do
+    for _, case in ipairs(families[family]) do
+      it(family .. ": " .. case[1], function()
+        local cmds = case[2]
+        local want = run(kv.client(redis_port), cmds)
+        local got = run(kv.client(kv_proc.port), cmds)
+        assert.same(want, got, "\n" .. show(cmds, want, got))
+      end)
+    end
+  end
+end)
