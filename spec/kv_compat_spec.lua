@@ -108,6 +108,82 @@ families["hashes"] = {
   } },
 }
 
+families["sets"] = {
+  { "SADD, SREM, SISMEMBER, SMISMEMBER, SCARD, SMEMBERS", {
+    { "SADD", "s", "a", "b", "c", "a" }, { "SADD", "s", "a" }, { "SREM", "s", "a", "x" },
+    { "SISMEMBER", "s", "b" }, { "SISMEMBER", "s", "a" }, { "SMISMEMBER", "s", "a", "b", "none" },
+    { "SCARD", "s" }, sorted { "SMEMBERS", "s" }, { "SREM", "s", "b", "c" }, { "EXISTS", "s" },
+    { "SCARD", "none" }, { "SMEMBERS", "none" }, { "SISMEMBER", "none", "a" }, { "SMISMEMBER", "none", "a" },
+  } },
+  { "SINTER, SUNION, SDIFF and their STORE forms", {
+    { "SADD", "a", "1", "2", "3" }, { "SADD", "b", "2", "3", "4" }, sorted { "SINTER", "a", "b" },
+    sorted { "SUNION", "a", "b", "none" }, sorted { "SDIFF", "a", "b" }, { "SINTER", "a", "none" },
+    { "SINTERSTORE", "d", "a", "b" }, sorted { "SMEMBERS", "d" }, { "SUNIONSTORE", "d", "a", "b" },
+    { "SDIFFSTORE", "d", "a", "a" }, { "EXISTS", "d" }, { "SINTERCARD", "2", "a", "b" },
+    { "SINTERCARD", "2", "a", "b", "LIMIT", "1" }, { "SINTERCARD", "0", "a" }, { "SINTERCARD", "3", "a" },
+    { "SMOVE", "a", "b", "1" }, { "SMOVE", "a", "b", "9" }, sorted { "SMEMBERS", "b" },
+    { "SET", "str", "x" }, { "SINTER", "a", "str" }, { "SUNIONSTORE", "d", "str" }, { "SMOVE", "str", "a", "1" },
+  } },
+  { "SPOP, SRANDMEMBER and SSCAN", {
+    { "SADD", "s", "a" }, { "SRANDMEMBER", "s" }, { "SRANDMEMBER", "s", "-3" }, { "SRANDMEMBER", "s", "5" },
+    { "SRANDMEMBER", "none" }, { "SRANDMEMBER", "none", "2" }, { "SRANDMEMBER", "s", "x" },
+    { "SSCAN", "s", "0" }, { "SSCAN", "s", "0", "MATCH", "b*" }, { "SSCAN", "s", "x" },
+    { "SPOP", "s", "0" }, { "SPOP", "s", "-1" }, { "SPOP", "s" }, { "SPOP", "s" }, { "SPOP", "s", "2" },
+    { "SET", "str", "x" }, { "SADD", "str", "a" }, { "SPOP", "str" }, { "SCARD", "str" },
+  } },
+}
+
+families["sorted sets"] = {
+  { "ZADD and its options", {
+    { "ZADD", "z", "1", "a", "2", "b" }, { "ZADD", "z", "NX", "5", "a", "3", "c" },
+    { "ZADD", "z", "XX", "CH", "5", "a", "9", "none" }, { "ZADD", "z", "GT", "CH", "1", "a", "6", "b" },
+    { "ZADD", "z", "LT", "CH", "0", "a" }, { "ZADD", "z", "INCR", "1.5", "a" },
+    { "ZADD", "z", "XX", "NX", "1", "a" }, { "ZADD", "z", "GT", "LT", "1", "a" },
+    { "ZADD", "z", "INCR", "1", "a", "2", "b" }, { "ZADD", "z", "1" }, { "ZADD", "z", "x", "a" },
+    { "ZADD", "z", "nan", "a" }, { "ZADD", "z", "inf", "top", "-inf", "bottom" },
+    { "ZADD", "z", "NX", "INCR", "1", "a" }, { "ZADD", "none", "XX", "1", "a" },
+    { "ZADD", "none", "XX", "INCR", "1", "a" }, { "ZRANGE", "z", "0", "-1", "WITHSCORES" },
+  } },
+  { "ZSCORE, ZMSCORE, ZINCRBY, ZCARD, ZRANK, ZREVRANK, ZREM", {
+    { "ZADD", "z", "1.1", "a", "2", "b", "3", "c" }, { "ZSCORE", "z", "a" }, { "ZSCORE", "z", "x" },
+    { "ZMSCORE", "z", "a", "x", "c" }, { "ZINCRBY", "z", "0.1", "a" }, { "ZINCRBY", "z", "x", "a" },
+    { "ZINCRBY", "z", "5", "new" }, { "ZCARD", "z" }, { "ZRANK", "z", "b" }, { "ZREVRANK", "z", "b" },
+    { "ZRANK", "z", "x" }, { "ZREM", "z", "a", "x" }, { "ZCARD", "none" }, { "ZSCORE", "none", "a" },
+    { "ZREM", "z", "b", "c", "new" }, { "EXISTS", "z" },
+  } },
+  { "ZRANGE by rank, score and lex, reversed and limited", {
+    { "ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e" },
+    { "ZRANGE", "z", "0", "-1" }, { "ZRANGE", "z", "-2", "100", "WITHSCORES" }, { "ZRANGE", "z", "3", "1" },
+    { "ZRANGE", "z", "0", "1", "REV" }, { "ZREVRANGE", "z", "0", "1", "WITHSCORES" },
+    { "ZRANGE", "z", "(1", "3", "BYSCORE" }, { "ZRANGE", "z", "3", "(1", "BYSCORE", "REV" },
+    { "ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "1", "2" },
+    { "ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "-1", "2" },
+    { "ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "3", "-1", "WITHSCORES" },
+    { "ZRANGE", "z", "0", "-1", "LIMIT", "0", "1" }, { "ZRANGE", "z", "x", "1", "BYSCORE" },
+    { "ZRANGE", "z", "[b", "(d", "BYLEX" }, { "ZRANGE", "z", "+", "-", "BYLEX", "REV", "LIMIT", "0", "2" },
+    { "ZRANGE", "z", "-", "+", "BYLEX", "WITHSCORES" }, { "ZRANGE", "z", "a", "b", "BYLEX" },
+    { "ZRANGEBYSCORE", "z", "2", "4", "WITHSCORES", "LIMIT", "1", "1" }, { "ZREVRANGEBYSCORE", "z", "4", "2" },
+    { "ZRANGEBYLEX", "z", "-", "[c" }, { "ZREVRANGEBYLEX", "z", "[c", "-" }, { "ZRANGE", "z", "0", "1", "BOGUS" },
+    { "ZCOUNT", "z", "(1", "4" }, { "ZCOUNT", "z", "10", "20" }, { "ZLEXCOUNT", "z", "[b", "+" },
+    { "ZRANGE", "none", "0", "-1" }, { "ZRANGE", "z", "0", "x" },
+  } },
+  { "pops and range removals", {
+    { "ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e", "6", "f" },
+    { "ZPOPMIN", "z" }, { "ZPOPMAX", "z", "2" }, { "ZPOPMIN", "z", "-1" }, { "ZPOPMIN", "z", "0" },
+    { "ZPOPMIN", "none" }, { "ZREMRANGEBYRANK", "z", "0", "0" }, { "ZREMRANGEBYSCORE", "z", "(3", "+inf" },
+    { "ZRANGE", "z", "0", "-1" }, { "ZREMRANGEBYLEX", "z", "-", "+" }, { "EXISTS", "z" },
+    { "ZADD", "z", "1", "a" }, { "BZPOPMIN", "none", "z", "0" }, { "BZPOPMAX", "z", "x" },
+    { "ZADD", "z", "1", "a", "2", "b" }, { "ZSCAN", "z", "0" }, { "ZSCAN", "z", "0", "MATCH", "a" },
+  } },
+  { "wrong types", {
+    { "SET", "s", "x" }, { "ZADD", "s", "1", "a" }, { "ZSCORE", "s", "a" }, { "ZRANGE", "s", "0", "1" },
+    { "ZRANGE", "s", "0", "1", "BYSCORE" }, { "ZCARD", "s" }, { "ZPOPMIN", "s" }, { "ZREM", "s", "a" },
+    { "ZRANK", "s", "a" }, { "BZPOPMIN", "s", "0" }, { "ZCOUNT", "s", "0", "1" },
+    { "ZADD", "z", "1", "a" }, { "SADD", "z", "a" }, { "LPUSH", "z", "a" }, { "GET", "z" }, { "TYPE", "z" },
+    { "SADD", "set", "a" }, { "TYPE", "set" }, { "ZADD", "set", "1", "a" }, { "HGET", "set", "a" },
+  } },
+}
+
 families["transactions"] = {
   { "MULTI and EXEC", {
     { "MULTI" }, { "SET", "a", "1" }, { "INCR", "a" }, { "LPUSH", "a", "x" }, { "GET", "a" }, { "EXEC" },

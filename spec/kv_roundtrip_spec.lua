@@ -102,7 +102,38 @@ local gens = {
   function() return { "HDEL", key(), "f" .. R(5), "f" .. R(5) } end,
   function() return { "HMGET", key(), "f1", "f2" } end,
   function() if R(20) == 1 then return { "FLUSHALL" } end return { "GET", key() } end,
+  function()
+    local t = { "SADD", key() }
+    for _ = 1, R(3) do t[#t + 1] = "m" .. R(6) end
+    return t
+  end,
+  function() return { "SREM", key(), "m" .. R(6), "m" .. R(6) } end,
+  function() return { "SPOP", key(), tostring(R(3) - 1) } end,
+  function() return { "SMOVE", key(), key(), "m" .. R(6) } end,
+  function() return { ({ "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE" })[R(3)], key(), key(), key() } end,
+  function()
+    local t = { "ZADD", key() }
+    for _ = 1, R(3) - 1 do t[#t + 1] = ({ "NX", "XX", "GT", "LT", "CH", "INCR" })[R(6)] end
+    for _ = 1, R(2) do
+      t[#t + 1] = ({ "1", "-2.5", "0.1", "inf", "-inf", "1e300", int() })[R(7)]
+      t[#t + 1] = "z" .. R(5)
+    end
+    return t
+  end,
+  function() return { "ZINCRBY", key(), ({ "0.1", "-3", "inf", "x" })[R(4)], "z" .. R(5) } end,
+  function() return { "ZREM", key(), "z" .. R(5) } end,
+  function() return { ({ "ZPOPMIN", "ZPOPMAX" })[R(2)], key(), tostring(R(3)) } end,
+  function() return { "ZREMRANGEBYSCORE", key(), "(0", "+inf" } end,
+  function() return { "ZREMRANGEBYRANK", key(), "0", tostring(R(3) - 2) } end,
 }
+
+-- A transaction of a few generated commands (or an aborted one).
+local function transaction(send)
+  send({ "MULTI" })
+  for _ = 1, R(4) do send(gens[R(#gens)]()) end
+  if R(5) == 1 then send({ "SET" }) end   -- a queued error: EXECABORT
+  send({ R(6) == 1 and "DISCARD" or "EXEC" })
+end
 
 -- -- The dataset ---------------------------------------------------------------
 
@@ -117,6 +148,11 @@ local function dump(c)
       v = c:call("GET", k)
     elseif kind == "list" then
       v = c:call("LRANGE", k, 0, -1)
+    elseif kind == "set" then
+      v = c:call("SMEMBERS", k)
+      table.sort(v)
+    elseif kind == "zset" then
+      v = c:call("ZRANGE", k, 0, -1, "WITHSCORES")
     elseif kind == "hash" then
       local all, pairs_ = c:call("HGETALL", k), {}
       for i = 1, #all, 2 do pairs_[#pairs_ + 1] = all[i] .. "=" .. all[i + 1] end
@@ -157,10 +193,12 @@ describe("kv's log round trip", function()
         if i == rewrite_at then
           assert.equal("Background append only file rewriting started", c:call("BGREWRITEAOF"))
         end
-        local cmd = gens[R(#gens)]()
-        sent[#sent + 1] = show(cmd)
-        local r = c:call(unpack(cmd))
-        assert.is_not_nil(r, "no reply to " .. sent[#sent] .. " (seed " .. seed .. ")")
+        local function send(cmd)
+          sent[#sent + 1] = show(cmd)
+          local r = c:call(unpack(cmd))
+          assert.is_not_nil(r, "no reply to " .. sent[#sent] .. " (seed " .. seed .. ")")
+        end
+        if R(15) == 1 then transaction(send) else send(gens[R(#gens)]()) end
       end
       if rewrite_at then kv.wait_rewrites(c, 1) end
       local before = dump(c)

@@ -120,10 +120,7 @@ local function push(left)
       l.n = len
     end
     R.prop = true
-    if waiting[k] then
-      R.ready[k] = true
-      R.any_ready = true
-    end
+    M.ready(k)
     return int_into(out, n, l.n)
   end
 end
@@ -216,6 +213,15 @@ local function unqueue(w)
   end
 end
 
+-- Marks k ready if clients wait on it: the dispatcher serves them once
+-- the command that gave k elements is logged.
+function M.ready(k)
+  if waiting[k] then
+    R.ready[k] = true
+    R.any_ready = true
+  end
+end
+
 -- Hands elements of the ready keys to their waiters, oldest first, and
 -- logs each pop. Called by the dispatcher after the pushing command.
 function M.serve()
@@ -224,15 +230,15 @@ function M.serve()
   for k in pairs(ready) do
     local q = waiting[k]
     while q and #q > 0 do
-      local l = list_at(k)
-      if not l then break end
-      local w = table.remove(q, 1)
+      local w = q[1]
       if not w.done then
-        w.done = true
-        w.key, w.value = k, pop(k, l, w.left)
-        R.log_after(resp.encode({ w.left and "LPOP" or "RPOP", k }, 2))
+        local got, _, rec = w.take(k)
+        if not got then break end
+        w.done, w.got = true, got
+        R.log_after(rec)
         w.sema:post()
       end
+      table.remove(q, 1)
     end
     if q and #q == 0 then waiting[k] = nil end
   end
@@ -256,63 +262,79 @@ local function watch(c, w)
   end
 end
 
--- BLPOP/BRPOP key [key ...] timeout
-local function bpop(left)
+-- A blocking command (BLPOP, BZPOPMIN, ...): key [key ...] timeout.
+-- take(k) -> the reply's items (an array of strings), or nil if k has
+-- nothing to give, or nil, true if k holds the wrong type; and the record
+-- that logs the taking. An element already there is taken at once;
+-- else the client waits (not inside EXEC) until a command gives one of
+-- the keys something, the timeout passes (null array) or it leaves.
+function M.blocking(take)
   return function(c, argv, argc, out, n)
     local timeout = tonumber(argv[argc])
     if not timeout or timeout ~= timeout or not argv[argc]:find("^[%d%.%-+eE]+$") then
       return put(out, n, "-ERR timeout is not a float or out of range\r\n")
     end
     if timeout < 0 then return put(out, n, "-ERR timeout is negative\r\n") end
-    -- An element already there is served at once.
+    local got
     for i = 2, argc - 1 do
-      local k = argv[i]
-      local l = list_at(k)
-      if l == nil then return put(out, n, WRONGTYPE) end
-      if l then
-        local v = pop(k, l, left)
-        R.prop = resp.encode({ left and "LPOP" or "RPOP", k }, 2)
-        out[n + 1] = "*2\r\n"
-        n = bulk(out, n + 1, k)
-        return bulk(out, n, v)
+      local wrong, rec
+      got, wrong, rec = take(argv[i])
+      if wrong then return put(out, n, WRONGTYPE) end
+      if got then
+        R.prop = rec
+        break
       end
     end
-    -- Inside EXEC a blocking pop does not block (as Redis).
-    if c.in_exec or not c.sock then return put(out, n, resp.NULL_ARRAY) end
-    -- Block: the replies before this one go out first.
-    n = c:flush(out, n)
-    local keys = {}
-    for i = 2, argc - 1 do keys[#keys + 1] = argv[i] end
-    c.sema = c.sema or cohost.semaphore.new(0)
-    local w = { keys = keys, left = left, sema = c.sema, done = false }
-    for _, k in ipairs(keys) do
-      local q = waiting[k]
-      if not q then
-        q = {}
-        waiting[k] = q
+    if not got then
+      -- Inside EXEC a blocking command does not block (as Redis).
+      if c.in_exec or not c.sock then return put(out, n, resp.NULL_ARRAY) end
+      -- Block: the replies before this one go out first.
+      n = c:flush(out, n)
+      local keys = {}
+      for i = 2, argc - 1 do keys[#keys + 1] = argv[i] end
+      c.sema = c.sema or cohost.semaphore.new(0)
+      local w = { keys = keys, take = take, sema = c.sema, done = false }
+      for _, k in ipairs(keys) do
+        local q = waiting[k]
+        if not q then
+          q = {}
+          waiting[k] = q
+        end
+        q[#q + 1] = w
       end
-      q[#q + 1] = w
+      R.stats.blocked = R.stats.blocked + 1
+      local watcher = cohost.spawn(watch, c, w)
+      -- 0 waits for ever (the semaphore's limit is about 24 days a wait).
+      local left_s = timeout > 0 and timeout or math.huge
+      local deadline = cohost.monotonic() + left_s
+      while not w.done do
+        local wait = deadline - cohost.monotonic()
+        if wait <= 0 then break end
+        c.sema:wait(wait < 1e6 and wait or 1e6)
+      end
+      R.stats.blocked = R.stats.blocked - 1
+      w.done = true
+      cohost.kill(watcher)
+      cohost.wait(watcher)
+      unqueue(w)
+      got = w.got
+      if not got then return put(out, n, resp.NULL_ARRAY) end
     end
-    R.stats.blocked = R.stats.blocked + 1
-    local watcher = cohost.spawn(watch, c, w)
-    -- 0 waits for ever (the semaphore's limit is about 24 days a wait).
-    local left_s = timeout > 0 and timeout or math.huge
-    local deadline = cohost.monotonic() + left_s
-    while not w.done do
-      local wait = deadline - cohost.monotonic()
-      if wait <= 0 then break end
-      c.sema:wait(wait < 1e6 and wait or 1e6)
-    end
-    R.stats.blocked = R.stats.blocked - 1
-    w.done = true
-    cohost.kill(watcher)
-    cohost.wait(watcher)
-    unqueue(w)
-    if not w.key then return put(out, n, resp.NULL_ARRAY) end
-    out[n + 1] = "*2\r\n"
-    n = bulk(out, n + 1, w.key)
-    return bulk(out, n, w.value)
+    n = put(out, n, resp.array_head(#got))
+    for i = 1, #got do n = bulk(out, n, got[i]) end
+    return n
   end
+end
+
+-- BLPOP/BRPOP key [key ...] timeout
+local function bpop(left)
+  local name = left and "LPOP" or "RPOP"
+  return M.blocking(function(k)
+    local l = list_at(k)
+    if l == nil then return nil, true end
+    if not l then return nil end
+    return { k, pop(k, l, left) }, false, resp.encode({ name, k }, 2)
+  end)
 end
 reg("blpop", -3, bpop(true), { write = true, last = -2 })
 reg("brpop", -3, bpop(false), { write = true, last = -2 })
