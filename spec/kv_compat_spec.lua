@@ -73,6 +73,87 @@ families["strings and keys"] = {
   } },
 }
 
+families["strings and keys, more"] = {
+  { "GETEX", {
+    { "SET", "k", "v" }, { "GETEX", "k" }, { "GETEX", "k", "EX", "100" }, { "TTL", "k" },
+    { "GETEX", "k", "PERSIST" }, { "TTL", "k" }, { "GETEX", "k", "EX", "0" }, { "GETEX", "k", "EX", "x" },
+    { "GETEX", "k", "EX", "10000000000000000" }, { "GETEX", "k", "PX", "10", "EX", "10" },
+    { "GETEX", "k", "BOGUS" }, { "GETEX", "none", "EX", "10" }, { "GETEX", "k", "PXAT", "1" },
+    { "EXISTS", "k" }, { "RPUSH", "l", "a" }, { "GETEX", "l" },
+  } },
+  { "INCRBYFLOAT, SETRANGE, GETRANGE", {
+    -- (Redis adds in long double, kv in double: 10.5 + 0.1 + 5e3 prints
+    -- 5005.60000000000000009 there, 5005.6 here; these sums agree.)
+    { "SET", "f", "10.50" }, { "INCRBYFLOAT", "f", "0.25" }, { "INCRBYFLOAT", "f", "-5" },
+    { "INCRBYFLOAT", "f", "5.0e3" }, { "INCRBYFLOAT", "f", "x" }, { "INCRBYFLOAT", "new", "3" },
+    { "INCRBYFLOAT", "f", "inf" }, { "SET", "s", "abc" }, { "INCRBYFLOAT", "s", "1" },
+    { "SETRANGE", "s", "1", "XY" }, { "GET", "s" }, { "SETRANGE", "s", "5", "!" }, { "GET", "s" },
+    { "SETRANGE", "none", "0", "" }, { "EXISTS", "none" }, { "SETRANGE", "s", "-1", "x" },
+    { "SETRANGE", "s", "536870912", "x" }, { "GETRANGE", "s", "0", "2" }, { "GETRANGE", "s", "-3", "-1" },
+    { "GETRANGE", "s", "5", "1" }, { "GETRANGE", "s", "-1", "-5" }, { "GETRANGE", "s", "0", "100" },
+    { "GETRANGE", "none", "0", "1" }, { "GETRANGE", "s", "x", "1" },
+  } },
+  { "MSETNX, RENAME, RENAMENX, COPY", {
+    { "MSETNX", "a", "1", "b", "2" }, { "MSETNX", "b", "3", "c", "4" }, { "MGET", "a", "b", "c" },
+    { "MSETNX", "a" }, { "EXPIRE", "a", "100" }, { "RENAME", "a", "x" }, { "TTL", "x" }, { "GET", "a" },
+    { "RENAME", "none", "y" }, { "RENAME", "x", "x" }, { "RENAMENX", "x", "b" }, { "RENAMENX", "x", "y" },
+    { "RPUSH", "l", "1", "2" }, { "COPY", "l", "l2" }, { "RPUSH", "l2", "3" }, { "LRANGE", "l", "0", "-1" },
+    { "LRANGE", "l2", "0", "-1" }, { "COPY", "l", "l2" }, { "COPY", "l", "l2", "REPLACE" },
+    { "LRANGE", "l2", "0", "-1" }, { "COPY", "l", "l" }, { "COPY", "none", "z" }, { "COPY", "l", "z", "DB", "0" },
+    { "HSET", "h", "f", "v" }, { "COPY", "h", "h2" }, { "HGETALL", "h2" }, { "SADD", "s", "m" },
+    { "COPY", "s", "s2" }, { "SMEMBERS", "s2" }, { "ZADD", "z", "1", "m" }, { "COPY", "z", "z2" },
+    { "ZRANGE", "z2", "0", "-1", "WITHSCORES" }, { "COPY", "l", "z", "BOGUS" },
+  } },
+}
+
+families["lists, more"] = {
+  { "LTRIM, LREM, LSET, LINSERT", {
+    { "RPUSH", "l", "a", "b", "a", "c", "a", "d" }, { "LREM", "l", "2", "a" }, { "LRANGE", "l", "0", "-1" },
+    { "RPUSH", "l", "a" }, { "LREM", "l", "-1", "a" }, { "LRANGE", "l", "0", "-1" }, { "LREM", "l", "0", "x" },
+    { "LSET", "l", "0", "B" }, { "LSET", "l", "-1", "D" }, { "LSET", "l", "10", "x" }, { "LSET", "none", "0", "x" },
+    { "LINSERT", "l", "BEFORE", "c", "pre" }, { "LINSERT", "l", "AFTER", "c", "post" },
+    { "LINSERT", "l", "AFTER", "none", "x" }, { "LINSERT", "l", "MIDDLE", "c", "x" },
+    { "LINSERT", "none", "BEFORE", "a", "x" }, { "LRANGE", "l", "0", "-1" }, { "LTRIM", "l", "1", "-2" },
+    { "LRANGE", "l", "0", "-1" }, { "LTRIM", "l", "5", "1" }, { "EXISTS", "l" }, { "LTRIM", "none", "0", "1" },
+  } },
+  { "LPOS", {
+    { "RPUSH", "l", "a", "b", "c", "1", "2", "3", "c", "c" }, { "LPOS", "l", "c" },
+    { "LPOS", "l", "c", "RANK", "2" }, { "LPOS", "l", "c", "RANK", "-1" }, { "LPOS", "l", "c", "COUNT", "0" },
+    { "LPOS", "l", "c", "COUNT", "2", "RANK", "-1" }, { "LPOS", "l", "c", "MAXLEN", "2" },
+    { "LPOS", "l", "x" }, { "LPOS", "l", "x", "COUNT", "1" }, { "LPOS", "l", "c", "RANK", "0" },
+    { "LPOS", "l", "c", "COUNT", "-1" }, { "LPOS", "l", "c", "MAXLEN", "-1" }, { "LPOS", "l", "c", "BOGUS", "1" },
+    { "LPOS", "none", "a" },
+  } },
+  { "LMOVE, RPOPLPUSH, LMPOP and their blocking forms", {
+    { "RPUSH", "a", "1", "2", "3" }, { "LMOVE", "a", "b", "LEFT", "RIGHT" }, { "RPOPLPUSH", "a", "b" },
+    { "LRANGE", "b", "0", "-1" }, { "LMOVE", "a", "a", "RIGHT", "LEFT" }, { "LMOVE", "none", "b", "LEFT", "LEFT" },
+    { "LMOVE", "a", "b", "UP", "LEFT" }, { "BLMOVE", "a", "b", "LEFT", "LEFT", "0" },
+    { "BRPOPLPUSH", "b", "c", "0" }, { "LRANGE", "c", "0", "-1" }, { "EXISTS", "a" },
+    { "RPUSH", "m1", "x", "y", "z" }, { "LMPOP", "2", "none", "m1", "LEFT" },
+    { "LMPOP", "2", "none", "m1", "RIGHT", "COUNT", "5" }, { "LMPOP", "1", "m1", "LEFT" },
+    { "LMPOP", "0", "m1", "LEFT" }, { "LMPOP", "3", "m1", "LEFT" }, { "LMPOP", "1", "m1", "UP" },
+    { "LMPOP", "1", "m1", "LEFT", "COUNT", "0" }, { "RPUSH", "m2", "q" }, { "BLMPOP", "0", "1", "m2", "LEFT" },
+    { "SET", "s", "x" }, { "LMOVE", "s", "b", "LEFT", "LEFT" }, { "LMOVE", "c", "s", "LEFT", "LEFT" },
+    { "LMPOP", "1", "s", "LEFT" },
+  } },
+}
+
+families["hashes, more"] = {
+  { "HKEYS, HVALS, HSETNX, HSTRLEN, HINCRBY, HINCRBYFLOAT, HSCAN", {
+    { "HSET", "h", "a", "1", "b", "hello" }, sorted { "HKEYS", "h" }, sorted { "HVALS", "h" },
+    { "HKEYS", "none" }, { "HSETNX", "h", "a", "x" }, { "HSETNX", "h", "c", "3" }, { "HSTRLEN", "h", "b" },
+    { "HSTRLEN", "h", "none" }, { "HINCRBY", "h", "a", "5" }, { "HINCRBY", "h", "b", "1" },
+    { "HINCRBY", "h", "a", "x" }, { "HINCRBY", "h", "new", "-3" }, { "HSET", "h", "big", BIG },
+    { "HINCRBY", "h", "big", "1" }, { "HINCRBYFLOAT", "h", "a", "0.5" }, { "HINCRBYFLOAT", "h", "b", "1" },
+    { "HINCRBYFLOAT", "h", "a", "x" }, { "HGET", "h", "a" }, { "HLEN", "h" },
+    { "HSET", "one", "f", "v" }, { "HSCAN", "one", "0" }, { "HSCAN", "one", "0", "MATCH", "x*" },
+    { "HRANDFIELD", "one" }, { "HRANDFIELD", "one", "1", "WITHVALUES" }, { "HRANDFIELD", "one", "-2" },
+    { "HRANDFIELD", "none" }, { "HRANDFIELD", "none", "3" }, { "HRANDFIELD", "one", "x" },
+    { "SET", "s", "x" }, { "HKEYS", "s" }, { "HSETNX", "s", "a", "b" }, { "HINCRBY", "s", "a", "1" },
+    { "HSCAN", "s", "0" }, { "HRANDFIELD", "s" },
+  } },
+}
+
 families["lists"] = {
   { "pushes, pops, ranges and indexes", {
     { "LPUSH", "l", "a", "b", "c" }, { "RPUSH", "l", "d", "e" }, { "LRANGE", "l", "0", "-1" },

@@ -40,7 +40,7 @@ local function when(unit)
   if r == 1 then return "-5" end
   if r == 2 then return "9223372036854775807" end
   if r == 3 then return "10000000000000000" end
-  if r == 4 then return int() end
+  if r == 4 then return ({ "0", "-1", "-9223372036854775808", "x", "1.5", "" })[R(6)] end
   if unit == "exat" then return tostring(now + 100000 + R(1000)) end
   if unit == "pxat" then return tostring((now + 100000) * 1000 + R(1000)) end
   if unit == "px" then return tostring(100000000 + R(1000)) end

@@ -80,6 +80,14 @@ M.config = {
 -- that kind (a copy: the rewrite yields while it writes it out).
 M.dumpers = {}
 
+-- Called before a key changes outside the command that names it (a
+-- blocked client served after a push): the log rewrite's snapshot
+-- records it first and WATCHers see it change (set by server.lua).
+M.modified = function() end
+
+-- kind -> function(v) -> an independent copy of v (COPY).
+M.copiers = {}
+
 -- Set by aof.lua: the reason writes are refused, or nil.
 M.write_error = nil
 

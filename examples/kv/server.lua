@@ -222,7 +222,8 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
       end
     end
   end
-  if R.any_ready then lists.serve() end
+  -- Serving a blocked client may feed another (BLMOVE into a watched list).
+  while R.any_ready do lists.serve() end
   -- A large value dropped: collect now, or the heap stays as large until
   -- the collector's pace gets round to it (a full cycle: O(heap), only
   -- after 64 MiB or more of such values were dropped).
@@ -244,6 +245,10 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   return n
 end
 multi.dispatch = dispatch
+R.modified = function(k)
+  if snapshot.active() then touch(k) end
+  if multi.watched > 0 then changed(k) end
+end
 
 -- Runs a logged request at start: nil, or the error reply it gave.
 local loader = new_client(nil, "aof")

@@ -64,6 +64,12 @@ R.dumpers.set = function(s)
   return "SADD", t, s.n, 1
 end
 
+R.copiers.set = function(s)
+  local c = new_set()
+  for j = 1, s.n do add(c, s.a[j]) end
+  return c
+end
+
 reg("sadd", -3, function(_, argv, argc, out, n)
   local k = argv[2]
   local s = set_at(k)

@@ -11,7 +11,7 @@ local reg = R.register
 local get, set, read = store.get, store.set, store.read
 local bulk, int = resp.bulk, resp.int
 local OK, NULL, WRONGTYPE, NOT_INT, SYNTAX = resp.OK, resp.NULL, resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
-local lower, ceil, floor = string.lower, math.ceil, math.floor
+local lower, floor, format = string.lower, math.floor, string.format
 local type, tonumber = type, tonumber
 local parse_int = ints.parse
 
@@ -250,6 +250,155 @@ reg("strlen", 2, function(_, argv, _, out, n)
   return put(out, n, int(v and #tostring(v) or 0))
 end)
 
+-- GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]
+reg("getex", -2, function(_, argv, argc, out, n)
+  local unit, when, persist
+  local j = 3
+  while j <= argc do
+    local o = lower(argv[j])
+    if o == "persist" and not unit and not persist then
+      persist = true
+    elseif (o == "ex" or o == "px" or o == "exat" or o == "pxat") and not unit and not persist
+        and j < argc then
+      unit, when = o, argv[j + 1]
+      j = j + 1
+    else
+      return put(out, n, SYNTAX)
+    end
+    j = j + 1
+  end
+  local deadline
+  if unit then
+    local err
+    deadline, err = deadline_arg(when, "getex", (unit == "ex" or unit == "exat") and 1000 or 1,
+                                 unit == "ex" or unit == "px", true)
+    if not deadline then return put(out, n, err) end
+  end
+  local k = argv[2]
+  local v = read(k)
+  if v == nil then return put(out, n, NULL) end
+  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  if deadline then
+    if tonumber(deadline) <= store.now_ms() then
+      store.del(k)
+      R.prop = resp.encode({ "DEL", k }, 2)
+    else
+      store.expire_at(k, tonumber(deadline))
+      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(deadline) }, 3)
+    end
+  elseif persist and store.persist(k) then
+    R.prop = resp.encode({ "PERSIST", k }, 2)
+  end
+  return bulk(out, n, v)
+end, { write = true })
+
+-- A float as Redis's string2ld takes it (no blanks, not NaN), or nil.
+local function float_arg(s)
+  if s == "" or s:find("%s") or #s > 5000 then return nil end
+  local v = tonumber(s)
+  if v == nil then
+    local l = lower(s)
+    if l == "inf" or l == "+inf" or l == "infinity" then return math.huge end
+    if l == "-inf" or l == "-infinity" then return -math.huge end
+    return nil
+  end
+  if v ~= v then return nil end
+  return v
+end
+M.float_arg = float_arg
+
+-- A float result as Redis prints INCRBYFLOAT's (fixed notation, no
+-- trailing zeros). Redis computes in long double; kv in double, printed
+-- with the fewest digits (15 to 17) that read back the same.
+local function float_str(v)
+  local s
+  for p = 15, 17 do
+    s = format("%." .. p .. "g", v)
+    if tonumber(s) == v then break end
+  end
+  if s:find("e") then
+    s = format("%.17f", v):gsub("0+$", ""):gsub("%.$", "")
+  end
+  return s
+end
+M.float_str = float_str
+
+-- INCRBYFLOAT key increment: logged as SET key result KEEPTTL, as Redis.
+reg("incrbyfloat", 3, function(_, argv, _, out, n)
+  local by = float_arg(argv[3])
+  if not by then return put(out, n, "-ERR value is not a valid float\r\n") end
+  local k = argv[2]
+  local v = get(k)
+  local cur = 0
+  if v ~= nil then
+    if type(v) == "table" then return put(out, n, WRONGTYPE) end
+    cur = type(v) == "number" and v or float_arg(v)
+    if not cur then return put(out, n, "-ERR value is not a valid float\r\n") end
+  end
+  local r = cur + by
+  if r ~= r or r == math.huge or r == -math.huge then
+    return put(out, n, "-ERR increment would produce NaN or Infinity\r\n")
+  end
+  local s = float_str(r)
+  set(k, s, true)
+  R.prop = resp.encode({ "SET", k, s, "KEEPTTL" }, 4)
+  return bulk(out, n, s)
+end, { write = true })
+
+-- SETRANGE key offset value
+reg("setrange", 4, function(_, argv, _, out, n)
+  local off = parse_int(argv[3])
+  if off == nil then return put(out, n, NOT_INT) end
+  if off < 0 then return put(out, n, "-ERR offset is out of range\r\n") end
+  local k, piece = argv[2], argv[4]
+  local v = get(k)
+  if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = v and tostring(v) or nil
+  if #piece == 0 then return put(out, n, int(v and #v or 0)) end
+  if off + #piece > resp.MAX_BULK then
+    return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
+  end
+  off = tonumber(off)
+  local old = v or ""
+  if #old < off then old = old .. string.rep("\0", off - #old) end
+  local new = old:sub(1, off) .. piece .. old:sub(off + #piece + 1)
+  if v == nil then set(k, new) else store.replace(k, new) end
+  R.prop = true
+  return put(out, n, int(#new))
+end, { write = true })
+
+-- GETRANGE key start end (Redis's clamping of negative indexes).
+reg("getrange", 4, function(_, argv, _, out, n)
+  local s, e = parse_int(argv[3]), parse_int(argv[4])
+  if s == nil or e == nil then return put(out, n, NOT_INT) end
+  local v = get(argv[2])
+  if v == nil then return bulk(out, n, "") end
+  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = tostring(v)
+  local len = #v
+  s, e = tonumber(s), tonumber(e)
+  if s < 0 and e < 0 and s > e then return bulk(out, n, "") end
+  if s < 0 then s = len + s end
+  if e < 0 then e = len + e end
+  if s < 0 then s = 0 end
+  if e < 0 then e = 0 end
+  if e >= len then e = len - 1 end
+  if s > e or len == 0 then return bulk(out, n, "") end
+  return bulk(out, n, v:sub(s + 1, e + 1))
+end)
+
+reg("msetnx", -3, function(_, argv, argc, out, n)
+  if argc % 2 == 0 then
+    return put(out, n, "-ERR wrong number of arguments for 'msetnx' command\r\n")
+  end
+  for i = 2, argc, 2 do
+    if get(argv[i]) ~= nil then return put(out, n, resp.ZERO) end
+  end
+  for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
+  R.prop = true
+  return put(out, n, resp.ONE)
+end, { write = true, last = -1, step = 2 })
+
 -- -- Keys ------------------------------------------------------------------
 
 local function del(_, argv, argc, out, n)
@@ -296,6 +445,67 @@ local function flushall(_, argv, argc, out, n)
 end
 reg("flushall", -1, flushall, { write = true, all = true })
 reg("flushdb", -1, flushall, { write = true, all = true })
+
+-- Moves src's value and deadline to dst (replacing it).
+local function move(src, dst)
+  local v, d = get(src), store.deadline(src)
+  store.del(src)
+  store.del(dst)
+  set(dst, v)
+  if d then store.expire_at(dst, d) end
+end
+
+-- RENAME src dst, RENAMENX src dst.
+local function rename(nx)
+  return function(_, argv, _, out, n)
+    local src, dst = argv[2], argv[3]
+    if get(src) == nil then return put(out, n, "-ERR no such key\r\n") end
+    if src == dst then return put(out, n, nx and resp.ZERO or OK) end
+    if nx and get(dst) ~= nil then return put(out, n, resp.ZERO) end
+    move(src, dst)
+    R.prop = true
+    return put(out, n, nx and resp.ONE or OK)
+  end
+end
+reg("rename", 3, rename(false), { write = true, last = 3 })
+reg("renamenx", 3, rename(true), { write = true, last = 3 })
+
+-- COPY source destination [DB 0] [REPLACE]: collections are copied
+-- through their kind's copier (R.copiers).
+reg("copy", -3, function(_, argv, argc, out, n)
+  local replace = false
+  local j = 4
+  while j <= argc do
+    local o = lower(argv[j])
+    if o == "replace" then
+      replace = true
+    elseif o == "db" and j < argc then
+      local db = parse_int(argv[j + 1])
+      if db == nil then return put(out, n, NOT_INT) end
+      if db ~= 0 then return put(out, n, "-ERR DB index is out of range\r\n") end
+      j = j + 1
+    else
+      return put(out, n, SYNTAX)
+    end
+    j = j + 1
+  end
+  local src, dst = argv[2], argv[3]
+  if src == dst then
+    return put(out, n, "-ERR source and destination objects are the same\r\n")
+  end
+  local v = get(src)
+  if v == nil then return put(out, n, resp.ZERO) end
+  if get(dst) ~= nil then
+    if not replace then return put(out, n, resp.ZERO) end
+    store.del(dst)
+  end
+  if type(v) == "table" then v = R.copiers[v.kind](v) end
+  set(dst, v)
+  local d = store.deadline(src)
+  if d then store.expire_at(dst, d) end
+  R.prop = true
+  return put(out, n, resp.ONE)
+end, { write = true, last = 3 })
 
 -- -- Expiry ----------------------------------------------------------------
 

@@ -78,6 +78,16 @@ local function zadd_member(z, m, score)
   sl.insert(z.zl, score, m)
 end
 
+R.copiers.zset = function(z)
+  local c = new_zset()
+  local x = z.zl.head.f[1]
+  while x do
+    zadd_member(c, x.m, x.s)
+    x = x.f[1]
+  end
+  return c
+end
+
 local function zrem_member(z, m)
   local score = z.s[m]
   if score == nil then return false end
