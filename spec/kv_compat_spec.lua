@@ -293,6 +293,24 @@ families["transactions"] = {
 }
 
 families["server"] = {
+  { "CONFIG GET and SET", {
+    { "CONFIG", "SET", "appendfsync", "bogus" }, { "CONFIG", "SET", "maxclients", "x" },
+    { "CONFIG", "SET", "timeout", "-1" }, { "CONFIG", "SET", "notify-keyspace-events", "Q" },
+    { "CONFIG", "SET", "notify-keyspace-events", "KEA" }, { "CONFIG", "GET", "notify-keyspace-events" },
+    { "CONFIG", "SET", "notify-keyspace-events", "Kl" }, { "CONFIG", "GET", "notify-keyspace-events" },
+    { "CONFIG", "SET", "notify-keyspace-events", "" }, { "CONFIG", "GET", "notify-keyspace-events" },
+    { "CONFIG", "SET", "foo", "1" }, { "CONFIG", "SET", "timeout" },
+    { "CONFIG", "SET", "timeout", "5", "maxclients", "100" }, { "CONFIG", "GET", "timeout" },
+    { "CONFIG", "GET", "maxclients" }, { "CONFIG", "SET", "timeout", "0", "maxclients", "10000" },
+  } },
+  { "CLIENT, HELLO, RESET, PUBSUB", {
+    { "CLIENT", "SETNAME", "a b" }, { "CLIENT", "SETNAME", "worker-1" }, { "CLIENT", "GETNAME" },
+    { "CLIENT", "SETNAME", "" }, { "CLIENT", "GETNAME" }, { "CLIENT", "KILL", "1.2.3.4:5" },
+    { "CLIENT", "KILL", "ID", "999999" }, { "CLIENT", "BOGUS" }, { "CLIENT", "GETNAME", "x" },
+    { "HELLO", "2", "SETNAME", "a b" }, { "HELLO", "x" }, { "PUBSUB", "BOGUS" },
+    { "PUBSUB", "NUMSUB", "a", "b" }, { "PUBSUB", "CHANNELS" }, { "PUBSUB", "NUMPAT" },
+    { "CLIENT", "SETNAME", "n" }, { "RESET" }, { "CLIENT", "GETNAME" },
+  } },
   { "PING, ECHO, SELECT", {
     { "PING" }, { "PING", "hi" }, { "PING", "a", "b" }, { "ECHO", "x" }, { "SELECT", "0" },
     { "SELECT", "x" }, { "NOPE", "a" },

@@ -828,3 +828,84 @@ describe("kv's transactions", function()
     assert.equal(#encode({ "SET", "before", "1" }), #h.slurp(path))
   end)
 end)
+
+-- -- Connections, notifications, more blocking commands --------------------------
+
+describe("kv's connection commands", function()
+  it("list and kill clients, say HELLO, and close idle ones past CONFIG SET timeout", function()
+    local p = start({ args = "--appendonly no" })
+    local a, b = client(p.port), client(p.port)
+    assert.equal("OK", b:call("CLIENT", "SETNAME", "victim"))
+    local id = b:call("CLIENT", "ID")
+    local list = a:call("CLIENT", "LIST")
+    assert.matches("id=" .. id .. " addr=[%d.:]+ .- name=victim ", list)
+    assert.equal(1, a:call("CLIENT", "KILL", "ID", tostring(id)))
+    -- The killed client's next request finds the connection closed.
+    b.sock:send(encode({ "PING" }))
+    assert.is_nil(b:read())
+    local hello = a:call("HELLO", "2")
+    assert.same({ "server", "redis", "version", "7.0.0", "proto", 2 }, { unpack(hello, 1, 6) })
+    assert.same({ err = "NOPROTO unsupported protocol version" }, a:call("HELLO", "3"))
+    assert.equal("OK", a:call("CONFIG", "SET", "timeout", "1"))
+    local idle = client(p.port)
+    assert.equal("PONG", idle:call("PING"))
+    assert.is_nil(idle:read())   -- closed after a second of silence (a too, by now)
+    a = client(p.port)
+    assert.equal("OK", a:call("CONFIG", "SET", "timeout", "0", "maxclients", "1"))
+    local refused = client(p.port)
+    assert.same({ err = "ERR max number of clients reached" }, refused:read())
+  end)
+
+  it("publish keyspace notifications for the classes set", function()
+    local p = start({ args = "--appendonly no" })
+    local c, s = client(p.port), client(p.port)
+    assert.equal("OK", c:call("CONFIG", "SET", "notify-keyspace-events", "KEA"))
+    s:call("PSUBSCRIBE", "__key*__:*")
+    c:call("SET", "k", "v")
+    c:call("LPUSH", "l", "x")
+    c:call("INCR", "n")
+    c:call("DEL", "k")
+    c:call("SET", "t", "v", "PX", "50")
+    local got = {}
+    for _ = 1, 12 do
+      local m = s:read()
+      got[#got + 1] = m[3] .. " " .. m[4]
+    end
+    assert.same({
+      "__keyspace@0__:k set", "__keyevent@0__:set k",
+      "__keyspace@0__:l lpush", "__keyevent@0__:lpush l",
+      "__keyspace@0__:n incrby", "__keyevent@0__:incrby n",
+      "__keyspace@0__:k del", "__keyevent@0__:del k",
+      "__keyspace@0__:t set", "__keyevent@0__:set t",
+      "__keyspace@0__:t expired", "__keyevent@0__:expired t",
+    }, got)
+    assert.equal(1, c:call("PUBSUB", "NUMPAT"))
+  end)
+end)
+
+describe("kv's other blocking commands", function()
+  it("wake BLMOVE, BZPOPMIN and BLMPOP when another connection adds, and log what they took", function()
+    local p = start()
+    local waits = {
+      cohost.spawn(function() return client(p.port):call("BLMOVE", "src", "dst", "LEFT", "RIGHT", 5) end),
+      cohost.spawn(function() return client(p.port):call("BZPOPMIN", "z", 5) end),
+      cohost.spawn(function() return client(p.port):call("BLMPOP", 5, 1, "m", "RIGHT", "COUNT", 2) end),
+    }
+    local c = client(p.port)
+    assert.matches("blocked_clients:3", blocked(c, 3), 1, true)
+    c:call("RPUSH", "src", "a", "b")
+    c:call("ZADD", "z", 2, "two", 1, "one")
+    c:call("RPUSH", "m", "x", "y", "z")
+    assert.same({ true, "a" }, { cohost.wait(waits[1]) })
+    assert.same({ true, { "z", "one", "1" } }, { cohost.wait(waits[2]) })
+    assert.same({ true, { "m", { "z", "y" } } }, { cohost.wait(waits[3]) })
+    p.signal("KILL")
+    p.wait(5)
+    local q = start({ dir = p.dir })
+    local d = client(q.port)
+    assert.same({ "b" }, d:call("LRANGE", "src", 0, -1))
+    assert.same({ "a" }, d:call("LRANGE", "dst", 0, -1))
+    assert.same({ "two" }, d:call("ZRANGE", "z", 0, -1))
+    assert.same({ "x" }, d:call("LRANGE", "m", 0, -1))
+  end)
+end)

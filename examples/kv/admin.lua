@@ -222,11 +222,69 @@ local params = {
   databases = function() return "1" end,
   maxmemory = function() return "0" end,
   ["maxmemory-policy"] = function() return "noeviction" end,
-  timeout = function() return "0" end,
+  timeout = function() return tostring(R.config.timeout) end,
+  maxclients = function() return tostring(R.config.maxclients) end,
+  ["notify-keyspace-events"] = function() return require("kv.notify").get() end,
   ["proto-max-bulk-len"] = function() return tostring(resp.MAX_BULK) end,
   ["io-threads"] = function() return "1" end,
   ["cluster-enabled"] = function() return "no" end,
 }
+
+-- CONFIG SET's parameters: name -> function(value) -> nil, or the
+-- reason the value is refused (Redis's texts).
+local function int_param(name, set)
+  return function(v)
+    local x = ints.parse(v)
+    if x == nil then return "argument couldn't be parsed into an integer" end
+    if x < 0 or x > 2147483647 then return "argument must be between 0 and 2147483647 inclusive" end
+    R.config[name] = tonumber(x)
+    if set then set(tonumber(x)) end
+  end
+end
+
+M.setters = {
+  appendfsync = function(v)
+    v = lower(v)
+    if v ~= "everysec" and v ~= "always" and v ~= "no" then
+      return "argument(s) must be one of the following: everysec, always, no"
+    end
+    R.config.appendfsync = v
+    if M.on_appendfsync then M.on_appendfsync(v) end
+  end,
+  maxclients = int_param("maxclients"),
+  timeout = int_param("timeout"),
+  ["notify-keyspace-events"] = function(v)
+    if not require("kv.notify").set(v) then
+      return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+    end
+  end,
+}
+
+-- CONFIG SET name value [name value ...]: all or none (each is checked
+-- before any is set, as Redis 7.0 does).
+local function config_set(argv, argc, out, n)
+  if argc < 4 or argc % 2 == 1 then
+    return put(out, n, "-ERR wrong number of arguments for 'config|set' command\r\n")
+  end
+  for i = 3, argc, 2 do
+    if not M.setters[lower(argv[i])] then
+      return put(out, n, resp.err("ERR Unknown option or number of arguments for CONFIG SET - '"
+                                  .. argv[i] .. "'"))
+    end
+  end
+  local old = {}
+  for i = 3, argc, 2 do
+    local name = lower(argv[i])
+    old[#old + 1] = { name, params[name]() }
+    local why = M.setters[name](argv[i + 1])
+    if why then
+      for j = #old - 1, 1, -1 do M.setters[old[j][1]](old[j][2]) end
+      return put(out, n, resp.err("ERR CONFIG SET failed (possibly related to argument '" .. name
+                                  .. "') - " .. why))
+    end
+  end
+  return put(out, n, resp.OK)
+end
 
 reg("config", -2, function(_, argv, argc, out, n)
   local sub = lower(argv[2])
@@ -257,7 +315,7 @@ reg("config", -2, function(_, argv, argc, out, n)
     store.hits, store.misses, store.expired = 0, 0, 0
     return put(out, n, resp.OK)
   elseif sub == "set" then
-    return put(out, n, resp.err("ERR CONFIG SET is not supported by this server"))
+    return config_set(argv, argc, out, n)
   elseif sub == "help" then
     local lines = { "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",

@@ -436,12 +436,17 @@ function M.open(dir, fsync_mode, exec, repair)
   base_size = size
   file.unlink(path .. ".rewrite")   -- left by a crash mid-rewrite
   cohost.spawn(flusher)
-  if mode == "everysec" then
-    cohost.timer.every(1, function(premature)
-      if not premature and written > synced then sync(written) end
-    end)
-  end
+  -- Once a second: with everysec, fdatasync what was written (the mode
+  -- can change at run time: CONFIG SET appendfsync).
+  cohost.timer.every(1, function(premature)
+    if not premature and mode == "everysec" and written > synced then sync(written) end
+  end)
   return count
+end
+
+-- CONFIG SET appendfsync: from the next batch on.
+function M.set_mode(m)
+  if f then mode = m end
 end
 
 -- Writes what is buffered and syncs: for an orderly stop.

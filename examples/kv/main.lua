@@ -24,6 +24,7 @@ require "kv.hashes"
 require "kv.sets"
 require "kv.zsets"
 require "kv.pubsub"
+require "kv.conn"
 local admin = require "kv.admin"
 local aof = require "kv.aof"
 local server = require "kv.server"
@@ -112,6 +113,7 @@ if cfg.appendonly then
   cohost.log(cohost.NOTICE, ("kv: replayed %d records from %s/%s in %.3f s: %d keys"):format(
     count, cfg.dir, aof.FILE, cohost.monotonic() - t0, store.size()))
   admin.set_aof_status(aof.status)
+  admin.on_appendfsync = aof.set_mode
 end
 
 local listener = server.start(cfg.bind .. ":" .. cfg.port, cfg.appendonly)

@@ -66,8 +66,14 @@ M.stats = {
   pubsub_patterns = 0,
 }
 
--- Settings from the command line (main.lua fills them).
+-- id -> client, for every connection (CLIENT LIST, KILL).
+M.clients = {}
+
+-- Settings from the command line (main.lua fills them) and CONFIG SET.
 M.config = {
+  maxclients = 10000,     -- connections at most (0: no limit)
+  timeout = 0,            -- seconds an idle client may stay (0: for ever)
+  notify = "",            -- notify-keyspace-events, as Redis's flags
   port = 6379,
   bind = "127.0.0.1",
   dir = ".",

@@ -137,16 +137,17 @@ local function unknown(argv, argc)
                          sub(argv[1], 1, 128), concat(args)))
 end
 
--- Before a write command runs while the log rewrite takes its snapshot:
--- the keys it will change are recorded as they are now.
-local touch = snapshot.touch
-local function touch_keys(cmd, argv, argc)
-  if cmd.all then return snapshot.touch_all() end
-  if cmd.keys then return cmd.keys(argv, argc, touch) end
+-- Calls fn(k) for each key a write command changes (its key spec).
+local function each_key(cmd, argv, argc, fn)
+  if cmd.keys then return cmd.keys(argv, argc, fn) end
   local last = cmd.last
   if last < 0 then last = argc + last + 1 end
-  for i = cmd.first, last, cmd.step do touch(argv[i]) end
+  for i = cmd.first, last, cmd.step do fn(argv[i]) end
 end
+
+-- Before a write command runs while the log rewrite takes its snapshot,
+-- the keys it will change are recorded as they are now.
+local touch = snapshot.touch
 
 local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
   .. "PING / QUIT / RESET are allowed in this context"
@@ -168,14 +169,13 @@ local function log_rec(c, rec, parts)
   if parts then aof.feed_parts(rec) else aof.feed(rec) end
 end
 
--- Marks the clients that WATCH the keys a command changed.
+-- The clients that WATCH a key a command changed see it changed.
 local changed = multi.changed
-local function mark_changed(cmd, argv, argc)
-  if cmd.keys then return cmd.keys(argv, argc, changed) end
-  local last = cmd.last
-  if last < 0 then last = argc + last + 1 end
-  for i = cmd.first, last, cmd.step do changed(argv[i]) end
-end
+
+-- Keyspace notifications for the keys a command changed.
+local notify = require "kv.notify"
+local notify_name
+local function notify_one(k) notify.changed(notify_name, k) end
 
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
@@ -199,15 +199,22 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n) end
   if cmd.write and R.write_error then return put(out, n, R.write_error) end
   stats.commands = stats.commands + 1
+  c.last_cmd = cmd.name
   if cmd.write then
-    if snapshot.active() then touch_keys(cmd, argv, argc) end
+    if snapshot.active() then
+      if cmd.all then snapshot.touch_all() else each_key(cmd, argv, argc, touch) end
+    end
     if cmd.all and multi.watched > 0 then multi.changed_all(store.get) end
   end
   n = cmd.fn(c, argv, argc, out, n)
   local prop = R.prop
   if prop then
     R.prop = nil
-    if multi.watched > 0 and not cmd.all then mark_changed(cmd, argv, argc) end
+    if multi.watched > 0 and not cmd.all then each_key(cmd, argv, argc, changed) end
+    if notify.on and not cmd.all then
+      notify_name = cmd.name
+      each_key(cmd, argv, argc, notify_one)
+    end
     if logging then
       if prop == true then
         if s then
@@ -271,15 +278,24 @@ local function loop(c, sock)
   local buf, pos, len, need = "", 1, 0, nil
   local partial = nil   -- { n, a }: a request whose argument a - 1 was read apart
   local refused = nil   -- the error reply for it, if its value could not be kept
+  local idle_s = -1   -- the read timeout set, from R.config.timeout
   while not c.quit and not c.gone do
     local data, err
     local have = len - pos + 1
+    if idle_s ~= R.config.timeout then
+      -- CONFIG SET timeout: idle clients are closed (not subscribers).
+      idle_s = R.config.timeout
+      sock:settimeouts(FOREVER, M.SEND_TIMEOUT, idle_s > 0 and math.min(idle_s * 1000, FOREVER)
+                       or FOREVER)
+    end
     if need and need - have > M.READ_MAX then
       data, err = sock:receive(need - have)
     else
       data, err = sock:receiveany(M.READ_MAX)
     end
     if data then
+      c.last = cohost.monotonic()
+      if c.killed then break end
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
       while pos <= len do
@@ -350,7 +366,10 @@ local function loop(c, sock)
       end
     elseif err ~= "timeout" then
       break
+    elseif idle_s > 0 and c.nsubs == 0 and cohost.monotonic() - c.last >= idle_s then
+      break   -- idle past CONFIG's timeout, as Redis's clientsCronHandleTimeout
     end
+    if c.killed then break end
   end
 end
 
@@ -365,8 +384,15 @@ end
 local function serve(sock, peer)
   sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
   sock:setoption("tcp-nodelay", true)
+  if R.config.maxclients > 0 and stats.clients >= R.config.maxclients then
+    sock:send("-ERR max number of clients reached\r\n")
+    return
+  end
   local c = new_client(sock, peer)
   c.pause = pause
+  c.since = cohost.monotonic()
+  c.last = c.since
+  R.clients[c.id] = c
   stats.clients = stats.clients + 1
   stats.connections = stats.connections + 1
   -- The cleanup runs whatever ended the loop (a bug, or "cancelled" at
@@ -374,6 +400,7 @@ local function serve(sock, peer)
   -- goes on to be logged.
   local ok, err = pcall(loop, c, sock)
   c.gone = true
+  R.clients[c.id] = nil
   stats.clients = stats.clients - 1
   pubsub.forget(c)
   multi.forget(c)

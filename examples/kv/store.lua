@@ -25,6 +25,7 @@ local nkeys = 0
 local ekeys, eidx, nexp = {}, {}, 0   -- keys with a deadline, for sampling
 
 M.hits, M.misses, M.expired = 0, 0, 0
+M.on_expired = function() end   -- called with each key expiry deletes (notify.lua)
 M.freed = 0   -- bytes of large strings dropped since the last full collection
 local BIG_FREE = 1024 * 1024
 
@@ -101,6 +102,7 @@ local function get(k)
   if e and e <= now_ms() then
     delete(k)
     M.expired = M.expired + 1
+    M.on_expired(k)
     return nil
   end
   return v
@@ -201,6 +203,7 @@ function M.sweep(budget_ms)
       if expires[k] <= t then
         delete(k)
         hit = hit + 1
+        M.on_expired(k)
       end
     end
     deleted = deleted + hit
