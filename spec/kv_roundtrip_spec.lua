@@ -125,6 +125,32 @@ local gens = {
   function() return { ({ "ZPOPMIN", "ZPOPMAX" })[R(2)], key(), tostring(R(3)) } end,
   function() return { "ZREMRANGEBYSCORE", key(), "(0", "+inf" } end,
   function() return { "ZREMRANGEBYRANK", key(), "0", tostring(R(3) - 2) } end,
+  function()
+    local u = ({ "EX", "PX", "EXAT", "PXAT", "PERSIST" })[R(5)]
+    if u == "PERSIST" then return { "GETEX", key(), u } end
+    return { "GETEX", key(), u, when(u:lower()) }
+  end,
+  function() return { "INCRBYFLOAT", key(), ({ "0.5", "-1.25", "1e10", "x", "inf" })[R(5)] } end,
+  function() return { "SETRANGE", key(), tostring(R(6) - 2), value() } end,
+  function() return { ({ "RENAME", "RENAMENX" })[R(2)], key(), key() } end,
+  function()
+    local t = { "COPY", key(), key() }
+    if R(2) == 1 then t[4] = "REPLACE" end
+    return t
+  end,
+  function() return { "MSETNX", key(), value(), key(), value() } end,
+  function() return { "LTRIM", key(), tostring(R(4) - 2), tostring(R(4) - 2) } end,
+  function() return { "LREM", key(), tostring(R(5) - 3), value() } end,
+  function() return { "LSET", key(), tostring(R(5) - 3), value() } end,
+  function() return { "LINSERT", key(), ({ "BEFORE", "AFTER" })[R(2)], value(), value() } end,
+  function()
+    local sides = { "LEFT", "RIGHT" }
+    return { "LMOVE", key(), key(), sides[R(2)], sides[R(2)] }
+  end,
+  function() return { "LMPOP", "2", key(), key(), ({ "LEFT", "RIGHT" })[R(2)], "COUNT", tostring(R(3)) } end,
+  function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
+  function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
+  function() return { "HSETNX", key(), "f" .. R(5), value() } end,
 }
 
 -- A transaction of a few generated commands (or an aborted one).
