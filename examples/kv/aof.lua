@@ -8,25 +8,24 @@
 -- commit). With appendfsync always it then fdatasyncs, on the thread pool
 -- (cohost.file), and only then are the replies of those commands sent.
 -- With everysec a timer fdatasyncs once a second; with no, the kernel
--- decides. In every mode a reply waits until its records are written to
--- the file: a killed process (kill -9) loses nothing acknowledged; a
--- crashed machine loses up to a second with everysec, nothing with
--- always.
+-- decides. In every mode a reply waits until every record logged so far
+-- is written to the file: a killed process (kill -9) loses nothing
+-- acknowledged; a crashed machine loses up to a second with everysec,
+-- nothing with always.
 --
 -- The log is rewritten from the data when it has doubled since the last
 -- rewrite and passed 64 MiB, or on BGREWRITEAOF: the data is turned into
--- records in one go (a point-in-time snapshot: nothing else runs
--- meanwhile, which costs about a microsecond per key), written to a temp
--- file and synced while commands go on; the records logged meanwhile are
--- appended too, and with the flusher paused for that last catch-up the
--- temp file is synced and renamed over the log.
+-- records in slices that yield (kv/snapshot.lua keeps it a point-in-time
+-- image), written to a temp file and synced while commands go on; the
+-- records logged meanwhile are appended too, and with the flusher paused
+-- for that last catch-up the temp file is synced and renamed over the log.
 --
 -- A write error (disk full) keeps the records in memory, makes write
 -- commands fail with -MISCONF (as Redis) and retries every second; the
 -- file is cut back to its last good size first, so a partial record is
 -- never left behind. A torn last record found at start (a crash mid-
--- write) is truncated with a log line; garbage anywhere else stops the
--- start.
+-- write) is truncated with a log line; anything else wrong stops the
+-- start with the record and its offset, unless --repair-log cuts it off.
 local cohost = require "cohost"
 local file = require "cohost.file"
 local R = require "kv.registry"

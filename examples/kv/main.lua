@@ -1,6 +1,7 @@
 -- A Redis-protocol key-value store on cohost: RESP2 for redis-cli,
--- redis-benchmark and client libraries, strings, lists (with blocking
--- pops), hashes, expiry, pub/sub, and an append-only log. See docs/kv.md.
+-- redis-benchmark and client libraries: strings, lists (with blocking
+-- pops), hashes, sets, sorted sets, expiry, transactions, pub/sub, and an
+-- append-only log. See docs/kv.md.
 --
 --   build/cohost examples/kv/main.lua [--port P] [--bind ADDR] [--dir D]
 --       [--appendonly yes|no] [--appendfsync always|everysec|no]
