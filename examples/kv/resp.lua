@@ -327,8 +327,13 @@ function M.encode_parts(argv, argc)
   return t
 end
 
--- A request as RESP (for the log): argv[1..argc].
+-- A request as RESP (for the log): argv[1..argc]; as pieces (an array,
+-- see encode_parts) when an argument is a large value, which the log
+-- writes without joining.
 function M.encode(argv, argc)
+  for i = 1, argc do
+    if #argv[i] >= M.BIG then return M.encode_parts(argv, argc) end
+  end
   local t = { "*" .. argc .. "\r\n" }
   for i = 1, argc do
     local a = argv[i]

@@ -159,14 +159,14 @@ local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCR
 local store = require "kv.store"
 local MULTI_REC, EXEC_REC = multi.MULTI_REC, multi.EXEC_REC
 
--- Logs one record of c's command (a string, or pieces): inside EXEC the
--- transaction's MULTI record goes first, once.
-local function log_rec(c, rec, parts)
+-- Logs one record of c's command (a string, or an array of pieces):
+-- inside EXEC the transaction's MULTI record goes first, once.
+local function log_rec(c, rec)
   if c.in_exec and not c.multi_logged then
     c.multi_logged = true
     aof.feed(MULTI_REC)
   end
-  if parts then aof.feed_parts(rec) else aof.feed(rec) end
+  if type(rec) == "table" then aof.feed_parts(rec) else aof.feed(rec) end
 end
 
 -- The clients that WATCH a key a command changed see it changed.
@@ -220,7 +220,7 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
         if s then
           log_rec(c, sub(buf, s, e - 1))
         elseif s == false then
-          log_rec(c, resp.encode_parts(argv, argc), true)
+          log_rec(c, resp.encode_parts(argv, argc))
         else
           log_rec(c, resp.encode(argv, argc))
         end
@@ -298,6 +298,7 @@ local function loop(c, sock)
       if c.killed then break end
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
+      local own = aof.seq   -- raised below to the last record this batch logged
       while pos <= len do
         local argc, nxt, x, bs, bl, bn
         if partial then
@@ -339,7 +340,9 @@ local function loop(c, sock)
             -- A request read in parts is logged from its arguments (false).
             local s = not inline and pos or nil
             if partial or bl then s = false end
+            local before = aof.seq
             n = dispatch(c, argv, argc, out, n, buf, s, nxt)
+            if aof.seq > before then own = aof.seq end
           end
           if partial or refused or bl then
             -- Let the large value go (argv would hold it until reused).
@@ -359,9 +362,14 @@ local function loop(c, sock)
       -- No reply goes out before every record logged so far is written
       -- (and synced with always), its own and others': a reader must not
       -- see a value a crash could still take back (Redis sends replies
-      -- after its beforeSleep has written the AOF, the same rule).
+      -- after its beforeSleep has written the AOF, the same rule). While
+      -- the log cannot be written (MISCONF, retried every second) only a
+      -- client's own records hold its replies, so reads go on.
       if n > 0 then
-        if logging and aof.seq > aof.durable() then aof.wait(aof.seq, c.aof_sema or c:make_aof_sema()) end
+        if logging then
+          local upto = R.write_error and own or aof.seq
+          if upto > aof.durable() then aof.wait(upto, c.aof_sema or c:make_aof_sema()) end
+        end
         n = c:flush(out, n)
       end
     elseif err ~= "timeout" then

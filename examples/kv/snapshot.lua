@@ -19,8 +19,22 @@ local store = require "kv.store"
 local ints = require "kv.ints"
 local R = require "kv.registry"
 
-local encode = resp.encode
 local type, min = type, math.min
+
+-- Appends a record (a string, or pieces for a large value) to s.recs.
+local function add(s, rec)
+  if type(rec) == "table" then
+    for _, part in ipairs(rec) do
+      s.n = s.n + 1
+      s.recs[s.n] = part
+    end
+  else
+    s.n = s.n + 1
+    s.recs[s.n] = rec
+  end
+end
+
+local function encode(argv, argc) return resp.encode(argv, argc) end
 
 local M = {}
 
@@ -38,17 +52,9 @@ local snap      -- the snapshot in progress, or nil
 -- s.pause may swap for a new table: always through s).
 local function record_value(s, k, v, deadline)
   if type(v) ~= "table" then
-    v = tostring(v)
-    if #v < resp.BIG then
-      s.n = s.n + 1
-      s.recs[s.n] = encode({ "SET", k, v }, 3)
-    else
-      -- As pieces: the value itself is written, never copied.
-      for _, part in ipairs(resp.encode_parts({ "SET", k, v }, 3)) do
-        s.n = s.n + 1
-        s.recs[s.n] = part
-      end
-    end
+    -- A large value comes as pieces: the value itself is written, never
+    -- copied.
+    add(s, encode({ "SET", k, tostring(v) }, 3))
   else
     local cmd, items, count, per = dumpers[v.kind](v)
     local step = CHUNK_ITEMS * per
@@ -58,15 +64,11 @@ local function record_value(s, k, v, deadline)
         a = a + 1
         args[a] = items[j]
       end
-      s.n = s.n + 1
-      s.recs[s.n] = encode(args, a)
-      if s.n % M.SLICE == 0 and s.pause then s.pause() end
+      add(s, encode(args, a))
+      if s.n >= M.SLICE and s.pause then s.pause() end
     end
   end
-  if deadline then
-    s.n = s.n + 1
-    s.recs[s.n] = encode({ "PEXPIREAT", k, ints.str(math.floor(deadline)) }, 3)
-  end
+  if deadline then add(s, encode({ "PEXPIREAT", k, ints.str(math.floor(deadline)) }, 3)) end
 end
 
 -- Records k now if the snapshot has not visited it yet. O(size of k).
