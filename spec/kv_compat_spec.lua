@@ -73,7 +73,16 @@ families["strings and keys"] = {
   } },
 }
 
+-- Glob patterns, every corner of stringmatchlen's syntax.
+local GLOBS = { "*", "?", "??", "*a*", "a*b", "*[", "[", "[]", "[]a]*", "[^]*", "[a-]*", "[z-a]*",
+                "[\\]]*", "\\*", "a\\", "\\", "[^a-c]*", "*\\[*", "[ab", "?*?", "[-a]*",
+                "*?*?*?*?*?*?*?*?x", "[a\\-c]*", "a**", "**" }
+local glob_case = { { "MSET", "a", "1", "ab", "1", "ba", "1", "a]b", "1", "]", "1", "[x", "1",
+                      "-", "1", "b-c", "1", "zz", "1", "a\\", "1", "*", "1", "axxxxxxxxx", "1", "\\", "1" } }
+for _, g in ipairs(GLOBS) do glob_case[#glob_case + 1] = sorted { "KEYS", g } end
+
 families["strings and keys, more"] = {
+  { "KEYS with every glob form", glob_case },
   { "GETEX", {
     { "SET", "k", "v" }, { "GETEX", "k" }, { "GETEX", "k", "EX", "100" }, { "TTL", "k" },
     { "GETEX", "k", "PERSIST" }, { "TTL", "k" }, { "GETEX", "k", "EX", "0" }, { "GETEX", "k", "EX", "x" },

@@ -55,7 +55,7 @@ reg("hello", -1, function(c, argv, argc, out, n)
   n = put(out, n, int(c.id))
   for _, v in ipairs { "mode", "standalone", "role", "master", "modules" } do n = bulk(out, n, v) end
   return put(out, n, resp.EMPTY_ARRAY)
-end, { pubsub = true })
+end)
 
 -- One CLIENT LIST line, with Redis's fields (those kv has no notion of
 -- are 0 or empty, as an idle Redis client shows them).
@@ -204,7 +204,7 @@ reg("client", -2, function(c, argv, argc, out, n)
   end
   return put(out, n, resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128)
                               .. "'. Try CLIENT HELP."))
-end, { pubsub = true })
+end)
 
 -- RESET: the connection as new (no transaction, watches, subscriptions
 -- or name).

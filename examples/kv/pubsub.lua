@@ -186,7 +186,7 @@ reg("pubsub", -2, function(_, argv, argc, out, n)
   end
   return put(out, n, resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128)
                               .. "'. Try PUBSUB HELP."))
-end, { pubsub = true })
+end)
 
 -- Drops every subscription of a client that is leaving.
 function M.forget(c)
