@@ -353,12 +353,18 @@ end
 
 -- One SCAN step from cursor (a slot number, 0 to start): visits about
 -- count slots, returns the next cursor (0 when done) and the live keys
--- seen that pass the filter (a function or nil).
-function M.scan(cursor, count, filter)
+-- seen that pass the filter (a function or nil). With pause, a large
+-- COUNT lets other clients run every KEYS_SLICE slots (slots do not move,
+-- so the step stays a SCAN step).
+function M.scan(cursor, count, filter, pause)
   local t, n, now = {}, 0, now_ms()
   local s = cursor + 1
   local stop = s + count
   while s < stop and s <= nslots do
+    if pause and (s - cursor) % M.KEYS_SLICE == 0 then
+      pause()
+      now = now_ms()
+    end
     local k = slots[s]
     if k then
       local e = expires[k]

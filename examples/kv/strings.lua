@@ -613,7 +613,7 @@ reg("keys", 2, function(c, argv, _, out, n)
 end)
 
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
-reg("scan", -2, function(_, argv, argc, out, n)
+reg("scan", -2, function(c, argv, argc, out, n)
   local cur = argv[2]
   if not cur:find("^%d+$") or #cur > 15 then return put(out, n, "-ERR invalid cursor\r\n") end
   local count, match, kind = 10, nil, nil
@@ -641,7 +641,7 @@ reg("scan", -2, function(_, argv, argc, out, n)
       return (not m or m(k)) and (not kind or store.type_of(v) == kind)
     end
   end
-  local nextc, list, found = store.scan(tonumber(cur), count, filter)
+  local nextc, list, found = store.scan(tonumber(cur), count, filter, c.pause)
   out[n + 1] = "*2\r\n"
   n = bulk(out, n + 1, tostring(nextc))
   return bulk_array(out, n, list, found)
