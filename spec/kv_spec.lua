@@ -7,68 +7,13 @@ local cohost = require "cohost"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 
-local KV = "examples/kv/main.lua"
-local NULL = setmetatable({}, { __tostring = function() return "NULL" end })
+local kv = require "spec.kv_util"
+local KV, NULL, encode, client = kv.KV, kv.NULL, kv.encode, kv.client
 
 -- -- Helpers ---------------------------------------------------------------
 
--- Starts a server on dir (a fresh one by default) with extra args;
--- stopped after the test. Returns the process (port, pid, dir, err).
 local function start(opts)
-  opts = opts or {}
-  local dir = opts.dir or h.tmpdir()
-  local p = h.start(("%s --port 0 --announce --dir %s %s"):format(KV, h.shell_quote(dir), opts.args or ""))
-  p.dir = dir
-  defer(p.stop)
-  return p
-end
-
--- A RESP request for the strings in args.
-local function encode(args)
-  local t = { "*" .. #args .. "\r\n" }
-  for _, a in ipairs(args) do
-    a = tostring(a)
-    t[#t + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
-  end
-  return table.concat(t)
-end
-
--- Reads one reply: a string for +, a number for :, NULL for nulls,
--- { err = text } for -, a table for arrays; nil, err on a socket error.
-local function read_reply(s)
-  local line, err = s:receive("*l")
-  if not line then return nil, err end
-  local kind, rest = line:sub(1, 1), line:sub(2)
-  if kind == "+" then return rest end
-  if kind == "-" then return { err = rest } end
-  if kind == ":" then return tonumber(rest) end
-  if kind == "$" then
-    local n = tonumber(rest)
-    if n < 0 then return NULL end
-    local data = assert(s:receive(n + 2))
-    return data:sub(1, n)
-  end
-  if kind == "*" then
-    local n = tonumber(rest)
-    if n < 0 then return NULL end
-    local t = {}
-    for i = 1, n do t[i] = read_reply(s) end
-    return t
-  end
-  error("bad reply line: " .. line)
-end
-
--- A connection: c:call(...) sends one request and returns its reply.
-local function client(port)
-  local s = h.dial(port, 5000)
-  return {
-    sock = s,
-    call = function(_, ...)
-      assert(s:send(encode({ ... })))
-      return read_reply(s)
-    end,
-    read = function() return read_reply(s) end,
-  }
+  return kv.start(defer, opts)
 end
 
 -- Sends raw bytes and reads until the server closes or wait seconds pass
@@ -665,14 +610,7 @@ describe("kv's append-only log", function()
     crash_and_check("everysec")
   end)
 
-  -- Polls INFO persistence until aof_rewrites reaches n.
-  local function wait_rewrites(c, n)
-    local r = h.eventually(function()
-      local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
-      return r >= n and r
-    end, 20)
-    return r or error("no rewrite")
-  end
+  local wait_rewrites = kv.wait_rewrites
 
   for _, fsync in ipairs { "everysec", "always" } do
     it("rewrites the log on BGREWRITEAOF while writes go on, and replays the result (" .. fsync .. ")", function()
@@ -773,7 +711,7 @@ describe("kv's append-only log", function()
     h.write_file(path, good .. "garbage\r\n" .. encode({ "SET", "b", "2" }))
     local code, _, err = h.run(("%s --port 0 --dir %s"):format(KV, h.shell_quote(dir)))
     assert.equal(1, code)
-    assert.matches("bad record at byte " .. #good, err, 1, true)
+    assert.matches("record 2 at byte " .. #good .. " is bad", err, 1, true)
   end)
 
   it("keeps no log with --appendonly no", function()
@@ -828,5 +766,146 @@ describe("kv with lua-resty-redis", function()
     assert.equal(1, r:hset("h", "f", "v"))
     assert.same({ "f", "v" }, r:hgetall("h"))
     assert.equal(1, r:set_keepalive(1000, 10))
+  end)
+end)
+
+-- -- Transactions ----------------------------------------------------------------
+
+describe("kv's transactions", function()
+  it("answer EXEC with a null array when another client changed a WATCHed key", function()
+    local p = start()
+    local a, b = client(p.port), client(p.port)
+    a:call("SET", "w", "1")
+    assert.equal("OK", a:call("WATCH", "w", "other"))
+    assert.equal("OK", b:call("SET", "w", "2"))
+    assert.equal("OK", a:call("MULTI"))
+    assert.equal("QUEUED", a:call("INCR", "w"))
+    assert.equal(NULL, a:call("EXEC"))
+    assert.equal("2", a:call("GET", "w"))
+    -- FLUSHALL changes every watched key that existed.
+    a:call("WATCH", "w")
+    b:call("FLUSHALL")
+    a:call("MULTI")
+    a:call("SET", "w", "x")
+    assert.equal(NULL, a:call("EXEC"))
+    -- A write that changed nothing (SET NX on a present key) leaves it be.
+    a:call("SET", "w", "1")
+    a:call("WATCH", "w")
+    assert.equal(NULL, b:call("SET", "w", "9", "NX"))
+    a:call("MULTI")
+    a:call("INCR", "w")
+    assert.same({ 2 }, a:call("EXEC"))
+  end)
+
+  it("are logged between MULTI and EXEC, and a log cut inside one loads none of it", function()
+    local p = start()
+    local c = client(p.port)
+    c:call("SET", "before", "1")
+    c:call("MULTI")
+    c:call("SET", "a", "1")
+    c:call("RPUSH", "l", "x", "y")
+    assert.same({ "OK", 2 }, c:call("EXEC"))
+    p.signal("TERM")
+    assert.equal(0, p.wait(10))
+    local path = p.dir .. "/appendonly.aof"
+    local whole = h.slurp(path)
+    assert.matches(encode({ "MULTI" }) .. encode({ "SET", "a", "1" }), whole, 1, true)
+    local q = start({ dir = p.dir })
+    local d = client(q.port)
+    assert.equal("1", d:call("GET", "a"))
+    assert.same({ "x", "y" }, d:call("LRANGE", "l", 0, -1))
+    q.signal("KILL")
+    q.wait(5)
+    -- A crash after the transaction's first records: none of it loads,
+    -- and the log is cut back to before its MULTI.
+    local cut = #whole - #encode({ "EXEC" })
+    h.write_file(path, whole:sub(1, cut))
+    local r = start({ dir = p.dir })
+    assert.matches("the log ends inside a transaction", h.slurp(r.err), 1, true)
+    local e = client(r.port)
+    assert.equal("1", e:call("GET", "before"))
+    assert.equal(NULL, e:call("GET", "a"))
+    assert.equal(#encode({ "SET", "before", "1" }), #h.slurp(path))
+  end)
+end)
+
+-- -- Connections, notifications, more blocking commands --------------------------
+
+describe("kv's connection commands", function()
+  it("list and kill clients, say HELLO, and close idle ones past CONFIG SET timeout", function()
+    local p = start({ args = "--appendonly no" })
+    local a, b = client(p.port), client(p.port)
+    assert.equal("OK", b:call("CLIENT", "SETNAME", "victim"))
+    local id = b:call("CLIENT", "ID")
+    local list = a:call("CLIENT", "LIST")
+    assert.matches("id=" .. id .. " addr=[%d.:]+ .- name=victim ", list)
+    assert.equal(1, a:call("CLIENT", "KILL", "ID", tostring(id)))
+    -- The killed client's next request finds the connection closed.
+    b.sock:send(encode({ "PING" }))
+    assert.is_nil(b:read())
+    local hello = a:call("HELLO", "2")
+    assert.same({ "server", "redis", "version", "7.0.0", "proto", 2 }, { unpack(hello, 1, 6) })
+    assert.same({ err = "NOPROTO unsupported protocol version" }, a:call("HELLO", "3"))
+    assert.equal("OK", a:call("CONFIG", "SET", "timeout", "1"))
+    local idle = client(p.port)
+    assert.equal("PONG", idle:call("PING"))
+    assert.is_nil(idle:read())   -- closed after a second of silence (a too, by now)
+    a = client(p.port)
+    assert.equal("OK", a:call("CONFIG", "SET", "timeout", "0", "maxclients", "1"))
+    local refused = client(p.port)
+    assert.same({ err = "ERR max number of clients reached" }, refused:read())
+  end)
+
+  it("publish keyspace notifications for the classes set", function()
+    local p = start({ args = "--appendonly no" })
+    local c, s = client(p.port), client(p.port)
+    assert.equal("OK", c:call("CONFIG", "SET", "notify-keyspace-events", "KEA"))
+    s:call("PSUBSCRIBE", "__key*__:*")
+    c:call("SET", "k", "v")
+    c:call("LPUSH", "l", "x")
+    c:call("INCR", "n")
+    c:call("DEL", "k")
+    c:call("SET", "t", "v", "PX", "50")
+    local got = {}
+    for _ = 1, 12 do
+      local m = s:read()
+      got[#got + 1] = m[3] .. " " .. m[4]
+    end
+    assert.same({
+      "__keyspace@0__:k set", "__keyevent@0__:set k",
+      "__keyspace@0__:l lpush", "__keyevent@0__:lpush l",
+      "__keyspace@0__:n incrby", "__keyevent@0__:incrby n",
+      "__keyspace@0__:k del", "__keyevent@0__:del k",
+      "__keyspace@0__:t set", "__keyevent@0__:set t",
+      "__keyspace@0__:t expired", "__keyevent@0__:expired t",
+    }, got)
+    assert.equal(1, c:call("PUBSUB", "NUMPAT"))
+  end)
+end)
+
+describe("kv's other blocking commands", function()
+  it("wake BLMOVE, BZPOPMIN and BLMPOP when another connection adds, and log what they took", function()
+    local p = start()
+    local waits = {
+      cohost.spawn(function() return client(p.port):call("BLMOVE", "src", "dst", "LEFT", "RIGHT", 5) end),
+      cohost.spawn(function() return client(p.port):call("BZPOPMIN", "z", 5) end),
+      cohost.spawn(function() return client(p.port):call("BLMPOP", 5, 1, "m", "RIGHT", "COUNT", 2) end),
+    }
+    local c = client(p.port)
+    assert.matches("blocked_clients:3", blocked(c, 3), 1, true)
+    c:call("RPUSH", "src", "a", "b")
+    c:call("ZADD", "z", 2, "two", 1, "one")
+    c:call("RPUSH", "m", "x", "y", "z")
+    assert.same({ true, "a" }, { cohost.wait(waits[1]) })
+    assert.same({ true, { "z", "one", "1" } }, { cohost.wait(waits[2]) })
+    assert.same({ true, { "m", { "z", "y" } } }, { cohost.wait(waits[3]) })
+    p.signal("KILL")
+    p.wait(5)
+    local q = start({ dir = p.dir })
+    local d = client(q.port)
+    assert.same({ "b" }, d:call("LRANGE", "src", 0, -1))
+    assert.same({ "a" }, d:call("LRANGE", "dst", 0, -1))
+    assert.same({ "two" }, d:call("ZRANGE", "z", 0, -1))
+    assert.same({ "x" }, d:call("LRANGE", "m", 0, -1))
   end)
 end)

@@ -117,6 +117,8 @@ function sections.clients()
     { "connected_clients", R.stats.clients },
     { "blocked_clients", R.stats.blocked },
     { "pubsub_clients", R.stats.pubsub_clients or 0 },
+    -- kv's own: clients whose long command (KEYS) is paused for others.
+    { "kv_paused_clients", R.stats.paused },
   })
 end
 
@@ -150,6 +152,37 @@ function sections.stats()
   })
 end
 
+-- CPU time from getrusage(2), as Redis's INFO cpu: the process, the
+-- children it waited for, and the calling (main) thread.
+local ffi = require "ffi"
+ffi.cdef [[
+struct kv_timeval { long tv_sec; long tv_usec; };
+struct kv_rusage { struct kv_timeval ru_utime, ru_stime; long ru_rest[14]; };
+int getrusage(int who, struct kv_rusage *usage);
+]]
+local RUSAGE_SELF, RUSAGE_CHILDREN, RUSAGE_THREAD = 0, -1, 1
+local ru = ffi.new("struct kv_rusage")
+
+local function cpu(who)
+  if ffi.C.getrusage(who, ru) ~= 0 then return "0.000000", "0.000000" end
+  local function secs(tv) return format("%d.%06d", tonumber(tv.tv_sec), tonumber(tv.tv_usec)) end
+  return secs(ru.ru_stime), secs(ru.ru_utime)
+end
+
+function sections.cpu()
+  local sys, user = cpu(RUSAGE_SELF)
+  local csys, cuser = cpu(RUSAGE_CHILDREN)
+  local msys, muser = cpu(RUSAGE_THREAD)
+  return section("CPU", {
+    { "used_cpu_sys", sys },
+    { "used_cpu_user", user },
+    { "used_cpu_sys_children", csys },
+    { "used_cpu_user_children", cuser },
+    { "used_cpu_sys_main_thread", msys },
+    { "used_cpu_user_main_thread", muser },
+  })
+end
+
 function sections.keyspace()
   local t = { "# Keyspace" }
   if store.size() > 0 then
@@ -158,7 +191,7 @@ function sections.keyspace()
   return concat(t, "\r\n") .. "\r\n"
 end
 
-local order = { "server", "clients", "memory", "persistence", "stats", "keyspace" }
+local order = { "server", "clients", "memory", "persistence", "stats", "cpu", "keyspace" }
 
 reg("info", -1, function(_, argv, argc, out, n)
   local want = {}
@@ -189,11 +222,69 @@ local params = {
   databases = function() return "1" end,
   maxmemory = function() return "0" end,
   ["maxmemory-policy"] = function() return "noeviction" end,
-  timeout = function() return "0" end,
+  timeout = function() return tostring(R.config.timeout) end,
+  maxclients = function() return tostring(R.config.maxclients) end,
+  ["notify-keyspace-events"] = function() return require("kv.notify").get() end,
   ["proto-max-bulk-len"] = function() return tostring(resp.MAX_BULK) end,
   ["io-threads"] = function() return "1" end,
   ["cluster-enabled"] = function() return "no" end,
 }
+
+-- CONFIG SET's parameters: name -> function(value) -> nil, or the
+-- reason the value is refused (Redis's texts).
+local function int_param(name, set)
+  return function(v)
+    local x = ints.parse(v)
+    if x == nil then return "argument couldn't be parsed into an integer" end
+    if x < 0 or x > 2147483647 then return "argument must be between 0 and 2147483647 inclusive" end
+    R.config[name] = tonumber(x)
+    if set then set(tonumber(x)) end
+  end
+end
+
+M.setters = {
+  appendfsync = function(v)
+    v = lower(v)
+    if v ~= "everysec" and v ~= "always" and v ~= "no" then
+      return "argument(s) must be one of the following: everysec, always, no"
+    end
+    R.config.appendfsync = v
+    if M.on_appendfsync then M.on_appendfsync(v) end
+  end,
+  maxclients = int_param("maxclients"),
+  timeout = int_param("timeout"),
+  ["notify-keyspace-events"] = function(v)
+    if not require("kv.notify").set(v) then
+      return "Invalid event class character. Use 'Ag$lshzxeKEtmdn'."
+    end
+  end,
+}
+
+-- CONFIG SET name value [name value ...]: all or none (each is checked
+-- before any is set, as Redis 7.0 does).
+local function config_set(argv, argc, out, n)
+  if argc < 4 or argc % 2 == 1 then
+    return put(out, n, "-ERR wrong number of arguments for 'config|set' command\r\n")
+  end
+  for i = 3, argc, 2 do
+    if not M.setters[lower(argv[i])] then
+      return put(out, n, resp.err("ERR Unknown option or number of arguments for CONFIG SET - '"
+                                  .. argv[i] .. "'"))
+    end
+  end
+  local old = {}
+  for i = 3, argc, 2 do
+    local name = lower(argv[i])
+    old[#old + 1] = { name, params[name]() }
+    local why = M.setters[name](argv[i + 1])
+    if why then
+      for j = #old - 1, 1, -1 do M.setters[old[j][1]](old[j][2]) end
+      return put(out, n, resp.err("ERR CONFIG SET failed (possibly related to argument '" .. name
+                                  .. "') - " .. why))
+    end
+  end
+  return put(out, n, resp.OK)
+end
 
 reg("config", -2, function(_, argv, argc, out, n)
   local sub = lower(argv[2])
@@ -224,7 +315,7 @@ reg("config", -2, function(_, argv, argc, out, n)
     store.hits, store.misses, store.expired = 0, 0, 0
     return put(out, n, resp.OK)
   elseif sub == "set" then
-    return put(out, n, resp.err("ERR CONFIG SET is not supported by this server"))
+    return config_set(argv, argc, out, n)
   elseif sub == "help" then
     local lines = { "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                     "GET <pattern>", "    Return parameters matching the glob-like <pattern> and their values.",

@@ -8,32 +8,31 @@
 -- commit). With appendfsync always it then fdatasyncs, on the thread pool
 -- (cohost.file), and only then are the replies of those commands sent.
 -- With everysec a timer fdatasyncs once a second; with no, the kernel
--- decides. In every mode a reply waits until its records are written to
--- the file: a killed process (kill -9) loses nothing acknowledged; a
--- crashed machine loses up to a second with everysec, nothing with
--- always.
+-- decides. In every mode a reply waits until every record logged so far
+-- is written to the file: a killed process (kill -9) loses nothing
+-- acknowledged; a crashed machine loses up to a second with everysec,
+-- nothing with always.
 --
 -- The log is rewritten from the data when it has doubled since the last
 -- rewrite and passed 64 MiB, or on BGREWRITEAOF: the data is turned into
--- records in one go (a point-in-time snapshot: nothing else runs
--- meanwhile, which costs about a microsecond per key), written to a temp
--- file and synced while commands go on; the records logged meanwhile are
--- appended too, and with the flusher paused for that last catch-up the
--- temp file is synced and renamed over the log.
+-- records in slices that yield (kv/snapshot.lua keeps it a point-in-time
+-- image), written to a temp file and synced while commands go on; the
+-- records logged meanwhile are appended too, and with the flusher paused
+-- for that last catch-up the temp file is synced and renamed over the log.
 --
 -- A write error (disk full) keeps the records in memory, makes write
 -- commands fail with -MISCONF (as Redis) and retries every second; the
 -- file is cut back to its last good size first, so a partial record is
 -- never left behind. A torn last record found at start (a crash mid-
--- write) is truncated with a log line; garbage anywhere else stops the
--- start.
+-- write) is truncated with a log line; anything else wrong stops the
+-- start with the record and its offset, unless --repair-log cuts it off.
 local cohost = require "cohost"
 local file = require "cohost.file"
 local R = require "kv.registry"
 local resp = require "kv.resp"
 local put = resp.put
 local store = require "kv.store"
-local lists = require "kv.lists"
+local snapshot = require "kv.snapshot"
 
 local byte, sub = string.byte, string.sub
 
@@ -84,9 +83,28 @@ function M.feed(rec)
   end
 end
 
+-- Appends one record given as pieces (a request with a large value: the
+-- pieces are written with one writev, never joined).
+function M.feed_parts(parts)
+  for i = 1, #parts do
+    nbuf = nbuf + 1
+    buf[nbuf] = parts[i]
+    if tail then
+      ntail = ntail + 1
+      tail[ntail] = parts[i]
+    end
+  end
+  M.seq = M.seq + 1
+  if not wake_posted then
+    wake_posted = true
+    wake:post()
+  end
+end
+
 local function durable()
   return mode == "always" and synced or written
 end
+M.durable = durable
 
 -- Yields. Returns once record number seq is written (and synced with
 -- always); sema is the caller's own semaphore.
@@ -151,7 +169,7 @@ local function sync(upto)
   return true
 end
 
-local function flusher()
+local function flush_forever()
   while true do
     while nbuf == 0 or paused do
       wake_posted = false
@@ -179,36 +197,111 @@ local function flusher()
   end
 end
 
+-- The log writer must never end quietly: writes would hang unanswered
+-- while their values stay visible. If it fails (a bug, the CPU watchdog,
+-- memory), the process exits: what was acknowledged is in the file, and
+-- the clients waiting see their connections close.
+local function flusher()
+  local ok, err = pcall(flush_forever)
+  log(cohost.ERR, "the log writer failed: ", ok and "it returned" or err, "; exiting")
+  cohost.exit(1)
+end
+
 -- -- Replay ----------------------------------------------------------------
 
+-- The tail of the log from byte good on is cut off and kept in
+-- path.cut (what --repair-log does; as redis-check-aof --fix, but nothing
+-- is thrown away). Raises on an I/O error.
+local function cut_at(good, total)
+  local keep = path .. ".cut"
+  local out = assert(io.open(keep, "wb"))
+  assert(f:seek("set", good))
+  while true do
+    local chunk = assert(f:read(CHUNK))
+    if chunk == "" then break end
+    assert(out:write(chunk))
+  end
+  assert(out:close())
+  assert(f:truncate(good))
+  assert(f:fdatasync())
+  log(cohost.WARN, path, ": --repair-log: cut the log at byte ", good, " (the end of the last good ",
+      "record); the ", total - good, " bytes that followed are in ", keep)
+end
+
+-- A load failure: with repair, the log is cut at the failing record;
+-- without, the start stops with where it failed and how to repair.
+local function bad_log(what, count, at, repair)
+  local msg = ("%s: record %d at byte %d %s"):format(path, count + 1, at, what)
+  if not repair then
+    error(msg .. "; start with --repair-log to cut the log there (the rest is kept in "
+          .. path .. ".cut), or fix it with redis-check-aof --fix", 0)
+  end
+  log(cohost.ERR, msg)
+  cut_at(at, f:stat().size)
+end
+
 -- Replays the log at path through exec(argv, argc) -> nil or an error
--- reply. Returns the count of records, or raises on a bad file.
-local function replay(exec)
+-- reply. Returns the count of records, or raises on a bad file (unless
+-- repair: then the log is cut before the bad record).
+local function replay(exec, repair)
   local argv = {}
   local data, pos, len = "", 1, 0
   local offset = 0            -- file offset of data's first byte
   local eof, count, bad = false, 0, nil
+  local partial               -- { n, a }: a record whose argument a - 1 was read apart
+  local start = 0             -- file offset of the record being read
+  local txn                   -- file offset of an open MULTI record
+  local function read(want) return f:read(want) end
   while true do
-    local argc, nxt
-    if pos <= len then
+    local argc, nxt, x, bs, bl, bn
+    if partial then
+      argc, nxt, x, bs, bl, bn = resp.parse_rest(data, pos, len, argv, partial[1], partial[2], pos)
+      if argc == false then bad = nxt end
+    elseif pos <= len then
+      start = offset + pos - 1
       if byte(data, pos) ~= 42 then
         bad = "expected '*'"
       else
-        argc, nxt = resp.parse(data, pos, len, argv)
+        argc, nxt, x, bs, bl, bn = resp.parse(data, pos, len, argv)
         if argc == false then bad = nxt end
+        -- "*0" and "*-1" are no command: Redis's loader calls them a bad
+        -- format too.
+        if argc == 0 then bad = "is empty ('" .. sub(data, pos, nxt - 3) .. "')" end
       end
-      if bad then break end
+    end
+    if bad then break end
+    if argc == nil and x and bl >= resp.BIG then
+      -- A large value: read apart, as the connections do.
+      local v, e = resp.read_value(read, sub(data, bs, len), bl)
+      if v == false then break end   -- the file ends inside it: torn
+      if not v then
+        bad_log("failed: " .. e:sub(2, -3), count, start, repair)
+        size = start
+        return count
+      end
+      argv[x] = v
+      offset = offset + bs - 1 + bl + 2
+      data, pos, len = "", 1, 0
+      partial = x < bn and { bn, x + 1 } or nil
+      if not partial then argc, nxt = bn, 1 end
     end
     if argc then
-      if argc > 0 then
-        local err = exec(argv, argc)
-        if err then
-          error(("%s: record %d at byte %d failed: %s"):format(path, count + 1, offset + pos - 1,
-                                                              err:gsub("\r\n$", "")), 0)
-        end
-        count = count + 1
+      local name = argc == 1 and argv[1]:lower()
+      if name == "multi" then txn = start elseif name == "exec" then txn = nil end
+      local err = exec(argv, argc)
+      if bl or partial then
+        partial = nil
+        for i = 1, argc do argv[i] = nil end
       end
+      if err then
+        bad_log("failed: " .. err:sub(2, -3), count, start, repair)
+        size = start
+        return count
+      end
+      count = count + 1
       pos = nxt
+      -- A long replay is still one task: let the CPU watchdog see it move.
+      if count % 4096 == 0 then cohost.sleep(0) end
     else
       if eof then break end
       local want = CHUNK
@@ -223,19 +316,31 @@ local function replay(exec)
       end
     end
   end
-  local good = offset + pos - 1
+  -- The end of the last whole record.
+  local good = (bad or partial or pos <= len) and start or offset + pos - 1
+  if txn and not bad then
+    -- A transaction the log ends in (a crash before its EXEC was
+    -- written): none of it was run; it goes, as Redis's loader does.
+    log(cohost.WARN, path, ": the log ends inside a transaction (MULTI at byte ", txn,
+        " without EXEC): truncated there")
+    good = txn
+  end
   local total = f:stat().size
   if good < total then
-    local tail = sub(data, pos)
-    if bad then tail = tail .. assert(f:read()) end
-    if bad and tail:find("[^%z]") then
-      error(("%s: bad record at byte %d (%s); fix it with redis-check-aof --fix, "
-             .. "or move the file away"):format(path, good, bad), 0)
+    local tail = ""
+    if bad then
+      assert(f:seek("set", good))
+      tail = assert(f:read())
     end
-    log(cohost.WARN, path, ": the last record is torn (", total - good, " bytes at byte ", good,
-        ", a crash mid-write): truncated to ", good, " bytes")
-    assert(f:truncate(good))
-    assert(f:fdatasync())
+    if bad and tail:find("[^%z]") then
+      if not bad:find("^is ") then bad = "is bad (" .. bad .. ")" end
+      bad_log(bad, count, good, repair)
+    else
+      log(cohost.WARN, path, ": the last record is torn (", total - good, " bytes at byte ", good,
+          ", a crash mid-write): truncated to ", good, " bytes")
+      assert(f:truncate(good))
+      assert(f:fdatasync())
+    end
   end
   size = good
   return count
@@ -243,53 +348,12 @@ end
 
 -- -- Rewrite ---------------------------------------------------------------
 
-local CHUNK_ITEMS = 64   -- list elements or hash pairs per record
-
--- The data as records, at this instant (no yield inside).
-local function snapshot()
-  local recs, n = {}, 0
-  local encode = resp.encode
-  store.each(function(k, v, deadline)
-    if type(v) ~= "table" then
-      n = n + 1
-      recs[n] = encode({ "SET", k, tostring(v) }, 3)
-    elseif v.kind == "list" then
-      local items = lists.elements(v)
-      for i = 1, #items, CHUNK_ITEMS do
-        local args = { "RPUSH", k }
-        for j = i, math.min(i + CHUNK_ITEMS - 1, #items) do args[#args + 1] = items[j] end
-        n = n + 1
-        recs[n] = encode(args, #args)
-      end
-    else
-      local args = { "HSET", k }
-      for field, value in pairs(v.f) do
-        args[#args + 1] = field
-        args[#args + 1] = value
-        if #args >= 2 + 2 * CHUNK_ITEMS then
-          n = n + 1
-          recs[n] = encode(args, #args)
-          args = { "HSET", k }
-        end
-      end
-      if #args > 2 then
-        n = n + 1
-        recs[n] = encode(args, #args)
-      end
-    end
-    if deadline then
-      n = n + 1
-      recs[n] = encode({ "PEXPIREAT", k, tostring(math.floor(deadline)) }, 3)
-    end
+-- Yields. Writes the snapshot (taken in slices while commands go on)
+-- and the records logged since to tf, then swaps it in for the log.
+local function run_rewrite(tf, tmp, t0)
+  local count = snapshot.take(function(recs, n)
+    if n > 0 then assert(tf:write(recs)) end
   end)
-  return recs, n
-end
-
--- Yields. Writes the snapshot and the records logged since to tf, then
--- swaps it in for the log.
-local function finish_rewrite(tf, tmp, recs, count, t0)
-  assert(tf:write(recs))
-  recs = nil   -- luacheck: ignore
   assert(tf:fdatasync())
   -- The last catch-up: the flusher waits, so no record goes to the old
   -- file any more; each round writes what came during the previous sync.
@@ -332,11 +396,9 @@ function M.rewrite()
   if not tf then return nil, "ERR " .. err end
   local t0 = cohost.monotonic()
   rewriting = true
-  local keys = store.size()
-  local recs = snapshot()
-  tail, ntail = {}, 0   -- from the snapshot on: no yield since it was taken
+  tail, ntail = {}, 0   -- from the snapshot's start on
   cohost.spawn(function()
-    local ok, e = pcall(finish_rewrite, tf, tmp, recs, keys, t0)
+    local ok, e = pcall(run_rewrite, tf, tmp, t0)
     if not ok then
       log(cohost.ERR, "rewriting ", path, " failed: ", e, "; the log is kept as it was")
       if f ~= tf then
@@ -361,7 +423,7 @@ end)
 -- Opens (creating) dir/appendonly.aof, replays it through exec, and
 -- starts the flusher and, for everysec, the fsync timer. Returns the
 -- record count; raises on a bad file.
-function M.open(dir, fsync_mode, exec)
+function M.open(dir, fsync_mode, exec, repair)
   mode = fsync_mode
   dirpath = dir
   assert(file.mkdir_p(dir))
@@ -369,16 +431,21 @@ function M.open(dir, fsync_mode, exec)
   local existed = file.exists(path)
   f = assert(file.open(path, "a+", "644"))
   if not existed then assert(file.sync_dir(dir)) end
-  local count = replay(exec)
+  local count = replay(exec, repair)
   base_size = size
   file.unlink(path .. ".rewrite")   -- left by a crash mid-rewrite
   cohost.spawn(flusher)
-  if mode == "everysec" then
-    cohost.timer.every(1, function(premature)
-      if not premature and written > synced then sync(written) end
-    end)
-  end
+  -- Once a second: with everysec, fdatasync what was written (the mode
+  -- can change at run time: CONFIG SET appendfsync).
+  cohost.timer.every(1, function(premature)
+    if not premature and mode == "everysec" and written > synced then sync(written) end
+  end)
   return count
+end
+
+-- CONFIG SET appendfsync: from the next batch on.
+function M.set_mode(m)
+  if f then mode = m end
 end
 
 -- Writes what is buffered and syncs: for an orderly stop.

@@ -64,10 +64,21 @@ function M.neg(v)
   return -v
 end
 
--- The decimal text of an integer from parse or add.
+-- (a * k), k a small positive number; the caller keeps it within int64.
+function M.mul(a, k)
+  local r = (a + 0LL) * k
+  if r > -EXACT and r < EXACT then return tonumber(r) end
+  return r
+end
+
+-- The decimal text of an integer from parse or add, or of an integral
+-- double, which past 2^63 (a deadline of LLONG_MAX once a double) is
+-- clamped to int64 as format would not be.
 function M.str(v)
   if type(v) == "number" then
     if v > -1e14 and v < 1e14 then return tostring(v) end
+    if v >= 2 ^ 63 then return "9223372036854775807" end
+    if v <= -2 ^ 63 then return "-9223372036854775808" end
     return format("%d", v)
   end
   return (tostring(v):gsub("LL$", ""))

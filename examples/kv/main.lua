@@ -1,10 +1,11 @@
 -- A Redis-protocol key-value store on cohost: RESP2 for redis-cli,
--- redis-benchmark and client libraries, strings, lists (with blocking
--- pops), hashes, expiry, pub/sub, and an append-only log. See docs/kv.md.
+-- redis-benchmark and client libraries: strings, lists (with blocking
+-- pops), hashes, sets, sorted sets, expiry, transactions, pub/sub, and an
+-- append-only log. See docs/kv.md.
 --
 --   build/cohost examples/kv/main.lua [--port P] [--bind ADDR] [--dir D]
 --       [--appendonly yes|no] [--appendfsync always|everysec|no]
---       [--aof-rewrite-min-size BYTES] [--announce]
+--       [--aof-rewrite-min-size BYTES] [--repair-log] [--announce]
 --
 -- One worker only: the data lives in the worker's Lua state, so with
 -- -w N each worker would hold a separate store and a client would see
@@ -21,7 +22,10 @@ local R = require "kv.registry"
 require "kv.strings"
 require "kv.lists"
 require "kv.hashes"
+require "kv.sets"
+require "kv.zsets"
 require "kv.pubsub"
+require "kv.conn"
 local admin = require "kv.admin"
 local aof = require "kv.aof"
 local server = require "kv.server"
@@ -37,6 +41,8 @@ usage: cohost examples/kv/main.lua [options]
                                when the log reaches the disk (default everysec)
   --aof-rewrite-min-size BYTES rewrite the log once it has doubled since the
                                last rewrite and passed BYTES (default 64M)
+  --repair-log                 if the log has a bad record, cut it there (the
+                               rest goes to appendonly.aof.cut) and start
   --announce                   print "<port> <pid>" on stdout once listening]]
 
 local function die(msg)
@@ -68,6 +74,8 @@ local function parse_args(args)
     elseif a == "--aof-rewrite-min-size" and tonumber(v) then
       cfg.rewrite_min = tonumber(v)
       i = i + 1
+    elseif a == "--repair-log" then
+      cfg.repair = true
     elseif a == "--announce" then
       cfg.announce = true
     elseif a == "-h" or a == "--help" then
@@ -98,7 +106,7 @@ math.randomseed(os.time())
 if cfg.appendonly then
   if cfg.rewrite_min then aof.AUTO_MIN = cfg.rewrite_min end
   local t0 = cohost.monotonic()
-  local ok, count = pcall(aof.open, cfg.dir, cfg.appendfsync, server.exec)
+  local ok, count = pcall(aof.open, cfg.dir, cfg.appendfsync, server.exec, cfg.repair)
   if not ok then
     cohost.log(cohost.ERR, "kv: cannot load the log: ", count)
     cohost.exit(1)
@@ -106,6 +114,7 @@ if cfg.appendonly then
   cohost.log(cohost.NOTICE, ("kv: replayed %d records from %s/%s in %.3f s: %d keys"):format(
     count, cfg.dir, aof.FILE, cohost.monotonic() - t0, store.size()))
   admin.set_aof_status(aof.status)
+  admin.on_appendfsync = aof.set_mode
 end
 
 local listener = server.start(cfg.bind .. ":" .. cfg.port, cfg.appendonly)

@@ -126,9 +126,9 @@ reg("unsubscribe", -1, unsub("unsubscribe", function(c) return c.subs end, unsub
 reg("punsubscribe", -1, unsub("punsubscribe", function(c) return c.psubs end, punsubscribe),
     { pubsub = true })
 
--- PUBLISH channel message -> the number of clients that got it.
-reg("publish", 3, function(_, argv, _, out, n)
-  local ch, msg = argv[2], argv[3]
+-- Sends msg to the subscribers of channel ch and of matching patterns;
+-- returns how many got it.
+local function publish(ch, msg)
   local receivers = 0
   local set = channels[ch]
   if set then
@@ -147,7 +147,45 @@ reg("publish", 3, function(_, argv, _, out, n)
       end
     end
   end
-  return put(out, n, int(receivers))
+  return receivers
+end
+require("kv.notify").set_publisher(publish)
+
+-- PUBLISH channel message -> the number of clients that got it.
+reg("publish", 3, function(_, argv, _, out, n)
+  return put(out, n, int(publish(argv[2], argv[3])))
+end)
+
+-- PUBSUB CHANNELS [pattern], NUMSUB [channel ...], NUMPAT, HELP.
+reg("pubsub", -2, function(_, argv, argc, out, n)
+  local sub = argv[2]:lower()
+  if sub == "channels" and argc <= 3 then
+    local match = argc == 3 and store.matcher(argv[3]) or nil
+    local t = {}
+    for ch in pairs(channels) do
+      if not match or match(ch) then t[#t + 1] = ch end
+    end
+    n = n + 1
+    out[n] = resp.array_head(#t)
+    for _, ch in ipairs(t) do n = resp.bulk(out, n, ch) end
+    return n
+  elseif sub == "numsub" then
+    n = n + 1
+    out[n] = resp.array_head((argc - 2) * 2)
+    for i = 3, argc do
+      local count = 0
+      for _ in pairs(channels[argv[i]] or {}) do count = count + 1 end
+      n = resp.bulk(out, n, argv[i])
+      n = put(out, n, int(count))
+    end
+    return n
+  elseif sub == "numpat" and argc == 2 then
+    local count = 0
+    for _ in pairs(patterns) do count = count + 1 end
+    return put(out, n, int(count))
+  end
+  return put(out, n, resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128)
+                              .. "'. Try PUBSUB HELP."))
 end)
 
 -- Drops every subscription of a client that is leaving.

@@ -9,13 +9,23 @@ local M = {}
 -- -n: at least n); fn(c, argv, argc, out, n) appends its reply to out
 -- after position n and returns the new length; write marks commands that
 -- change data (refused while the log cannot be written); pubsub marks
--- those allowed in subscribed mode.
+-- those allowed in subscribed mode; txn those that run at once inside
+-- MULTI (the others are queued).
 M.commands = {}
 
+--
+-- The keys a write command changes, for the log rewrite's snapshot (as
+-- Redis's firstkey, lastkey, step): flags.first (default 2), flags.last
+-- (default first; -1 the last argument, -2 the one before), flags.step
+-- (default 1); or flags.keys = function(argv, argc, touch) calling
+-- touch(k) for each; or flags.all for FLUSHALL.
 function M.register(name, arity, fn, flags)
   flags = flags or {}
+  local first = flags.first or 2
   local cmd = { name = name, arity = arity, fn = fn, write = flags.write or false,
-                pubsub = flags.pubsub or false }
+                pubsub = flags.pubsub or false, first = first, last = flags.last or first,
+                step = flags.step or 1, keys = flags.keys, all = flags.all or false,
+                txn = flags.txn or false }
   M.commands[name] = cmd
   M.commands[name:upper()] = cmd
 end
@@ -50,19 +60,39 @@ M.stats = {
   connections = 0,        -- total accepted
   clients = 0,            -- connected now
   blocked = 0,            -- in BLPOP/BRPOP now
+  paused = 0,             -- inside a long command that let others run now
   commands = 0,           -- processed
   pubsub_channels = 0,
   pubsub_patterns = 0,
 }
 
--- Settings from the command line (main.lua fills them).
+-- id -> client, for every connection (CLIENT LIST, KILL).
+M.clients = {}
+
+-- Settings from the command line (main.lua fills them) and CONFIG SET.
 M.config = {
+  maxclients = 10000,     -- connections at most (0: no limit)
+  timeout = 0,            -- seconds an idle client may stay (0: for ever)
+  notify = "",            -- notify-keyspace-events, as Redis's flags
   port = 6379,
   bind = "127.0.0.1",
   dir = ".",
   appendonly = true,
   appendfsync = "everysec",
 }
+
+-- kind -> function(v) -> command, flat array of arguments after the key,
+-- their count, arguments per item: how the log rewrite records a value of
+-- that kind (a copy: the rewrite yields while it writes it out).
+M.dumpers = {}
+
+-- Called before a key changes outside the command that names it (a
+-- blocked client served after a push): the log rewrite's snapshot
+-- records it first and WATCHers see it change (set by server.lua).
+M.modified = function() end
+
+-- kind -> function(v) -> an independent copy of v (COPY).
+M.copiers = {}
 
 -- Set by aof.lua: the reason writes are refused, or nil.
 M.write_error = nil

@@ -113,7 +113,12 @@ end
 --                           inline = true as a third value for inline ones
 --   nil, need               incomplete; need is the byte count from pos
 --                           that would complete it when known (a bulk)
+--   nil, need, a, s, l, n   the same while waiting for the body of bulk
+--                           a (of n) that starts at s and is l bytes
+--                           long: the caller may read a large body apart
+--                           and go on with parse_rest
 --   false, message          a protocol error: reply it, then close
+local parse_rest
 function M.parse(buf, pos, len, argv)
   if byte(buf, pos) ~= STAR then
     -- Inline: a line of blank-separated words.
@@ -136,7 +141,13 @@ function M.parse(buf, pos, len, argv)
   if not n or n > M.MAX_MBULK then return false, "Protocol error: invalid multibulk length" end
   i = i + 2
   if n <= 0 then return 0, i end
-  for a = 1, n do
+  return parse_rest(buf, i, len, argv, n, 1, pos)
+end
+
+-- Parses arguments first..n of a request of n at buf[i..len] (pos: where
+-- the request started, for need). Returns as parse.
+function parse_rest(buf, i, len, argv, n, first, pos)
+  for a = first, n do
     if i > len then return nil end
     if byte(buf, i) ~= DOLLAR then
       return false, format("Protocol error: expected '$', got '%s'", sub(buf, i, i))
@@ -149,11 +160,61 @@ function M.parse(buf, pos, len, argv)
     if not l or l < 0 or l > M.MAX_BULK then return false, "Protocol error: invalid bulk length" end
     local s = e + 2
     local stop = s + l + 1            -- the LF after the body
-    if stop > len then return nil, stop - pos + 1 + (n - a) * 4 end
+    if stop > len then return nil, stop - pos + 1 + (n - a) * 4, a, s, l, n end
     argv[a] = sub(buf, s, s + l - 1)
     i = stop + 1
   end
   return n, i
+end
+M.parse_rest = parse_rest
+
+-- A large value (resp.BIG or more) is read apart, into C memory (not the
+-- Lua heap), and becomes one Lua string at the end: a 512 MB value costs
+-- 512 MB of Lua heap, where appending reads to a buffer would cost two
+-- or three times that. If the heap cannot take it, the request gets an
+-- error and the connection goes on.
+local ffi = require "ffi"
+ffi.cdef [[
+void *malloc(size_t size);
+void free(void *p);
+]]
+local BIG_READ = 4 * 1024 * 1024   -- bytes per receive of a large value
+local COLLECT_EVERY = 64 * 1024 * 1024   -- a full collection per this many read (O(heap))
+
+-- Reads the l bytes of a value and its CRLF, of which have (a string) has
+-- arrived, the rest through read(n) -> up to n bytes, or nil. Returns the
+-- value; or nil and an error reply (the bytes were read all the same, so
+-- the connection stays in step); or false when read failed. Yields if
+-- read does.
+function M.read_value(read, have, l)
+  local total = l + 2
+  local mem = ffi.cast("uint8_t *", ffi.C.malloc(total))
+  local got = #have
+  if mem ~= nil then ffi.copy(mem, have, got) end
+  have = nil   -- luacheck: ignore
+  while got < total do
+    local want = total - got
+    local data = read(want < BIG_READ and want or BIG_READ)
+    if not data or data == "" then
+      if mem ~= nil then ffi.C.free(mem) end
+      return false
+    end
+    if mem ~= nil then ffi.copy(mem + got, data, #data) end
+    got = got + #data
+    data = nil   -- luacheck: ignore
+    -- The pieces read are garbage the collector's pace would leave
+    -- around for long: a 512 MB value would need twice that in the heap.
+    if got % COLLECT_EVERY < BIG_READ then collectgarbage() end
+  end
+  if mem == nil then return nil, "-ERR no memory for a value of " .. l .. " bytes\r\n" end
+  local ok, v = pcall(ffi.string, mem, l)
+  ffi.C.free(mem)
+  if not ok then
+    collectgarbage()
+    return nil, M.err(format("ERR the value of %d bytes does not fit in the memory left (%s)",
+                                l, tostring(v)))
+  end
+  return v
 end
 
 -- -- Replies -------------------------------------------------------------
@@ -181,6 +242,7 @@ for n = -1, 1023 do ints[n] = ":" .. n .. "\r\n" end
 -- A decimal integer as Redis prints it (tostring gives 1e+15 past 1e14).
 local function int_str(n)
   if n > -1e14 and n < 1e14 then return tostring(n) end
+  if n >= 2 ^ 63 then return "9223372036854775807" end   -- format would wrap
   return format("%d", n)
 end
 M.int_str = int_str
@@ -218,9 +280,13 @@ end
 -- Appends a bulk string reply for s (a string, or a counter kept as a
 -- number) to out after position n; returns the new length. Three pieces:
 -- the string is not copied.
+M.BIG = 1024 * 1024   -- a value this large is never copied into a batch
+M.big_reply = false   -- set when a reply holds a BIG value
+
 function M.bulk(out, n, s)
   if type(s) == "number" then s = tostring(s) end
   local l = #s
+  if l >= M.BIG then M.big_reply = true end
   out[n + 1] = bulk_heads[l] or "$" .. l .. "\r\n"
   out[n + 2] = s
   out[n + 3] = "\r\n"
@@ -248,8 +314,26 @@ function M.simple(s)
   return "+" .. s .. "\r\n"
 end
 
--- A request as RESP (for the log): argv[1..argc].
+-- The same as an array of pieces, for a request with a large value: no
+-- copy of the value is made (the log writes the pieces with writev).
+function M.encode_parts(argv, argc)
+  local t = { "*" .. argc .. "\r\n" }
+  for i = 1, argc do
+    local a = argv[i]
+    t[#t + 1] = bulk_heads[#a] or "$" .. #a .. "\r\n"
+    t[#t + 1] = a
+    t[#t + 1] = "\r\n"
+  end
+  return t
+end
+
+-- A request as RESP (for the log): argv[1..argc]; as pieces (an array,
+-- see encode_parts) when an argument is a large value, which the log
+-- writes without joining.
 function M.encode(argv, argc)
+  for i = 1, argc do
+    if #argv[i] >= M.BIG then return M.encode_parts(argv, argc) end
+  end
   local t = { "*" .. argc .. "\r\n" }
   for i = 1, argc do
     local a = argv[i]

@@ -10,8 +10,10 @@ local put = resp.put
 local aof = require "kv.aof"
 local pubsub = require "kv.pubsub"
 local lists = require "kv.lists"
+local snapshot = require "kv.snapshot"
+local multi = require "kv.multi"
 
-local parse = resp.parse
+local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
 local sub, lower, concat, format = string.sub, string.lower, table.concat, string.format
 local commands, stats = R.commands, R.stats
 
@@ -40,6 +42,10 @@ end
 -- one) and clears it. Returns 0, the new reply count. Yields.
 function Client:flush(out, n)
   if n == 0 then return 0 end
+  if resp.big_reply and not self.writer then
+    resp.big_reply = false
+    return self:flush_big(out, n)
+  end
   local data = n == 1 and out[1] or concat(out, "", 1, n)
   for i = 1, n do out[i] = nil end
   if self.writer then
@@ -47,6 +53,25 @@ function Client:flush(out, n)
   elseif not self.sock:send(data) then
     self.quit = true
   end
+  return 0
+end
+
+-- flush for replies holding a large value: each such value is sent on
+-- its own, as is (send would copy a table of pieces into one buffer),
+-- and the pieces between them joined. Yields.
+function Client:flush_big(out, n)
+  local from = 1
+  for i = 1, n + 1 do
+    local p = out[i]
+    if i > n or (type(p) == "string" and #p >= resp.BIG) then
+      if i > from and not self.quit and not self.sock:send(concat(out, "", from, i - 1)) then
+        self.quit = true
+      end
+      if i <= n and not self.quit and not self.sock:send(p) then self.quit = true end
+      from = i + 1
+    end
+  end
+  for i = 1, n do out[i] = nil end
   return 0
 end
 
@@ -112,50 +137,124 @@ local function unknown(argv, argc)
                          sub(argv[1], 1, 128), concat(args)))
 end
 
+-- Calls fn(k) for each key a write command changes (its key spec).
+local function each_key(cmd, argv, argc, fn)
+  if cmd.keys then return cmd.keys(argv, argc, fn) end
+  local last = cmd.last
+  if last < 0 then last = argc + last + 1 end
+  for i = cmd.first, last, cmd.step do fn(argv[i]) end
+end
+
+-- Before a write command runs while the log rewrite takes its snapshot,
+-- the keys it will change are recorded as they are now.
+local touch = snapshot.touch
+
 local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
   .. "PING / QUIT / RESET are allowed in this context"
 
 -- Runs one request and appends its reply; logs it if it changed data.
 -- buf[s, e) is its RESP text, logged as is when the command asks
--- (nil for inline requests, which are encoded instead). Returns the new
--- reply count.
+-- (nil for inline requests, which are encoded instead; false for one
+-- read in parts, logged as pieces). Returns the new reply count.
+local store = require "kv.store"
+local MULTI_REC, EXEC_REC = multi.MULTI_REC, multi.EXEC_REC
+
+-- Logs one record of c's command (a string, or an array of pieces):
+-- inside EXEC the transaction's MULTI record goes first, once.
+local function log_rec(c, rec)
+  if c.in_exec and not c.multi_logged then
+    c.multi_logged = true
+    aof.feed(MULTI_REC)
+  end
+  if type(rec) == "table" then aof.feed_parts(rec) else aof.feed(rec) end
+end
+
+-- The clients that WATCH a key a command changed see it changed.
+local changed = multi.changed
+
+-- Keyspace notifications for the keys a command changed.
+local notify = require "kv.notify"
+local notify_name
+local function notify_one(k) notify.changed(notify_name, k) end
+
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
   local cmd = commands[name]
   if not cmd then
     cmd = commands[lower(name)]
-    if not cmd then return put(out, n, unknown(argv, argc)) end
+    if not cmd then
+      if c.multi then return multi.queue(c, argv, argc, out, n, unknown(argv, argc)) end
+      return put(out, n, unknown(argv, argc))
+    end
   end
   local arity = cmd.arity
   if (arity > 0 and argc ~= arity) or argc < -arity then
-    return put(out, n, "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n")
+    local err = "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n"
+    if c.multi then return multi.queue(c, argv, argc, out, n, err) end
+    return put(out, n, err)
   end
   if c.nsubs > 0 and not cmd.pubsub then
     return put(out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
   end
+  if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n) end
   if cmd.write and R.write_error then return put(out, n, R.write_error) end
   stats.commands = stats.commands + 1
+  c.last_cmd = cmd.name
+  if cmd.write then
+    if snapshot.active() then
+      if cmd.all then snapshot.touch_all() else each_key(cmd, argv, argc, touch) end
+    end
+    if cmd.all and multi.watched > 0 then multi.changed_all(store.get) end
+  end
   n = cmd.fn(c, argv, argc, out, n)
   local prop = R.prop
   if prop then
     R.prop = nil
+    if multi.watched > 0 and not cmd.all then each_key(cmd, argv, argc, changed) end
+    if notify.on and not cmd.all then
+      notify_name = cmd.name
+      each_key(cmd, argv, argc, notify_one)
+    end
     if logging then
       if prop == true then
-        aof.feed(s and sub(buf, s, e - 1) or resp.encode(argv, argc))
+        if s then
+          log_rec(c, sub(buf, s, e - 1))
+        elseif s == false then
+          log_rec(c, resp.encode_parts(argv, argc))
+        else
+          log_rec(c, resp.encode(argv, argc))
+        end
       else
-        aof.feed(prop)
+        log_rec(c, prop)
       end
     end
   end
-  if R.any_ready then lists.serve() end
+  -- Serving a blocked client may feed another (BLMOVE into a watched list).
+  while R.any_ready do lists.serve() end
+  -- A large value dropped: collect now, or the heap stays as large until
+  -- the collector's pace gets round to it (a full cycle: O(heap), only
+  -- after 64 MiB or more of such values were dropped).
+  if store.freed >= 64 * 1024 * 1024 then
+    store.freed = 0
+    collectgarbage()
+  end
   local extra = R.extra
   if extra then
     R.extra = nil
     if logging then
-      for i = 1, #extra do aof.feed(extra[i]) end
+      for i = 1, #extra do log_rec(c, extra[i]) end
     end
   end
+  if R.log_exec_end then
+    R.log_exec_end = false
+    if logging then aof.feed(EXEC_REC) end
+  end
   return n
+end
+multi.dispatch = dispatch
+R.modified = function(k)
+  if snapshot.active() then touch(k) end
+  if multi.watched > 0 then changed(k) end
 end
 
 -- Runs a logged request at start: nil, or the error reply it gave.
@@ -177,20 +276,53 @@ end
 local function loop(c, sock)
   local argv, out, n = {}, {}, 0
   local buf, pos, len, need = "", 1, 0, nil
+  local partial = nil   -- { n, a }: a request whose argument a - 1 was read apart
+  local refused = nil   -- the error reply for it, if its value could not be kept
+  local idle_s = -1   -- the read timeout set, from R.config.timeout
   while not c.quit and not c.gone do
     local data, err
     local have = len - pos + 1
+    if idle_s ~= R.config.timeout then
+      -- CONFIG SET timeout: idle clients are closed (not subscribers).
+      idle_s = R.config.timeout
+      sock:settimeouts(FOREVER, M.SEND_TIMEOUT, idle_s > 0 and math.min(idle_s * 1000, FOREVER)
+                       or FOREVER)
+    end
     if need and need - have > M.READ_MAX then
       data, err = sock:receive(need - have)
     else
       data, err = sock:receiveany(M.READ_MAX)
     end
     if data then
+      c.last = cohost.monotonic()
+      if c.killed then break end
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
-      local seq = aof.seq
+      local own = aof.seq   -- raised below to the last record this batch logged
       while pos <= len do
-        local argc, nxt, inline = parse(buf, pos, len, argv)
+        local argc, nxt, x, bs, bl, bn
+        if partial then
+          argc, nxt, x, bs, bl, bn = parse_rest(buf, pos, len, argv, partial[1], partial[2], pos)
+        else
+          argc, nxt, x, bs, bl, bn = parse(buf, pos, len, argv)
+        end
+        local inline = argc and x
+        if argc == nil and x and bl >= BIG then
+          -- A large value: read apart; the request goes on after it.
+          local v, e = read_value(function(want) return sock:receive(want) end, sub(buf, bs, len), bl)
+          if v == false then
+            c.quit = true
+            break
+          end
+          argv[x] = v or ""
+          refused = refused or e
+          buf, pos, len = "", 1, 0
+          if x < bn then
+            partial = { bn, x + 1 }
+            break
+          end
+          argc, nxt = bn, 1
+        end
         if not argc then
           if argc == false then
             out[n + 1] = resp.err("ERR " .. nxt)
@@ -202,7 +334,21 @@ local function loop(c, sock)
           break
         end
         if argc > 0 then
-          n = dispatch(c, argv, argc, out, n, buf, not inline and pos or nil, nxt)
+          if refused then
+            n = put(out, n, refused)
+          else
+            -- A request read in parts is logged from its arguments (false).
+            local s = not inline and pos or nil
+            if partial or bl then s = false end
+            local before = aof.seq
+            n = dispatch(c, argv, argc, out, n, buf, s, nxt)
+            if aof.seq > before then own = aof.seq end
+          end
+          if partial or refused or bl then
+            -- Let the large value go (argv would hold it until reused).
+            partial, refused = nil, nil
+            for i = 1, argc do argv[i] = nil end
+          end
           if c.pending then
             -- Input that came while a blocking command waited.
             buf = sub(buf, nxt) .. c.pending
@@ -213,20 +359,48 @@ local function loop(c, sock)
         pos = nxt
         if c.quit or c.gone then break end
       end
+      -- No reply goes out before every record logged so far is written
+      -- (and synced with always), its own and others': a reader must not
+      -- see a value a crash could still take back (Redis sends replies
+      -- after its beforeSleep has written the AOF, the same rule). While
+      -- the log cannot be written (MISCONF, retried every second) only a
+      -- client's own records hold its replies, so reads go on.
       if n > 0 then
-        if aof.seq > seq and logging then aof.wait(aof.seq, c.aof_sema or c:make_aof_sema()) end
+        if logging then
+          local upto = R.write_error and own or aof.seq
+          if upto > aof.durable() then aof.wait(upto, c.aof_sema or c:make_aof_sema()) end
+        end
         n = c:flush(out, n)
       end
     elseif err ~= "timeout" then
       break
+    elseif idle_s > 0 and c.nsubs == 0 and cohost.monotonic() - c.last >= idle_s then
+      break   -- idle past CONFIG's timeout, as Redis's clientsCronHandleTimeout
     end
+    if c.killed then break end
   end
+end
+
+-- Lets the other clients run in the middle of a long command (KEYS):
+-- c.pause of a connection's client. Yields.
+local function pause()
+  stats.paused = stats.paused + 1
+  cohost.sleep(0)
+  stats.paused = stats.paused - 1
 end
 
 local function serve(sock, peer)
   sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
   sock:setoption("tcp-nodelay", true)
+  if R.config.maxclients > 0 and stats.clients >= R.config.maxclients then
+    sock:send("-ERR max number of clients reached\r\n")
+    return
+  end
   local c = new_client(sock, peer)
+  c.pause = pause
+  c.since = cohost.monotonic()
+  c.last = c.since
+  R.clients[c.id] = c
   stats.clients = stats.clients + 1
   stats.connections = stats.connections + 1
   -- The cleanup runs whatever ended the loop (a bug, or "cancelled" at
@@ -234,8 +408,10 @@ local function serve(sock, peer)
   -- goes on to be logged.
   local ok, err = pcall(loop, c, sock)
   c.gone = true
+  R.clients[c.id] = nil
   stats.clients = stats.clients - 1
   pubsub.forget(c)
+  multi.forget(c)
   if c.writer then
     stats.pubsub_clients = stats.pubsub_clients - 1
     c.qsema:post()

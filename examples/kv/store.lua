@@ -25,6 +25,9 @@ local nkeys = 0
 local ekeys, eidx, nexp = {}, {}, 0   -- keys with a deadline, for sampling
 
 M.hits, M.misses, M.expired = 0, 0, 0
+M.on_expired = function() end   -- called with each key expiry deletes (notify.lua)
+M.freed = 0   -- bytes of large strings dropped since the last full collection
+local BIG_FREE = 1024 * 1024
 
 -- Unix time in ms (a float; comparisons only).
 local function now_ms()
@@ -82,6 +85,8 @@ end
 
 -- Deletes k (it must exist). Returns true.
 local function delete(k)
+  local v = data[k]
+  if type(v) == "string" and #v >= BIG_FREE then M.freed = M.freed + #v end
   data[k] = nil
   nkeys = nkeys - 1
   drop_slot(k)
@@ -97,6 +102,7 @@ local function get(k)
   if e and e <= now_ms() then
     delete(k)
     M.expired = M.expired + 1
+    M.on_expired(k)
     return nil
   end
   return v
@@ -113,7 +119,9 @@ end
 -- Stores v at k; keep_ttl keeps an existing deadline (else it is dropped,
 -- as SET does).
 function M.set(k, v, keep_ttl)
-  if data[k] == nil then
+  local old = data[k]
+  if type(old) == "string" and #old >= BIG_FREE then M.freed = M.freed + #old end
+  if old == nil then
     nkeys = nkeys + 1
     add_slot(k)
   elseif expires[k] and not keep_ttl then
@@ -195,6 +203,7 @@ function M.sweep(budget_ms)
       if expires[k] <= t then
         delete(k)
         hit = hit + 1
+        M.on_expired(k)
       end
     end
     deleted = deleted + hit
@@ -203,92 +212,140 @@ function M.sweep(budget_ms)
   return deleted
 end
 
--- -- Iteration ------------------------------------------------------------
+-- -- Glob patterns ----------------------------------------------------------
 
--- Glob patterns as Redis's stringmatchlen (* ? [set] [^set] [a-z] \x),
--- translated to anchored Lua patterns once and cached.
+-- Redis's glob syntax (stringmatchlen: * ? [set] [^set] [a-z] \x), compiled
+-- once into tokens and matched by the linear wildcard algorithm: every
+-- token but "*" matches exactly one byte, so on a mismatch only the last
+-- "*" needs to take one more byte (one backtrack point), never the earlier
+-- ones. O(#pattern * #string) at worst, where Redis's recursive matcher
+-- (and the Lua pattern this replaced) was exponential in the stars:
+-- "a*a*a*...b" against forty a's ran for 20 s.
+local STAR, ANY = -2, -1    -- tokens; a byte is its code, a set a table
+local byte = string.byte
+
+-- The tokens of glob, read as stringmatchlen reads it, byte by byte:
+-- a "[" set runs to "]" or the end of the pattern, "\x" inside or outside
+-- a set is x, "a-z" is a range (either way round), "[^...]" negates.
+local function compile(glob)
+  local toks, nt, i, n = {}, 0, 1, #glob
+  while i <= n do
+    local c = byte(glob, i)
+    if c == 42 then                                  -- '*'
+      if toks[nt] ~= STAR then nt = nt + 1; toks[nt] = STAR end
+    elseif c == 63 then                              -- '?'
+      nt = nt + 1; toks[nt] = ANY
+    elseif c == 91 then                              -- '['
+      i = i + 1
+      local set = { neg = byte(glob, i) == 94 }
+      if set.neg then i = i + 1 end
+      while true do
+        local d = byte(glob, i)
+        if i > n then i = i - 1; break               -- unclosed: ends here
+        elseif d == 92 and i < n then i = i + 1; set[byte(glob, i)] = true
+        elseif d == 93 then break
+        elseif i + 2 <= n and byte(glob, i + 1) == 45 then
+          local a, b = d, byte(glob, i + 2)
+          if a > b then a, b = b, a end
+          for x = a, b do set[x] = true end
+          i = i + 2
+        else set[d] = true end
+        i = i + 1
+      end
+      nt = nt + 1; toks[nt] = set
+    elseif c == 92 and i < n then                    -- '\x'
+      i = i + 1
+      nt = nt + 1; toks[nt] = byte(glob, i)
+    else
+      nt = nt + 1; toks[nt] = c
+    end
+    i = i + 1
+  end
+  return toks, nt
+end
+
+local function tok_match(t, c)
+  if t == ANY then return true end
+  if type(t) == "number" then return t == c end
+  return (t[c] == true) ~= t.neg
+end
+
+-- Whether s matches the compiled glob (toks, nt).
+local function run(toks, nt, s)
+  local n = #s
+  -- stringmatchlen's loop never starts on an empty string: "" matches
+  -- only the empty pattern (KEYS and SCAN treat "*" apart).
+  if n == 0 then return nt == 0 end
+  local si, ti = 1, 1
+  local star, mark = nil, 0   -- the last "*" seen, the byte it took up to
+  while si <= n do
+    local t = toks[ti]
+    if t == STAR then
+      star, mark = ti, si
+      ti = ti + 1
+    elseif ti <= nt and tok_match(t, byte(s, si)) then
+      si, ti = si + 1, ti + 1
+    elseif star then
+      mark = mark + 1
+      si, ti = mark, star + 1
+    else
+      return false
+    end
+  end
+  while toks[ti] == STAR do ti = ti + 1 end
+  return ti > nt
+end
+
 local glob_cache, glob_cached = {}, 0
-
--- One character, safe inside a Lua pattern or set.
-local function esc(ch)
-  if ch == "\0" then return "%z" end
-  return ch:match("%w") and ch or "%" .. ch
-end
-
--- The Lua set for a glob's [set] starting after the "[" at i; returns it
--- and the position of the closing "]" (or the end: Redis treats an
--- unclosed set as closed there).
-local function glob_set(glob, i, n)
-  local neg = glob:sub(i, i) == "^"
-  if neg then i = i + 1 end
-  local items = {}
-  while i <= n do
-    local c = glob:sub(i, i)
-    if c == "]" then break end
-    if c == "\\" and i < n then
-      i = i + 1
-      items[#items + 1] = esc(glob:sub(i, i))
-    elseif glob:sub(i + 1, i + 1) == "-" and i + 2 <= n then
-      local a, b = c:byte(), glob:byte(i + 2)
-      if a > b then a, b = b, a end   -- Redis takes [z-a] as [a-z]
-      for x = a, b do items[#items + 1] = esc(string.char(x)) end
-      i = i + 2
-    else
-      items[#items + 1] = esc(c)
-    end
-    i = i + 1
-  end
-  if #items == 0 then
-    return neg and "." or "[^%z\1-\255]", i   -- [] matches no character
-  end
-  return "[" .. (neg and "^" or "") .. table.concat(items) .. "]", i
-end
-
-local function glob_to_pattern(glob)
-  local out, i, n = { "^" }, 1, #glob
-  while i <= n do
-    local c = glob:sub(i, i)
-    if c == "*" then
-      out[#out + 1] = ".*"
-    elseif c == "?" then
-      out[#out + 1] = "."
-    elseif c == "[" then
-      out[#out + 1], i = glob_set(glob, i + 1, n)
-    elseif c == "\\" and i < n then
-      i = i + 1
-      out[#out + 1] = esc(glob:sub(i, i))
-    else
-      out[#out + 1] = esc(c)
-    end
-    i = i + 1
-  end
-  out[#out + 1] = "$"
-  return table.concat(out)
-end
 
 -- A matcher for glob: a function(s) -> boolean. "*" matches everything.
 function M.matcher(glob)
   if glob == "*" then return function() return true end end
-  local p = glob_cache[glob]
-  if not p then
-    p = glob_to_pattern(glob)
+  local m = glob_cache[glob]
+  if not m then
+    local toks, nt = compile(glob)
+    m = function(s) return run(toks, nt, s) end
     if glob_cached > 1000 then glob_cache, glob_cached = {}, 0 end
-    glob_cache[glob] = p
+    glob_cache[glob] = m
     glob_cached = glob_cached + 1
   end
-  local find = string.find
-  return function(s) return find(s, p) ~= nil end
+  return m
 end
 
--- Every live key matching glob, as an array. O(keys).
-function M.keys(glob)
+-- -- Iteration ------------------------------------------------------------
+
+M.KEYS_SLICE = 4096   -- slots KEYS looks at between yields
+
+-- Every live key matching glob, as an array. O(keys). With pause (a
+-- function that yields), it is called every KEYS_SLICE slots so other
+-- clients are served during a long KEYS; keys added or deleted meanwhile
+-- may or may not be listed (as with SCAN), none is listed twice.
+function M.keys(glob, pause)
   local match = M.matcher(glob)
-  local t, n, now = {}, 0, now_ms()
-  for k in pairs(data) do
-    local e = expires[k]
-    if (not e or e > now) and match(k) then
-      n = n + 1
-      t[n] = k
+  local t, n = {}, 0
+  local seen          -- keys listed, once a pause let others in
+  local s = 1
+  while s <= nslots do
+    local stop = s + M.KEYS_SLICE
+    local now = now_ms()
+    while s < stop and s <= nslots do
+      local k = slots[s]
+      if k then
+        local e = expires[k]
+        if (not e or e > now) and match(k) and not (seen and seen[k]) then
+          n = n + 1
+          t[n] = k
+          if seen then seen[k] = true end
+        end
+      end
+      s = s + 1
+    end
+    if s <= nslots and pause then
+      if not seen then
+        seen = {}
+        for i = 1, n do seen[t[i]] = true end
+      end
+      pause()
     end
   end
   return t, n
@@ -296,12 +353,18 @@ end
 
 -- One SCAN step from cursor (a slot number, 0 to start): visits about
 -- count slots, returns the next cursor (0 when done) and the live keys
--- seen that pass the filter (a function or nil).
-function M.scan(cursor, count, filter)
+-- seen that pass the filter (a function or nil). With pause, a large
+-- COUNT lets other clients run every KEYS_SLICE slots (slots do not move,
+-- so the step stays a SCAN step).
+function M.scan(cursor, count, filter, pause)
   local t, n, now = {}, 0, now_ms()
   local s = cursor + 1
   local stop = s + count
   while s < stop and s <= nslots do
+    if pause and (s - cursor) % M.KEYS_SLICE == 0 then
+      pause()
+      now = now_ms()
+    end
     local k = slots[s]
     if k then
       local e = expires[k]
@@ -314,6 +377,16 @@ function M.scan(cursor, count, filter)
   end
   if s > nslots then s = 1 end
   return s - 1, t, n
+end
+
+-- The number of slots and the key in slot s (or false/nil): for walks
+-- that yield (the log rewrite), as a key keeps its slot for life.
+function M.slot_count()
+  return nslots
+end
+
+function M.slot_key(s)
+  return slots[s]
 end
 
 -- Calls fn(k, v, deadline or nil) for every live key. O(keys); fn must

@@ -11,7 +11,7 @@ local reg = R.register
 local get, set, read = store.get, store.set, store.read
 local bulk, int = resp.bulk, resp.int
 local OK, NULL, WRONGTYPE, NOT_INT, SYNTAX = resp.OK, resp.NULL, resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
-local lower, ceil, floor = string.lower, math.ceil, math.floor
+local lower, floor, format = string.lower, math.floor, string.format
 local type, tonumber = type, tonumber
 local parse_int = ints.parse
 
@@ -29,6 +29,30 @@ local function num_arg(s)
   return tonumber(v)
 end
 M.num_arg = num_arg
+
+local SECONDS_MAX, SECONDS_MIN = 9223372036854775LL, -9223372036854775LL   -- LLONG_MAX/MIN / 1000
+
+-- The deadline (Unix ms, exact: a number or an int64) that expiry
+-- argument s asks for, checked as Redis 7.0 does (getExpireMillisecondsOrReply,
+-- expireGenericCommand): in seconds (scale 1000) or ms, relative to now
+-- or absolute; positive: SET's rule that it must be above 0. Returns it,
+-- or nil and the error reply. Nothing out of int64 gets through: a
+-- deadline is logged as its exact text, and must load again.
+local function deadline_arg(s, name, scale, relative, positive)
+  local v = parse_int(s)
+  if v == nil then return nil, NOT_INT end
+  if positive and v <= 0 then return nil, invalid_expire(name) end
+  if scale == 1000 then
+    if v > SECONDS_MAX or v < SECONDS_MIN then return nil, invalid_expire(name) end
+    v = ints.mul(v, 1000)
+  end
+  if relative then
+    v = ints.add(v, floor(store.now_ms()))
+    if v == nil then return nil, invalid_expire(name) end
+  end
+  return v
+end
+M.deadline_arg = deadline_arg
 
 -- -- Strings ---------------------------------------------------------------
 
@@ -62,13 +86,10 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   local deadline
   if unit then
-    local v = num_arg(when)
-    if not v then return put(out, n, NOT_INT) end
-    if v <= 0 then return put(out, n, invalid_expire("set")) end
-    if unit == "ex" then deadline = store.now_ms() + v * 1000
-    elseif unit == "px" then deadline = store.now_ms() + v
-    elseif unit == "exat" then deadline = v * 1000
-    else deadline = v end
+    local err
+    deadline, err = deadline_arg(when, "set", (unit == "ex" or unit == "exat") and 1000 or 1,
+                                 unit == "ex" or unit == "px", true)
+    if not deadline then return put(out, n, err) end
   end
   local k = argv[2]
   local old = get(k)
@@ -79,8 +100,8 @@ reg("set", -3, function(_, argv, argc, out, n)
   end
   set(k, argv[3], keep)
   if deadline then
-    store.expire_at(k, deadline)
-    R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(floor(deadline)) }, 5)
+    store.expire_at(k, tonumber(deadline))
+    R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(deadline) }, 5)
   else
     R.prop = true
   end
@@ -101,14 +122,12 @@ end, { write = true })
 -- SETEX key seconds value, PSETEX key ms value.
 local function setex(name, scale)
   return function(_, argv, _, out, n)
-    local v = num_arg(argv[3])
-    if not v then return put(out, n, NOT_INT) end
-    if v <= 0 then return put(out, n, invalid_expire(name)) end
+    local deadline, err = deadline_arg(argv[3], name, scale, true, true)
+    if not deadline then return put(out, n, err) end
     local k = argv[2]
-    local deadline = store.now_ms() + v * scale
     set(k, argv[4])
-    store.expire_at(k, deadline)
-    R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(floor(deadline)) }, 5)
+    store.expire_at(k, tonumber(deadline))
+    R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(deadline) }, 5)
     return put(out, n, OK)
   end
 end
@@ -157,7 +176,7 @@ reg("mset", -3, function(_, argv, argc, out, n)
   for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
   R.prop = true
   return put(out, n, OK)
-end, { write = true })
+end, { write = true, last = -1, step = 2 })
 
 -- INCR, INCRBY, DECR, DECRBY. by: a fixed step, or nil to read argv[3]
 -- (negated for DECRBY).
@@ -231,6 +250,155 @@ reg("strlen", 2, function(_, argv, _, out, n)
   return put(out, n, int(v and #tostring(v) or 0))
 end)
 
+-- GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]
+reg("getex", -2, function(_, argv, argc, out, n)
+  local unit, when, persist
+  local j = 3
+  while j <= argc do
+    local o = lower(argv[j])
+    if o == "persist" and not unit and not persist then
+      persist = true
+    elseif (o == "ex" or o == "px" or o == "exat" or o == "pxat") and not unit and not persist
+        and j < argc then
+      unit, when = o, argv[j + 1]
+      j = j + 1
+    else
+      return put(out, n, SYNTAX)
+    end
+    j = j + 1
+  end
+  local deadline
+  if unit then
+    local err
+    deadline, err = deadline_arg(when, "getex", (unit == "ex" or unit == "exat") and 1000 or 1,
+                                 unit == "ex" or unit == "px", true)
+    if not deadline then return put(out, n, err) end
+  end
+  local k = argv[2]
+  local v = read(k)
+  if v == nil then return put(out, n, NULL) end
+  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  if deadline then
+    if tonumber(deadline) <= store.now_ms() then
+      store.del(k)
+      R.prop = resp.encode({ "DEL", k }, 2)
+    else
+      store.expire_at(k, tonumber(deadline))
+      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(deadline) }, 3)
+    end
+  elseif persist and store.persist(k) then
+    R.prop = resp.encode({ "PERSIST", k }, 2)
+  end
+  return bulk(out, n, v)
+end, { write = true })
+
+-- A float as Redis's string2ld takes it (no blanks, not NaN), or nil.
+local function float_arg(s)
+  if s == "" or s:find("%s") or #s > 5000 then return nil end
+  local v = tonumber(s)
+  if v == nil then
+    local l = lower(s)
+    if l == "inf" or l == "+inf" or l == "infinity" then return math.huge end
+    if l == "-inf" or l == "-infinity" then return -math.huge end
+    return nil
+  end
+  if v ~= v then return nil end
+  return v
+end
+M.float_arg = float_arg
+
+-- A float result as Redis prints INCRBYFLOAT's (fixed notation, no
+-- trailing zeros). Redis computes in long double; kv in double, printed
+-- with the fewest digits (15 to 17) that read back the same.
+local function float_str(v)
+  local s
+  for p = 15, 17 do
+    s = format("%." .. p .. "g", v)
+    if tonumber(s) == v then break end
+  end
+  if s:find("e") then
+    s = format("%.17f", v):gsub("0+$", ""):gsub("%.$", "")
+  end
+  return s
+end
+M.float_str = float_str
+
+-- INCRBYFLOAT key increment: logged as SET key result KEEPTTL, as Redis.
+reg("incrbyfloat", 3, function(_, argv, _, out, n)
+  local by = float_arg(argv[3])
+  if not by then return put(out, n, "-ERR value is not a valid float\r\n") end
+  local k = argv[2]
+  local v = get(k)
+  local cur = 0
+  if v ~= nil then
+    if type(v) == "table" then return put(out, n, WRONGTYPE) end
+    cur = type(v) == "number" and v or float_arg(v)
+    if not cur then return put(out, n, "-ERR value is not a valid float\r\n") end
+  end
+  local r = cur + by
+  if r ~= r or r == math.huge or r == -math.huge then
+    return put(out, n, "-ERR increment would produce NaN or Infinity\r\n")
+  end
+  local s = float_str(r)
+  set(k, s, true)
+  R.prop = resp.encode({ "SET", k, s, "KEEPTTL" }, 4)
+  return bulk(out, n, s)
+end, { write = true })
+
+-- SETRANGE key offset value
+reg("setrange", 4, function(_, argv, _, out, n)
+  local off = parse_int(argv[3])
+  if off == nil then return put(out, n, NOT_INT) end
+  if off < 0 then return put(out, n, "-ERR offset is out of range\r\n") end
+  local k, piece = argv[2], argv[4]
+  local v = get(k)
+  if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = v and tostring(v) or nil
+  if #piece == 0 then return put(out, n, int(v and #v or 0)) end
+  if off + #piece > resp.MAX_BULK then
+    return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
+  end
+  off = tonumber(off)
+  local old = v or ""
+  if #old < off then old = old .. string.rep("\0", off - #old) end
+  local new = old:sub(1, off) .. piece .. old:sub(off + #piece + 1)
+  if v == nil then set(k, new) else store.replace(k, new) end
+  R.prop = true
+  return put(out, n, int(#new))
+end, { write = true })
+
+-- GETRANGE key start end (Redis's clamping of negative indexes).
+reg("getrange", 4, function(_, argv, _, out, n)
+  local s, e = parse_int(argv[3]), parse_int(argv[4])
+  if s == nil or e == nil then return put(out, n, NOT_INT) end
+  local v = get(argv[2])
+  if v == nil then return bulk(out, n, "") end
+  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = tostring(v)
+  local len = #v
+  s, e = tonumber(s), tonumber(e)
+  if s < 0 and e < 0 and s > e then return bulk(out, n, "") end
+  if s < 0 then s = len + s end
+  if e < 0 then e = len + e end
+  if s < 0 then s = 0 end
+  if e < 0 then e = 0 end
+  if e >= len then e = len - 1 end
+  if s > e or len == 0 then return bulk(out, n, "") end
+  return bulk(out, n, v:sub(s + 1, e + 1))
+end)
+
+reg("msetnx", -3, function(_, argv, argc, out, n)
+  if argc % 2 == 0 then
+    return put(out, n, "-ERR wrong number of arguments for 'msetnx' command\r\n")
+  end
+  for i = 2, argc, 2 do
+    if get(argv[i]) ~= nil then return put(out, n, resp.ZERO) end
+  end
+  for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
+  R.prop = true
+  return put(out, n, resp.ONE)
+end, { write = true, last = -1, step = 2 })
+
 -- -- Keys ------------------------------------------------------------------
 
 local function del(_, argv, argc, out, n)
@@ -241,8 +409,8 @@ local function del(_, argv, argc, out, n)
   if count > 0 then R.prop = true end
   return put(out, n, int(count))
 end
-reg("del", -2, del, { write = true })
-reg("unlink", -2, del, { write = true })
+reg("del", -2, del, { write = true, last = -1 })
+reg("unlink", -2, del, { write = true, last = -1 })
 
 reg("exists", -2, function(_, argv, argc, out, n)
   local count = 0
@@ -275,8 +443,69 @@ local function flushall(_, argv, argc, out, n)
   R.prop = true
   return put(out, n, OK)
 end
-reg("flushall", -1, flushall, { write = true })
-reg("flushdb", -1, flushall, { write = true })
+reg("flushall", -1, flushall, { write = true, all = true })
+reg("flushdb", -1, flushall, { write = true, all = true })
+
+-- Moves src's value and deadline to dst (replacing it).
+local function move(src, dst)
+  local v, d = get(src), store.deadline(src)
+  store.del(src)
+  store.del(dst)
+  set(dst, v)
+  if d then store.expire_at(dst, d) end
+end
+
+-- RENAME src dst, RENAMENX src dst.
+local function rename(nx)
+  return function(_, argv, _, out, n)
+    local src, dst = argv[2], argv[3]
+    if get(src) == nil then return put(out, n, "-ERR no such key\r\n") end
+    if src == dst then return put(out, n, nx and resp.ZERO or OK) end
+    if nx and get(dst) ~= nil then return put(out, n, resp.ZERO) end
+    move(src, dst)
+    R.prop = true
+    return put(out, n, nx and resp.ONE or OK)
+  end
+end
+reg("rename", 3, rename(false), { write = true, last = 3 })
+reg("renamenx", 3, rename(true), { write = true, last = 3 })
+
+-- COPY source destination [DB 0] [REPLACE]: collections are copied
+-- through their kind's copier (R.copiers).
+reg("copy", -3, function(_, argv, argc, out, n)
+  local replace = false
+  local j = 4
+  while j <= argc do
+    local o = lower(argv[j])
+    if o == "replace" then
+      replace = true
+    elseif o == "db" and j < argc then
+      local db = parse_int(argv[j + 1])
+      if db == nil then return put(out, n, NOT_INT) end
+      if db ~= 0 then return put(out, n, "-ERR DB index is out of range\r\n") end
+      j = j + 1
+    else
+      return put(out, n, SYNTAX)
+    end
+    j = j + 1
+  end
+  local src, dst = argv[2], argv[3]
+  if src == dst then
+    return put(out, n, "-ERR source and destination objects are the same\r\n")
+  end
+  local v = get(src)
+  if v == nil then return put(out, n, resp.ZERO) end
+  if get(dst) ~= nil then
+    if not replace then return put(out, n, resp.ZERO) end
+    store.del(dst)
+  end
+  if type(v) == "table" then v = R.copiers[v.kind](v) end
+  set(dst, v)
+  local d = store.deadline(src)
+  if d then store.expire_at(dst, d) end
+  R.prop = true
+  return put(out, n, resp.ONE)
+end, { write = true, last = 3 })
 
 -- -- Expiry ----------------------------------------------------------------
 
@@ -301,11 +530,9 @@ local function expire(name, scale, absolute)
     if gt and lt then
       return put(out, n, "-ERR GT and LT options at the same time are not compatible\r\n")
     end
-    local v = num_arg(argv[3])
-    if not v then return put(out, n, NOT_INT) end
-    if v * scale > 9.2e18 or v * scale < -9.2e18 then return put(out, n, invalid_expire(name)) end
-    local when = v * scale
-    if not absolute then when = when + store.now_ms() end
+    local exact, err = deadline_arg(argv[3], name, scale, not absolute, false)
+    if not exact then return put(out, n, err) end
+    local when = tonumber(exact)
     local k = argv[2]
     if get(k) == nil then return put(out, n, resp.ZERO) end
     local cur = store.deadline(k)
@@ -318,7 +545,7 @@ local function expire(name, scale, absolute)
       R.prop = resp.encode({ "DEL", k }, 2)
     else
       store.expire_at(k, when)
-      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(floor(when)) }, 3)
+      R.prop = resp.encode({ "PEXPIREAT", k, ints.str(exact) }, 3)
     end
     return put(out, n, resp.ONE)
   end
@@ -344,6 +571,20 @@ end
 reg("ttl", 2, ttl(false))
 reg("pttl", 2, ttl(true))
 
+-- EXPIRETIME and PEXPIRETIME: the absolute deadline, -1 without one, -2
+-- for a missing key.
+local function expiretime(ms)
+  return function(_, argv, _, out, n)
+    local k = argv[2]
+    if get(k) == nil then return put(out, n, int(-2)) end
+    local d = store.deadline(k)
+    if not d then return put(out, n, int(-1)) end
+    return put(out, n, ":" .. ints.str(ms and d or floor(d / 1000)) .. "\r\n")
+  end
+end
+reg("expiretime", 2, expiretime(false))
+reg("pexpiretime", 2, expiretime(true))
+
 reg("persist", 2, function(_, argv, _, out, n)
   local k = argv[2]
   if get(k) ~= nil and store.persist(k) then
@@ -366,13 +607,13 @@ local function bulk_array(out, n, list, count)
 end
 M.bulk_array = bulk_array
 
-reg("keys", 2, function(_, argv, _, out, n)
-  local list, count = store.keys(argv[2])
+reg("keys", 2, function(c, argv, _, out, n)
+  local list, count = store.keys(argv[2], c.pause)
   return bulk_array(out, n, list, count)
 end)
 
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
-reg("scan", -2, function(_, argv, argc, out, n)
+reg("scan", -2, function(c, argv, argc, out, n)
   local cur = argv[2]
   if not cur:find("^%d+$") or #cur > 15 then return put(out, n, "-ERR invalid cursor\r\n") end
   local count, match, kind = 10, nil, nil
@@ -400,7 +641,7 @@ reg("scan", -2, function(_, argv, argc, out, n)
       return (not m or m(k)) and (not kind or store.type_of(v) == kind)
     end
   end
-  local nextc, list, found = store.scan(tonumber(cur), count, filter)
+  local nextc, list, found = store.scan(tonumber(cur), count, filter, c.pause)
   out[n + 1] = "*2\r\n"
   n = bulk(out, n + 1, tostring(nextc))
   return bulk_array(out, n, list, found)

@@ -14,7 +14,7 @@
 # server CPU time per request (utime + stime from /proc, which a busy
 # machine disturbs less than ops/s).
 #
-# Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop),
+# Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop,sadd,zadd,hset),
 # SERVER_CPU and CLIENT_CPU (default 0 and 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/../.."
 BENCH_TAG=kv_bench
 N=${N:-200000}
 ROUNDS=${ROUNDS:-3}
-TESTS=${TESTS:-set,get,incr,lpush,lpop}
+TESTS=${TESTS:-set,get,incr,lpush,lpop,sadd,zadd,hset}
 SRV_CPU=${SERVER_CPU:-0}
 CLI_CPU=${CLIENT_CPU:-1}
 

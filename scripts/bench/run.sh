@@ -46,7 +46,7 @@
 #                        and 1000)
 #   BENCH_SECTIONS="..." sections to run, in order, separated by spaces or
 #                        commas (default: switch spawn echo idle http
-#                        idle_http prio)
+#                        idle_http prio kv)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default "lua lua_uring
@@ -102,7 +102,7 @@ rm -f "$LOGS"/*.log
 base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio"}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio kv"}
 COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
 ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order

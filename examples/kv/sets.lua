@@ -1,0 +1,368 @@
+-- Sets: SADD, SREM, SMEMBERS, SISMEMBER, SMISMEMBER, SCARD, SPOP,
+-- SRANDMEMBER, SINTER, SUNION, SDIFF and their STORE forms, SINTERCARD,
+-- SMOVE, SSCAN. Replies and error texts are Redis 7.0's (t_set.c).
+--
+-- A set is { kind = "set", n, a = { member, ... }, i = { member = index } }:
+-- the members in an array, so SPOP and SRANDMEMBER pick one in O(1), and
+-- an index for membership; a removal moves the last member into the
+-- hole. An emptied set is deleted. SPOP is random, so it is logged as the
+-- SREM of what it took (as Redis propagates it).
+local R = require "kv.registry"
+local resp = require "kv.resp"
+local put = resp.put
+local store = require "kv.store"
+local strings = require "kv.strings"
+
+local reg = R.register
+local get, set = store.get, store.set
+local bulk, int = resp.bulk, resp.int
+local WRONGTYPE, NOT_INT = resp.WRONGTYPE, resp.NOT_INT
+local type, random, lower = type, math.random, string.lower
+local bulk_array = strings.bulk_array
+local parse_int = require("kv.ints").parse
+
+local M = {}
+
+local function new_set()
+  return { kind = "set", n = 0, a = {}, i = {} }
+end
+
+-- The set at k: the set, false for a missing key, nil for another type.
+local function set_at(k)
+  local v = get(k)
+  if v == nil then return false end
+  if type(v) ~= "table" or v.kind ~= "set" then return nil end
+  return v
+end
+M.set_at = set_at
+
+local function add(s, m)
+  if s.i[m] then return false end
+  local n = s.n + 1
+  s.n = n
+  s.a[n] = m
+  s.i[m] = n
+  return true
+end
+
+local function remove(s, m)
+  local at = s.i[m]
+  if not at then return false end
+  local n = s.n
+  local last = s.a[n]
+  s.a[at] = last
+  s.i[last] = at
+  s.a[n] = nil
+  s.i[m] = nil
+  s.n = n - 1
+  return true
+end
+
+R.dumpers.set = function(s)
+  local t = {}
+  for j = 1, s.n do t[j] = s.a[j] end
+  return "SADD", t, s.n, 1
+end
+
+R.copiers.set = function(s)
+  local c = new_set()
+  for j = 1, s.n do add(c, s.a[j]) end
+  return c
+end
+
+reg("sadd", -3, function(_, argv, argc, out, n)
+  local k = argv[2]
+  local s = set_at(k)
+  if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then
+    s = new_set()
+    set(k, s)
+  end
+  local added = 0
+  for j = 3, argc do
+    if add(s, argv[j]) then added = added + 1 end
+  end
+  if added > 0 then R.prop = true end
+  return put(out, n, int(added))
+end, { write = true })
+
+reg("srem", -3, function(_, argv, argc, out, n)
+  local k = argv[2]
+  local s = set_at(k)
+  if s == nil then return put(out, n, WRONGTYPE) end
+  local removed = 0
+  if s then
+    for j = 3, argc do
+      if remove(s, argv[j]) then removed = removed + 1 end
+    end
+    if s.n == 0 then store.del(k) end
+  end
+  if removed > 0 then R.prop = true end
+  return put(out, n, int(removed))
+end, { write = true })
+
+reg("smembers", 2, function(_, argv, _, out, n)
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then return put(out, n, resp.EMPTY_ARRAY) end
+  return bulk_array(out, n, s.a, s.n)
+end)
+
+reg("sismember", 3, function(_, argv, _, out, n)
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  return put(out, n, (s and s.i[argv[3]]) and resp.ONE or resp.ZERO)
+end)
+
+reg("smismember", -3, function(_, argv, argc, out, n)
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  n = put(out, n, resp.array_head(argc - 2))
+  for j = 3, argc do n = put(out, n, (s and s.i[argv[j]]) and resp.ONE or resp.ZERO) end
+  return n
+end)
+
+reg("scard", 2, function(_, argv, _, out, n)
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  return put(out, n, int(s and s.n or 0))
+end)
+
+-- SPOP key [count]
+reg("spop", -2, function(_, argv, argc, out, n)
+  if argc > 3 then return put(out, n, resp.SYNTAX) end
+  local count
+  if argc == 3 then
+    count = parse_int(argv[3])
+    if count == nil or count < 0 then
+      return put(out, n, "-ERR value is out of range, must be positive\r\n")
+    end
+  end
+  local k = argv[2]
+  local s = set_at(k)
+  if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then return put(out, n, count and resp.EMPTY_ARRAY or resp.NULL) end
+  local taken, t = count or 1, {}
+  if taken > s.n then taken = s.n end
+  for j = 1, taken do
+    local m = s.a[random(s.n)]
+    remove(s, m)
+    t[j] = m
+  end
+  if s.n == 0 then store.del(k) end
+  if taken > 0 then
+    local rec = { "SREM", k }
+    for j = 1, taken do rec[j + 2] = t[j] end
+    R.prop = resp.encode(rec, taken + 2)
+  end
+  if not count then return bulk(out, n, t[1]) end
+  return bulk_array(out, n, t, taken)
+end, { write = true })
+
+-- SRANDMEMBER key [count]: count > 0 distinct members, < 0 with repeats.
+reg("srandmember", -2, function(_, argv, argc, out, n)
+  if argc > 3 then return put(out, n, resp.SYNTAX) end
+  local count
+  if argc == 3 then
+    count = parse_int(argv[3])
+    if count == nil then return put(out, n, NOT_INT) end
+    count = tonumber(count)
+  end
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then return put(out, n, count and resp.EMPTY_ARRAY or resp.NULL) end
+  if not count then return bulk(out, n, s.a[random(s.n)]) end
+  local t, m = {}, 0
+  if count < 0 then
+    for j = 1, -count do t[j] = s.a[random(s.n)] end
+    m = -count
+  elseif count >= s.n then
+    for j = 1, s.n do t[j] = s.a[j] end
+    m = s.n
+  else
+    -- A partial Fisher-Yates shuffle on a copy of the indexes' order.
+    local picked = {}
+    for j = 1, count do
+      local r = random(j, s.n)
+      local a, b = picked[j] or s.a[j], picked[r] or s.a[r]
+      picked[j], picked[r] = b, a
+      t[j] = b
+    end
+    m = count
+  end
+  return bulk_array(out, n, t, m)
+end)
+
+-- The members of the sets named argv[from..to] combined by op ("inter",
+-- "union", "diff"), as an array and a count; nil if one is not a set.
+local function combine(op, argv, from, to)
+  local sets = {}
+  for j = from, to do
+    local s = set_at(argv[j])
+    if s == nil then return nil end
+    sets[#sets + 1] = s or false
+  end
+  local t, m = {}, 0
+  if op == "union" then
+    local seen = {}
+    for _, s in ipairs(sets) do
+      if s then
+        for j = 1, s.n do
+          local x = s.a[j]
+          if not seen[x] then
+            seen[x] = true
+            m = m + 1
+            t[m] = x
+          end
+        end
+      end
+    end
+  elseif op == "inter" then
+    -- Walk the smallest; an empty or missing one makes it empty.
+    local small
+    for _, s in ipairs(sets) do
+      if not s then return t, 0 end
+      if not small or s.n < small.n then small = s end
+    end
+    for j = 1, small.n do
+      local x, all = small.a[j], true
+      for _, s in ipairs(sets) do
+        if not s.i[x] then
+          all = false
+          break
+        end
+      end
+      if all then
+        m = m + 1
+        t[m] = x
+      end
+    end
+  else
+    local first = sets[1]
+    if first then
+      for j = 1, first.n do
+        local x, keep = first.a[j], true
+        for q = 2, #sets do
+          if sets[q] and sets[q].i[x] then
+            keep = false
+            break
+          end
+        end
+        if keep then
+          m = m + 1
+          t[m] = x
+        end
+      end
+    end
+  end
+  return t, m
+end
+
+for _, op in ipairs { "inter", "union", "diff" } do
+  reg("s" .. op, -2, function(_, argv, argc, out, n)
+    local t, m = combine(op, argv, 2, argc)
+    if not t then return put(out, n, WRONGTYPE) end
+    return bulk_array(out, n, t, m)
+  end)
+  -- S*STORE destination key [key ...]: the result replaces destination
+  -- (deleted when empty).
+  reg("s" .. op .. "store", -3, function(_, argv, argc, out, n)
+    local t, m = combine(op, argv, 3, argc)
+    if not t then return put(out, n, WRONGTYPE) end
+    local dest = argv[2]
+    store.del(dest)
+    if m > 0 then
+      local s = new_set()
+      for j = 1, m do add(s, t[j]) end
+      set(dest, s)
+    end
+    R.prop = true
+    return put(out, n, int(m))
+  end, { write = true, last = -1 })
+end
+
+-- SINTERCARD numkeys key [key ...] [LIMIT limit]
+reg("sintercard", -3, function(_, argv, argc, out, n)
+  local nk = parse_int(argv[2])
+  if nk == nil or nk <= 0 then return put(out, n, "-ERR numkeys should be greater than 0\r\n") end
+  if nk > argc - 2 then
+    return put(out, n, "-ERR Number of keys can't be greater than number of args\r\n")
+  end
+  local limit = 0
+  local j = 3 + nk
+  while j <= argc do
+    if lower(argv[j]) == "limit" and j < argc then
+      limit = parse_int(argv[j + 1])
+      if limit == nil or limit < 0 then return put(out, n, "-ERR LIMIT can't be negative\r\n") end
+      j = j + 2
+    else
+      return put(out, n, resp.SYNTAX)
+    end
+  end
+  local t, m = combine("inter", argv, 3, 2 + nk)
+  if not t then return put(out, n, WRONGTYPE) end
+  if limit > 0 and m > limit then m = limit end
+  return put(out, n, int(m))
+end)
+
+reg("smove", 4, function(_, argv, _, out, n)
+  local src, dst = set_at(argv[2]), set_at(argv[3])
+  if src == nil or dst == nil then return put(out, n, WRONGTYPE) end
+  local m = argv[4]
+  if not src or not src.i[m] then return put(out, n, resp.ZERO) end
+  if argv[2] == argv[3] then return put(out, n, resp.ONE) end
+  remove(src, m)
+  if src.n == 0 then store.del(argv[2]) end
+  if not dst then
+    dst = new_set()
+    set(argv[3], dst)
+  end
+  add(dst, m)
+  R.prop = true
+  return put(out, n, resp.ONE)
+end, { write = true, last = 3 })
+
+-- SSCAN key cursor [MATCH pattern] [COUNT count]: the whole set in one
+-- reply with cursor 0, as Redis answers for its small encodings (COUNT
+-- is a hint), so no member present throughout is missed.
+function M.scan_args(argv, argc)
+  if not argv[3]:find("^%d+$") then return nil, "-ERR invalid cursor\r\n" end
+  local match
+  local j = 4
+  while j <= argc do
+    local o = lower(argv[j])
+    if j == argc then return nil, resp.SYNTAX end
+    if o == "count" then
+      local c = parse_int(argv[j + 1])
+      if c == nil then return nil, NOT_INT end
+      if c < 1 then return nil, resp.SYNTAX end
+    elseif o == "match" then
+      match = argv[j + 1] ~= "*" and store.matcher(argv[j + 1]) or nil
+    else
+      return nil, resp.SYNTAX
+    end
+    j = j + 2
+  end
+  return match or false
+end
+
+reg("sscan", -3, function(_, argv, argc, out, n)
+  local match, err = M.scan_args(argv, argc)
+  if match == nil then return put(out, n, err) end
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  local t, m = {}, 0
+  if s then
+    for j = 1, s.n do
+      local x = s.a[j]
+      if not match or match(x) then
+        m = m + 1
+        t[m] = x
+      end
+    end
+  end
+  n = put(out, n, "*2\r\n$1\r\n0\r\n")
+  return bulk_array(out, n, t, m)
+end)
+
+return M

@@ -1,0 +1,101 @@
+-- Helpers for the examples/kv specs (kv_spec, kv_robust_spec,
+-- kv_compat_spec, kv_roundtrip_spec): servers as child processes, RESP
+-- requests and replies over cohost.tcp.
+local cohost = require "cohost"
+local h = require "spec.helper"
+
+local M = {}
+
+M.KV = "examples/kv/main.lua"
+M.NULL = setmetatable({}, { __tostring = function() return "NULL" end })
+local NULL = M.NULL
+
+-- Starts a kv server on opts.dir (a fresh one by default) with opts.args
+-- after the script and opts.cohost (cohost's own options) before it;
+-- stopped after the test through defer. Returns the process (port, pid,
+-- dir, err).
+function M.start(defer, opts)
+  opts = opts or {}
+  local dir = opts.dir or h.tmpdir()
+  local p = h.start(("%s %s --port 0 --announce --dir %s %s"):format(opts.cohost or "", M.KV,
+                    h.shell_quote(dir), opts.args or ""))
+  p.dir = dir
+  defer(p.stop)
+  return p
+end
+
+-- A RESP request for the strings in args.
+function M.encode(args)
+  local t = { "*" .. #args .. "\r\n" }
+  for _, a in ipairs(args) do
+    a = tostring(a)
+    t[#t + 1] = "$" .. #a .. "\r\n" .. a .. "\r\n"
+  end
+  return table.concat(t)
+end
+
+-- Reads one reply: a string for +, a number for :, NULL for nulls,
+-- { err = text } for -, a table for arrays; nil, err on a socket error.
+local function read_reply(s)
+  local line, err = s:receive("*l")
+  if not line then return nil, err end
+  local kind, rest = line:sub(1, 1), line:sub(2)
+  if kind == "+" then return rest end
+  if kind == "-" then return { err = rest } end
+  if kind == ":" then return tonumber(rest) end
+  if kind == "$" then
+    local n = tonumber(rest)
+    if n < 0 then return NULL end
+    local data = assert(s:receive(n + 2))
+    return data:sub(1, n)
+  end
+  if kind == "*" then
+    local n = tonumber(rest)
+    if n < 0 then return NULL end
+    local t = {}
+    for i = 1, n do t[i] = read_reply(s) end
+    return t
+  end
+  error("bad reply line: " .. line)
+end
+M.read_reply = read_reply
+
+-- A connection: c:call(...) sends one request and returns its reply.
+function M.client(port, timeout_ms)
+  local s = h.dial(port, timeout_ms or 5000)
+  return {
+    sock = s,
+    call = function(_, ...)
+      assert(s:send(M.encode({ ... })))
+      return read_reply(s)
+    end,
+    read = function() return read_reply(s) end,
+  }
+end
+
+-- Stores n keys key:<i> = i with pipelined MSETs of 1000.
+function M.fill(c, n, prefix)
+  prefix = prefix or "key:"
+  local batches = 0
+  for i = 1, n, 1000 do
+    local args = { "MSET" }
+    for j = i, math.min(i + 999, n) do
+      args[#args + 1] = prefix .. j
+      args[#args + 1] = tostring(j)
+    end
+    assert(c.sock:send(M.encode(args)))
+    batches = batches + 1
+  end
+  for _ = 1, batches do assert(c:read() == "OK") end
+end
+
+-- Polls INFO persistence until aof_rewrites reaches n (limit seconds).
+function M.wait_rewrites(c, n, limit)
+  local r = h.eventually(function()
+    local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
+    return r >= n and r
+  end, limit or 20)
+  return r or error("no rewrite")
+end
+
+return M
