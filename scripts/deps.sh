@@ -8,12 +8,12 @@ set -euo pipefail
 
 what=${1:-test}
 
-build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev)
+build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev libnghttp2-dev)
 test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-busted lua-socket
       procps python3 python3-websockets curl libpcre2-dev memcached
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
-      wrk slowhttptest gnuplot-nox)
+      wrk slowhttptest gnuplot-nox nghttp2-client python3-h2)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 

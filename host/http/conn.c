@@ -20,6 +20,7 @@
 #include "log.h"
 #include "worker.h"
 #include "http/conn.h"
+#include "http/h2.h"
 #include "http/response.h"
 #include "net/tls.h"
 
@@ -47,6 +48,7 @@ void ch_http_server_unref(struct ch_http_server *s)
 
 const char *ch_http_req_base(const struct ch_http_req *rq)
 {
+  if (rq->h2) return rq->h.base;   /* the stream's own header bytes */
   return ch_stream_data(&rq->c->s);
 }
 
@@ -186,6 +188,7 @@ void ch_http_close_idle(struct ch_worker *w)
       ch_cancel(c->head_wait);   /* a half-sent head */
     }
   }
+  ch_h2_close_idle(w);   /* GOAWAY on HTTP/2 connections */
   if (idle && ch_spawn(drain_grace, NULL) < 0)
     for (struct ch_http_conn *c = conns, *next; c; c = next) {   /* no stack: close now */
       next = c->next;
@@ -229,6 +232,7 @@ int ch_http_body_more(struct ch_http_req *rq, int discard)
   struct ch_http_conn *c = rq->c;
   struct ch_http_head *h = &rq->h;
   ch_http_body_fn sink = discard ? sink_discard : sink_pend;
+  if (rq->h2) return ch_h2_body_more(rq, discard);
   if (rq->body_status) return -rq->body_status;
   if (h->expect_continue && !rq->continue_sent && !rq->started) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -471,6 +475,14 @@ static void conn_main(void *arg)
   int idle_ms = c->nreq ? srv->keepalive_ms : srv->header_ms;
   struct ch_http_req *rq = NULL;   /* freed when this active spell ends */
   if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
+  if (c->nreq == 0) {   /* the first bytes may be HTTP/2's preface (h2.c) */
+    int h2 = ch_h2_detect(c);
+    if (h2 < 0) goto close;
+    if (h2 > 0) {
+      ch_h2_serve(c);
+      goto close;
+    }
+  }
   for (;;) {
     if (!c->s.buf && ch_stream_reserve(&c->s, c->s.max) < 0) break;
     if (!rq && !(rq = rq_take())) break;
