@@ -32,6 +32,8 @@
                                   ** the most a stream buffers unread */
 #define DRAIN_MS      1000        /* shutdown notice to the real GOAWAY */
 #define LINGER_MS     2000        /* lingering close after GOAWAY */
+#define DRAIN_MAX     (1 << 20)   /* request body bytes thrown away after
+                                  ** the answer before RST_STREAM */
 #define RESET_BURST   1000        /* rapid reset (CVE-2023-44487): streams
                                   ** the client may reset at once, then */
 #define RESET_RATE    33          /* per second; past it GOAWAY
@@ -253,9 +255,14 @@ static void stream_main(void *arg)
   ch_h2_response_finish(rq);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
-    /* A complete answer before the whole request: the client may stop
-    ** sending (RFC 9113 8.1). */
-    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    /* A complete answer before the whole request: what is left of the
+    ** body is thrown away as it comes, and past DRAIN_MAX the client is
+    ** told to stop (RST_STREAM NO_ERROR, RFC 9113 8.1); some clients
+    ** (curl 7.88) report that as an error, so small bodies are drained. */
+    st->drain = 1;
+    if (rq->body_total > st->consumed)
+      nghttp2_session_consume_stream(s, st->id, (size_t)(rq->body_total - st->consumed));
+    st->consumed = rq->body_total;
     ch_h2_kick(st);
   }
   stream_unref(st);
@@ -392,6 +399,13 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
   struct ch_h2_stream *st = nghttp2_session_get_stream_user_data(s, id);
   if (!st) return 0;
   struct ch_http_req *rq = &st->rq;
+  if (st->drain) {   /* the answer is out: thrown away, up to a point */
+    nghttp2_session_consume_stream(s, id, len);
+    st->drained += len;
+    if (st->drained > DRAIN_MAX)
+      nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_NO_ERROR);
+    return 0;
+  }
   if (rq->body_status) {   /* past the limit: thrown away */
     nghttp2_session_consume_stream(s, id, len);
     return 0;

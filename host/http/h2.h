@@ -56,6 +56,9 @@ struct ch_h2_stream {
   uint8_t remote_done;            /* END_STREAM from the client */
   uint8_t fresh;                  /* body bytes came since the last read */
   uint64_t consumed;              /* body bytes acknowledged to the client */
+  uint8_t drain;                  /* the handler is done: DATA is thrown
+                                  ** away (up to DRAIN_MAX, then RST) */
+  uint64_t drained;               /* bytes thrown away so far */
   /* Response body: queued bytes nghttp2 takes as the window allows */
   char *ob;                       /* queue, ob[ooff, olen) unsent */
   uint32_t ooff, olen, ocap;
