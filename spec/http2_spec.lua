@@ -93,6 +93,10 @@ class Client:
             return
         for e in self.c.receive_data(data):
             st = self.streams.get(getattr(e, "stream_id", None) or 0)
+            if st is None and getattr(e, "stream_id", 0):
+                if isinstance(e, h2.events.DataReceived):   # a stream we reset
+                    self.c.increment_flow_control_window(e.flow_controlled_length)
+                continue
             if isinstance(e, h2.events.ResponseReceived):
                 st["headers"] = dict(e.headers)
                 st["status"] = int(st["headers"][":status"])
@@ -481,6 +485,78 @@ out({"alpn": alpn, "http1": got.startswith(b"HTTP/1")})
     assert.are.equal("h2", r.alpn)
     assert.is_false(r.http1)
     assert.matches("GET / 2", curl(("-k --http2 https://127.0.0.1:%d/"):format(port)))
+  end)
+
+  it("joins split Cookie fields into one header, as HTTP/1.1 has it", function()
+    local port = serve(function(req, res) res:send(req.headers.cookie) end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/", headers=[("cookie", "a=1"), ("x-o", "p"), ("cookie", "b=2")])
+c.until(lambda: c.done(a))
+out({"body": c.text(a)})
+]], tostring(port))
+    assert.are.equal("a=1; b=2", r.body)
+  end)
+
+  it("ends a rapid reset (streams opened and reset at once) with GOAWAY ENHANCE_YOUR_CALM", function()
+    local started = 0
+    local port = serve(function(_, res)
+      started = started + 1
+      res:send("x")
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+hs = [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")]
+try:
+    for i in range(1000):
+        sid = c.c.get_next_available_stream_id()
+        c.c.send_headers(sid, hs, end_stream=True)
+        c.c.reset_stream(sid)
+        if i % 20 == 0:
+            c.flush()
+    c.flush()
+    c.until(lambda: c.goaway is not None)
+except (BrokenPipeError, ConnectionResetError, SystemExit, h2.exceptions.ProtocolError):
+    pass
+out({"goaway": c.goaway})
+]], tostring(port))
+    assert.is_table(r.goaway, "no GOAWAY")
+    assert.are.equal(11, r.goaway.code)   -- ENHANCE_YOUR_CALM
+    assert.is_true(started < 1000, "every reset stream ran its handler")
+    assert.matches("GET /d 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/d"):format(serve(describe_req))))
+  end)
+
+  it("ends a CONTINUATION flood (CVE-2024-27316) and serves on", function()
+    local calls = 0
+    local port = serve(function(req, res)
+      calls = calls + 1
+      describe_req(req, res)
+    end)
+    local r = py([[
+import hpack
+from hyperframe.frame import HeadersFrame, ContinuationFrame
+c = Client(int(sys.argv[1]))
+enc = hpack.Encoder()
+f = HeadersFrame(1)
+f.data = enc.encode([(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")])
+sent, closed = 0, False
+try:
+    c.s.sendall(f.serialize())
+    for i in range(10000):
+        k = ContinuationFrame(1)
+        k.data = enc.encode([("x-flood-%d" % i, "v" * 100)])
+        c.s.sendall(k.serialize())
+        sent += 1
+    while c.s.recv(65536):
+        pass
+    closed = True
+except (BrokenPipeError, ConnectionResetError):
+    closed = True
+out({"closed": closed, "sent": sent})
+]], tostring(port))
+    assert.is_true(r.closed)
+    assert.are.equal(0, calls)
+    assert.matches("GET / 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/"):format(port)))
   end)
 
   it("a header list past the limit gets 431 on that stream", function()

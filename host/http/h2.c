@@ -34,10 +34,14 @@
 #define LINGER_MS     2000        /* lingering close after GOAWAY */
 #define DRAIN_MAX     (1 << 20)   /* request body bytes thrown away after
                                   ** the answer before RST_STREAM */
-#define RESET_BURST   1000        /* rapid reset (CVE-2023-44487): streams
-                                  ** the client may reset at once, then */
-#define RESET_RATE    33          /* per second; past it GOAWAY
-                                  ** ENHANCE_YOUR_CALM (nghttp2's limiter) */
+#define RESET_BURST   200         /* rapid reset (CVE-2023-44487): streams
+                                  ** a client may reset before their answer
+                                  ** is out, at once, then */
+#define RESET_RATE    50          /* per second; past it GOAWAY
+                                  ** ENHANCE_YOUR_CALM. nghttp2's own
+                                  ** limiter, which counts every RST_STREAM
+                                  ** and says INTERNAL_ERROR, is set 4x
+                                  ** looser as a backstop. */
 
 struct ch_h2_conn {
   struct ch_http_conn *c;         /* the HTTP connection it rides */
@@ -54,6 +58,8 @@ struct ch_h2_conn {
                                   ** closed: no more calls into sess */
   uint8_t draining;               /* the worker drains: GOAWAY sent */
   struct ch_timer drain_timer;    /* the shutdown notice's second step */
+  double reset_tokens;            /* early resets still allowed */
+  uint64_t reset_ns;              /* when reset_tokens was last refilled */
   struct ch_h2_conn *prev, *next; /* this worker's HTTP/2 connections */
 };
 
@@ -352,12 +358,60 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
   return 0;
 }
 
+static int is_cookie(const struct ch_h2_stream *st, int i)
+{
+  struct ch_http_span nm = st->rq.h.name[i];
+  return nm.len == 6 && memcmp(st->hb + nm.off, "cookie", 6) == 0;
+}
+
+/* HTTP/2 may split Cookie into one field per cookie; HTTP/1.1 handlers
+** expect one header (RFC 9113 8.2.3: joined with "; "). O(headers). */
+static void join_cookies(struct ch_h2_stream *st)
+{
+  struct ch_http_head *hd = &st->rq.h;
+  int n = 0;
+  size_t total = 0;
+  for (int i = 0; i < hd->nheaders; i++)
+    if (is_cookie(st, i)) { n++; total += hd->value[i].len + 2; }
+  if (n < 2) return;
+  if (st->hlen + total > st->hcap) {   /* room first: the copies below read hb */
+    uint32_t cap = st->hcap;
+    while (cap < st->hlen + total) cap *= 2;
+    char *p = realloc(st->hb, cap);
+    if (!p) return;
+    st->hb = p;
+    st->hcap = cap;
+  }
+  uint32_t start = st->hlen;
+  int k = 0, first = -1;
+  for (int i = 0; i < hd->nheaders; i++) {
+    struct ch_http_span v = hd->value[i];
+    if (!is_cookie(st, i)) {
+      hd->name[k] = hd->name[i];
+      hd->value[k++] = v;
+      continue;
+    }
+    if (first >= 0) {
+      memcpy(st->hb + st->hlen, "; ", 2);
+      st->hlen += 2;
+    } else {
+      first = k;
+      hd->name[k++] = hd->name[i];
+    }
+    memcpy(st->hb + st->hlen, st->hb + v.off, v.len);   /* from below start: no overlap */
+    st->hlen += v.len;
+  }
+  hd->value[first] = (struct ch_http_span){ start, st->hlen - start };
+  hd->nheaders = k;
+}
+
 /* The head is complete: an HTTP/2 request has :authority where HTTP/1.1
 ** has Host, and handlers look for Host. */
 static void head_done(struct ch_h2_stream *st)
 {
   struct ch_http_head *hd = &st->rq.h;
   st->head_done = 1;
+  join_cookies(st);
   if (!st->authority.len || hd->nheaders == CH_HTTP_MAX_HEADERS) return;
   for (int i = 0; i < hd->nheaders; i++)
     if (hd->name[i].len == 4 && memcmp(st->hb + hd->name[i].off, "host", 4) == 0) return;
@@ -367,9 +421,34 @@ static void head_done(struct ch_h2_stream *st)
   hd->nheaders++;
 }
 
+/* A RST_STREAM from the client on a stream not yet answered: rapid reset
+** (CVE-2023-44487) makes the server start work for streams it cancels at
+** once, so they are rationed by a token bucket (RESET_BURST, RESET_RATE
+** a second); past it the connection ends with ENHANCE_YOUR_CALM. */
+static void early_reset(struct ch_h2_conn *h, nghttp2_session *s)
+{
+  uint64_t now = ch_now_ns();
+  h->reset_tokens += (double)(now - h->reset_ns) * RESET_RATE / 1e9;
+  if (h->reset_tokens > RESET_BURST) h->reset_tokens = RESET_BURST;
+  h->reset_ns = now;
+  if (h->reset_tokens >= 1) {
+    h->reset_tokens -= 1;
+    return;
+  }
+  char peer[80];
+  ch_http_peer(h->c, peer, sizeof peer);
+  ch_log(CH_LOG_WARN, "http2: %s resets streams too fast (rapid reset): GOAWAY", peer);
+  nghttp2_session_terminate_session(s, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 {
   struct ch_h2_conn *h = ud;
+  if (f->hd.type == NGHTTP2_RST_STREAM) {
+    struct ch_h2_stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+    if (st && !st->local_done) early_reset(h, s);
+    return 0;
+  }
   if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) return 0;
   struct ch_h2_stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
   if (!st) return 0;
@@ -528,7 +607,7 @@ static int session_new(struct ch_h2_conn *h)
   nghttp2_option *opt;
   if (!cbs || nghttp2_option_new(&opt) != 0) return -1;
   nghttp2_option_set_no_auto_window_update(opt, 1);
-  nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
+  nghttp2_option_set_stream_reset_rate_limit(opt, 4 * RESET_BURST, 4 * RESET_RATE);
   nghttp2_option_set_max_settings(opt, 32);
   int r = nghttp2_session_server_new2(&h->sess, cbs, h, opt);
   nghttp2_option_del(opt);
@@ -629,6 +708,8 @@ void ch_h2_serve(struct ch_http_conn *c)
   struct ch_h2_conn *h = calloc(1, sizeof *h);
   if (!h) return;
   h->c = c;
+  h->reset_tokens = RESET_BURST;
+  h->reset_ns = ch_now_ns();
   if (session_new(h) < 0) {
     if (h->sess) nghttp2_session_del(h->sess);
     free(h);
