@@ -559,6 +559,94 @@ out({"closed": closed, "sent": sent})
     assert.matches("GET / 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/"):format(port)))
   end)
 
+  it("resets a stream whose window never opens after send_timeout; the others go on", function()
+    local err
+    local port = serve(function(req, res)
+      if req.path == "/big" then
+        local ok, e = pcall(function()
+          for _ = 1, 100 do res:write(("w"):rep(10000)) end
+        end)
+        err = not ok and tostring(e)
+        if not ok then error(e) end
+        return
+      end
+      res:send("fine")
+    end, { send_timeout = 0.3 })
+    local r = py([[
+c = Client(int(sys.argv[1]), settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1000})
+big = c.request("/big", hold=True)
+c.until(lambda: c.done(big))
+ok = c.request("/ok")
+c.until(lambda: c.done(ok))
+out({"reset": c.streams[big]["reset"], "got": len(c.streams[big]["data"]), "ok": c.text(ok)})
+]], tostring(port))
+    assert.are.equal(8, r.reset)   -- CANCEL
+    assert.are.equal(1000, r.got)
+    assert.are.equal("fine", r.ok)
+    assert.matches("timeout", err)
+  end)
+
+  it("closes an idle connection after keepalive_timeout with GOAWAY", function()
+    local port = serve(describe_req, { keepalive_timeout = 0.3 })
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/")
+c.until(lambda: c.done(a))
+try:
+    c.until(lambda: c.closed)
+except SystemExit:
+    pass
+out({"goaway": c.goaway, "closed": c.closed})
+]], tostring(port))
+    assert.are.equal(0, r.goaway.code)
+    assert.is_true(r.closed)
+  end)
+
+  it("ends a PING flood from a client that never reads", function()
+    local port = serve(describe_req)
+    local r = py([[
+from hyperframe.frame import PingFrame
+c = Client(int(sys.argv[1]))
+c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+c.s.settimeout(2)   # the server stops reading once it has had enough
+ping = PingFrame(0, opaque_data=b"12345678").serialize() * 64
+try:
+    for i in range(10000):   # 10.9 MB of PINGs, more than socket buffers hold
+        c.s.sendall(ping)
+except (BrokenPipeError, ConnectionResetError, socket.timeout):
+    pass
+c.s.settimeout(10)
+closed = False
+try:
+    while c.s.recv(1 << 20):   # its ACKs, then the end
+        pass
+    closed = True
+except ConnectionResetError:
+    closed = True
+out({"closed": closed})
+]], tostring(port))
+    assert.is_true(r.closed)
+    assert.matches("GET / 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/"):format(port)))
+  end)
+
+  it("answers an HPACK bomb (a small block decoding to a huge list) with 431", function()
+    local calls = 0
+    local port = serve(function(req, res)
+      calls = calls + 1
+      describe_req(req, res)
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+# One 4000-byte field enters the dynamic table, then each repeat costs a
+# byte: 2000 repeats decode to 8 MB.
+a = c.request("/", headers=[("x-bomb", "b" * 4000)] * 2000)
+c.until(lambda: c.done(a))
+out({"status": c.streams[a]["status"]})
+]], tostring(port))
+    assert.are.equal(431, r.status)
+    assert.are.equal(0, calls)
+  end)
+
   it("a header list past the limit gets 431 on that stream", function()
     -- The limit is max_request_line + max_header_size: 9216 bytes here.
     local port = serve(describe_req, { max_header_size = 1024 })

@@ -32,6 +32,8 @@
                                   ** the most a stream buffers unread */
 #define DRAIN_MS      1000        /* shutdown notice to the real GOAWAY */
 #define LINGER_MS     2000        /* lingering close after GOAWAY */
+#define FLUSH_MS      1000        /* the writer's time to send what is left
+                                  ** once the connection is over */
 #define DRAIN_MAX     (1 << 20)   /* request body bytes thrown away after
                                   ** the answer before RST_STREAM */
 #define RESET_BURST   200         /* rapid reset (CVE-2023-44487): streams
@@ -729,7 +731,18 @@ void ch_h2_serve(struct ch_http_conn *c)
   ** the streams close, since nghttp2 reads their bodies while it sends. */
   h->closing = 1;
   kick(h);
-  WAIT_UNTIL(h, !h->writer_alive);
+  /* A client that does not read gets FLUSH_MS for that, then the socket
+  ** is shut both ways, which ends a write parked on it. */
+  uint64_t give_up = ch_now_ns() + (uint64_t)FLUSH_MS * 1000000u;
+  while (h->writer_alive) {
+    uint64_t now = ch_now_ns();
+    int64_t left = now < give_up ? (int64_t)((give_up - now) / 1000000u) + 1 : -1;
+    h->reader_parked = ch_current();
+    int r = ch_park(left);
+    h->reader_parked = NULL;
+    if (r == -ETIMEDOUT && c->s.fd >= 0) shutdown(c->s.fd, SHUT_RDWR);
+    if (r == -ECANCELED) ch_yield();
+  }
   h->dead = 1;
   for (struct ch_h2_stream *st = h->streams, *next; st; st = next) {
     st->refs++;   /* stream_closed may free it: keep it until next is read */

@@ -193,6 +193,11 @@ static long room(struct ch_h2_stream *st)
     size_t unsent = st->olen - st->ooff;
     if (unsent < QUEUE_MAX) return (long)(QUEUE_MAX - unsent);
     int r = ch_h2_wait(st, st->rq.c->srv->send_ms);
+    if (r == -ETIMEDOUT) {   /* the client's window stayed shut: give up */
+      nghttp2_submit_rst_stream(ch_h2_session(st), NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+      st->local_done = 1;
+      ch_h2_kick(st);
+    }
     if (r < 0) return r;
   }
 }
