@@ -442,6 +442,21 @@ out({"body": c.text(a), "trailers": c.streams[a]["trailers"]})
     assert.is_true(h.slurp(got) == data)
   end)
 
+  it("are written to the access_log, one line per stream", function()
+    local log = h.tmpfile()
+    local port = serve(function(_, res) res:send("hello") end, { access_log = log })
+    -- One URL per curl: 7.88 fails a second request on a prior-knowledge
+    -- connection it reuses (nginx's too).
+    curl(("--http2-prior-knowledge -A 'h2-agent' 'http://127.0.0.1:%d/a?x=1'"):format(port))
+    curl(("--http2-prior-knowledge -A 'h2-agent' 'http://127.0.0.1:%d/b'"):format(port))
+    local text = h.eventually(function()
+      local t = h.slurp(log)
+      return select(2, t:gsub("\n", "")) >= 2 and t
+    end, 3)
+    assert.matches('^127%.0%.0%.1 %- %- %[[^]]+%] "GET /a%?x=1 HTTP/2%.0" 200 5 "%-" "h2%-agent"\n', text)
+    assert.matches('"GET /b HTTP/2%.0" 200 5', text)
+  end)
+
   it("answer HEAD with the headers only", function()
     local port = serve(function(_, res) res:send("twelve bytes") end)
     local out = curl(("--http2-prior-knowledge -I http://127.0.0.1:%d/"):format(port))

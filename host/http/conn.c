@@ -307,7 +307,7 @@ int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *
 
 /* -- The connection coroutine ------------------------------------------------- */
 
-static void access_log(struct ch_http_conn *c, struct ch_http_req *rq)
+void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq)
 {
   struct ch_http_server *s = c->srv;
   if (s->log_fd < 0) return;
@@ -333,8 +333,16 @@ static void access_log(struct ch_http_conn *c, struct ch_http_req *rq)
     }
   }
   int reql = (int)(h->line_end - h->start - 2);
+  const char *reqp = base + h->start;
+  char h2line[1024];
+  if (rq->h2) {   /* no request line: one made of its parts */
+    reql = snprintf(h2line, sizeof h2line, "%.*s %.*s HTTP/2.0", (int)h->method.len,
+                    base + h->method.off, h->target.len > 900 ? 900 : (int)h->target.len,
+                    base + h->target.off);
+    reqp = h2line;
+  }
   int n = snprintf(line, sizeof line, "%s - - [%s] \"%.*s\" %d %llu \"%.*s\" \"%.*s\"\n", peer,
-                   when, reql > 1000 ? 1000 : reql, base + h->start, rq->status,
+                   when, reql > 1000 ? 1000 : reql, reqp, rq->status,
                    (unsigned long long)rq->sent, refl > 300 ? 300 : refl, ref,
                    ual > 300 ? 300 : ual, ua);
   if (n > (int)sizeof line) n = sizeof line;
@@ -392,7 +400,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     return 0;
   }
   int keep = ch_http_response_finish(rq);
-  if (!rq->hijacked) access_log(c, rq);
+  if (!rq->hijacked) ch_http_access_log(c, rq);
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */
   if (keep && !h->body_done) {

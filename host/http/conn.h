@@ -148,6 +148,9 @@ int ch_http_body_more(struct ch_http_req *rq, int discard);
 ** "timeout", "no memory", "closed". */
 const char *ch_http_body_error(int r);
 
+/* Writes rq's access log line (combined format) if its server has a log. */
+void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq);
+
 /* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */
 int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n);
 

@@ -261,6 +261,7 @@ static void stream_main(void *arg)
     }
   }
   ch_h2_response_finish(rq);
+  ch_http_access_log(c, rq);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
     /* A complete answer before the whole request: what is left of the
