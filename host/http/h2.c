@@ -52,8 +52,10 @@ struct ch_h2_conn {
   uint8_t closing;                /* the reader is done: the writer sends
                                   ** what is left and ends */
   struct ch_coro *writer_parked;  /* the writer while it waits for work */
-  struct ch_coro *reader_parked;  /* the reader while it waits for the
-                                  ** streams to end */
+  struct ch_coro *reader_parked;  /* the reader while it waits: for input
+                                  ** (with watch armed), for the writer, or
+                                  ** for the streams to end */
+  struct ch_watch watch;          /* input for the parked reader */
   struct ch_h2_stream *streams;   /* live streams (nghttp2's or a task's) */
   int nstreams;
   uint8_t dead;                   /* the writer ended and the streams are
@@ -531,11 +533,20 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
 
 /* -- The writer ------------------------------------------------------------- */
 
+static void wake_reader(struct ch_h2_conn *h)
+{
+  if (h->reader_parked) {
+    struct ch_coro *r = h->reader_parked;
+    h->reader_parked = NULL;
+    ch_unpark(r, 0);
+  }
+}
+
 /* Yields. Sends what nghttp2 has, in batches of one write, and parks when
 ** there is nothing; ends once the reader is closing and nothing is left
 ** to send, or when a write fails. When the session wants neither to read
-** nor to write (GOAWAY done, no streams left) it shuts the read side, so
-** that the reader's wait ends. */
+** nor to write (GOAWAY done, no streams left) it wakes the reader, which
+** ends the connection. */
 static void writer_main(void *arg)
 {
   struct ch_h2_conn *h = arg;
@@ -569,23 +580,16 @@ static void writer_main(void *arg)
       continue;
     }
     if (h->closing) break;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
-        c->s.fd >= 0)
-      shutdown(c->s.fd, SHUT_RD);
+    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
+      wake_reader(h);
     h->writer_parked = ch_current();
     int r = ch_park(-1);
     h->writer_parked = NULL;
     if (r == -ECANCELED) break;
   }
   free(buf);
-  /* A write that failed ends the reader too. */
-  if (!h->closing && c->s.fd >= 0) shutdown(c->s.fd, SHUT_RD);
   h->writer_alive = 0;
-  if (h->reader_parked) {
-    struct ch_coro *r = h->reader_parked;
-    h->reader_parked = NULL;
-    ch_unpark(r, 0);
-  }
+  wake_reader(h);   /* a write that failed ends the reader too */
 }
 
 /* -- The connection ----------------------------------------------------------- */
@@ -673,18 +677,35 @@ void ch_h2_close_idle(struct ch_worker *w)
   }
 }
 
-/* Yields. The reader: input into nghttp2 until the connection ends. */
+static void on_readable(struct ch_watch *w, int revents)
+{
+  (void)revents;
+  wake_reader(w->data);
+}
+
+/* Yields. The reader: input into nghttp2 until the connection ends. It
+** parks on a one-shot watch rather than in the stream's wait, so that the
+** writer can wake it too (the session may end on the writer's side). */
 static void read_loop(struct ch_h2_conn *h)
 {
   struct ch_http_conn *c = h->c;
   if (feed(h) < 0) return;   /* the preface and what came with it */
+  h->watch.data = h;
   for (;;) {
+    if (!h->writer_alive) return;
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess)) return;
-    ssize_t n = ch_stream_fill(&c->s, READ_WANT, c->srv->keepalive_ms);
+    ssize_t n = ch_stream_fill(&c->s, READ_WANT, 0);
     if (n > 0) {
       if (feed(h) < 0) return;
       continue;
     }
+    if (n != -EAGAIN) return;   /* EOF, a read error */
+    ch_stream_release(&c->s);   /* park without a buffer */
+    if (ch_watch_fd(&h->watch, c->s.fd, c->s.want_ev, on_readable) < 0) return;
+    h->reader_parked = ch_current();
+    n = ch_park(c->srv->keepalive_ms);
+    h->reader_parked = NULL;
+    ch_unwatch_fd(&h->watch);
     if (n == -ETIMEDOUT) {
       if (h->nstreams > 0) continue;   /* streams have their own timeouts */
       /* Idle past keepalive_timeout: GOAWAY, then the writer ends it. */
@@ -692,7 +713,7 @@ static void read_loop(struct ch_h2_conn *h)
       kick(h);
       continue;
     }
-    return;   /* EOF, a read error, our own shutdown(SHUT_RD), cancel */
+    if (n == -ECANCELED) return;
   }
 }
 
