@@ -552,8 +552,9 @@ static void writer_main(void *arg)
   struct ch_h2_conn *h = arg;
   struct ch_http_conn *c = h->c;
   size_t cap = WBUF_SIZE, len = 0;
-  char *buf = malloc(cap);
-  while (buf) {
+  char *buf = NULL;
+  for (;;) {
+    if (!buf && !(buf = malloc(cap = WBUF_SIZE))) break;
     const uint8_t *p;
     ssize_t n = nghttp2_session_mem_send(h->sess, &p);
     if (n < 0) {
@@ -582,6 +583,8 @@ static void writer_main(void *arg)
     if (h->closing) break;
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
       wake_reader(h);
+    free(buf);   /* an idle connection holds no batch buffer */
+    buf = NULL;
     h->writer_parked = ch_current();
     int r = ch_park(-1);
     h->writer_parked = NULL;
