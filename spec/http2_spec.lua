@@ -258,6 +258,32 @@ out({"order": c.ended, "a": c.text(a), "b": c.text(b), "a_id": a, "b_id": b})
     assert.are_not.equal(threads[1], threads[2])
   end)
 
+  it("past http2_max_concurrent_streams are refused (REFUSED_STREAM) while the others run", function()
+    local gate = sema.new(0)
+    local port = serve(function(req, res)
+      if req.path == "/release" then
+        gate:post(2)
+        return res:send("released")
+      end
+      assert(gate:wait(10), "never released")
+      res:send("done")
+    end, { http2_max_concurrent_streams = 2 })
+    local r = py([=[
+c = Client(int(sys.argv[1]))
+# Sent before the server's SETTINGS are read, so the client does not
+# hold the third back itself.
+ids = [c.request("/park") for _ in range(3)]
+c.until(lambda: c.done(ids[2]))
+other = Client(int(sys.argv[1]))
+rel = other.request("/release")
+other.until(lambda: other.done(rel))
+c.until(lambda: c.done(ids[0]) and c.done(ids[1]))
+out({"statuses": [c.streams[i]["status"] for i in ids], "reset": c.streams[ids[2]]["reset"]})
+]=], tostring(port))
+    assert.are.same({ 200, 200 }, { r.statuses[1], r.statuses[2] })
+    assert.are.equal(7, r.reset)   -- REFUSED_STREAM
+  end)
+
   it("carry many concurrent requests on few connections (h2load -c 4 -m 10)", function()
     local port = serve(function(req, res) res:send("hello") end)
     local code, out = h.sh(("h2load -n 400 -c 4 -m 10 http://127.0.0.1:%d/"):format(port), 30)
@@ -425,6 +451,18 @@ out({"body": c.text(a), "trailers": c.streams[a]["trailers"]})
     assert(s:send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
     local all = s:receive("*a")
     assert.matches("\r\n\r\n3\r\nabc\r\n0\r\nX%-Sum: 3\r\n\r\n$", all)
+  end)
+
+  it("make an HTTP/1.1 res:send chunked when trailers are set", function()
+    local port = serve(function(_, res)
+      res:trailer("X-Sum", "5")
+      res:send("hello")
+    end)
+    local s = h.dial(port)
+    assert(s:send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    local all = s:receive("*a")
+    assert.matches("\r\nTransfer%-Encoding: chunked\r\n", all)
+    assert.matches("\r\n\r\n5\r\nhello\r\n0\r\nX%-Sum: 5\r\n\r\n$", all)
   end)
 
   it("serve files with res:sendfile, ranges included, over h2c and h2", function()

@@ -398,6 +398,11 @@ int ch_http_response_send(struct ch_http_req *rq, const char *body, size_t n)
   if (rq->h2) return ch_h2_response_send(rq, body, n);
   if (rq->finished || rq->hijacked) return -EALREADY;
   int r;
+  if (!rq->started && rq->trl_len && rq->h.version_minor >= 1 && user_clen(rq) < 0) {
+    /* Trailers need a chunked body: the body as one chunk, then the end. */
+    if ((r = ch_http_response_write(rq, body, n)) < 0) return r;
+    return ch_http_response_send(rq, "", 0);
+  }
   if (!rq->started) {
     char sb[OB_STACK_SIZE];
     struct obuf head = OB_STACK(sb);
