@@ -655,6 +655,28 @@ out({"goaway": c.goaway, "closed": c.closed})
     assert.is_true(r.closed)
   end)
 
+  it("closes after keepalive_timeout a connection whose client left a stream half open", function()
+    local port = serve(function(_, res) res:send("answered") end, { keepalive_timeout = 0.3 })
+    local r = py([[
+c = Client(int(sys.argv[1]))
+sid = c.c.get_next_available_stream_id()
+c.c.send_headers(sid, [(":method", "POST"), (":path", "/"), (":scheme", "http"),
+                       (":authority", "x")], end_stream=False)   # a body that never comes
+c.streams[sid] = {"status": None, "headers": {}, "data": b"", "trailers": None,
+                  "ended": False, "reset": None}
+c.flush()
+c.until(lambda: c.done(sid))
+try:
+    c.until(lambda: c.closed)
+except SystemExit:
+    pass
+out({"body": c.text(sid), "goaway": c.goaway, "closed": c.closed})
+]], tostring(port))
+    assert.are.equal("answered", r.body)
+    assert.are.equal(0, r.goaway.code)
+    assert.is_true(r.closed)
+  end)
+
   it("ends a PING flood from a client that never reads", function()
     local port = serve(describe_req)
     local r = py([[

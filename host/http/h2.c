@@ -58,6 +58,7 @@ struct ch_h2_conn {
   struct ch_watch watch;          /* input for the parked reader */
   struct ch_h2_stream *streams;   /* live streams (nghttp2's or a task's) */
   int nstreams;
+  int ntasks;                     /* streams whose coroutine runs */
   uint8_t dead;                   /* the writer ended and the streams are
                                   ** closed: no more calls into sess */
   uint8_t draining;               /* the worker drains: GOAWAY sent */
@@ -92,7 +93,10 @@ int ch_h2_detect(struct ch_http_conn *c)
     if (have == 0) return 0;   /* nothing yet: HTTP/1.1's idle path */
     uint64_t now = ch_now_ns();
     if (now >= deadline) return -1;
-    if (ch_stream_wait(&c->s, (int)((deadline - now + 999999) / 1000000u)) < 0) return -1;
+    c->head_wait = ch_current();   /* a drain cancels a half-sent preface */
+    int r = ch_stream_wait(&c->s, (int)((deadline - now + 999999) / 1000000u));
+    c->head_wait = NULL;
+    if (r < 0) return -1;
   }
 }
 
@@ -276,6 +280,7 @@ static void stream_main(void *arg)
     st->consumed = rq->body_total;
     ch_h2_kick(st);
   }
+  st->conn->ntasks--;
   stream_unref(st);
 }
 
@@ -464,8 +469,10 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
   if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
     head_done(st);
     st->refs++;   /* the coroutine's */
+    h->ntasks++;
     if (ch_spawn_prio(stream_main, st, ch_listener_prio(h->c->l)) < 0) {
       st->refs--;
+      h->ntasks--;
       nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_REFUSED_STREAM);
     }
   }
@@ -710,7 +717,9 @@ static void read_loop(struct ch_h2_conn *h)
     h->reader_parked = NULL;
     ch_unwatch_fd(&h->watch);
     if (n == -ETIMEDOUT) {
-      if (h->nstreams > 0) continue;   /* streams have their own timeouts */
+      /* Running streams have their own timeouts; streams a client left
+      ** half open (no task) keep nothing alive. */
+      if (h->ntasks > 0) continue;
       /* Idle past keepalive_timeout: GOAWAY, then the writer ends it. */
       nghttp2_session_terminate_session(h->sess, NGHTTP2_NO_ERROR);
       kick(h);
