@@ -13,6 +13,8 @@
 **             deadline), runs the request, and loops while pipelined
 **             bytes are buffered
 **   EAGAIN with nothing buffered -> IDLE again (the coroutine ends)
+**   the HTTP/2 preface first, or ALPN "h2" -> http/h2.c serves it until
+**             it ends (its coroutine stays: ACTIVE throughout)
 ** Framing errors answer 400/413/414/431/501/505 with Connection: close and
 ** never reach a handler, nor does anything pipelined behind them.
 */

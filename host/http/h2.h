@@ -72,11 +72,11 @@ struct ch_h2_stream {
   struct ch_h2_stream *prev, *next;   /* the connection's streams */
 };
 
-/* 1 when c's first bytes are the HTTP/2 client preface or its TLS
-** handshake chose "h2" (both only if its server allows HTTP/2), 0 when
-** they are something else (HTTP/1.1 goes on with them buffered), -1 when
-** the connection is to close (EOF, the header timeout). Yields (waits for
-** the preface's 24 bytes within the header timeout). */
+/* Yields (for the preface's 24 bytes, within the header timeout). 1 when
+** c's first bytes are the HTTP/2 client preface or its TLS handshake chose
+** "h2" (both only if its server allows HTTP/2), 0 when they are something
+** else (HTTP/1.1 goes on with them buffered), -1 when the connection is
+** to close (EOF, the header timeout, a drain). */
 int ch_h2_detect(struct ch_http_conn *c);
 
 /* Yields. Serves c as an HTTP/2 connection until it ends: the caller
