@@ -21,6 +21,7 @@
 #include "worker.h"
 #include "vm/task.h"
 #include "http/conn.h"
+#include "http/h2.h"
 #include "http/response.h"
 #include "http/sendfile.h"
 #include "http/url.h"
@@ -451,6 +452,25 @@ static int res_write(lua_State *L)
   return response_result(L, rq, ch_http_response_write(rq, body, n));
 }
 
+/* res:trailer(name, value): a trailer field after the body (HTTP/2
+** trailers; HTTP/1.1 sends them after a chunked body only). */
+static int res_trailer(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  size_t nl, vl;
+  const char *name = luaL_checklstring(L, 2, &nl);
+  const char *v = luaL_checklstring(L, 3, &vl);
+  if (!ch_http_valid_name(name, nl)) return luaL_argerror(L, 2, "bad trailer name");
+  if (rq->finished || rq->hijacked) return luaL_error(L, "response already sent");
+  if (!rq->h2 && rq->started && !rq->chunked)
+    return luaL_error(L, "trailers need a chunked body (res:write without Content-Length)");
+  int r = ch_http_trailer_add(rq, name, nl, v, vl);
+  if (r == -EINVAL) return luaL_error(L, "bad trailer value for %s (control characters)", name);
+  if (r < 0) return luaL_error(L, "no memory");
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* res:sent() -> whether the response has started. */
 static int res_sent(lua_State *L)
 {
@@ -491,6 +511,7 @@ static int res_sendfile(lua_State *L)
 static int res_hijack(lua_State *L)
 {
   struct ch_http_req *rq = check_rq(L, 1);
+  if (rq->h2) return luaL_error(L, "res:hijack() is not available on HTTP/2 (a stream shares its connection)");
   if (rq->started || rq->hijacked) return luaL_error(L, "response already started");
   SSL *ssl;
   const char *pre;
@@ -577,7 +598,7 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
   lua_replace(T, 1);
   lua_pushlstring(T, base + h->method.off, h->method.len);
   lua_pushlstring(T, base + h->target.off, h->target.len);
-  lua_pushnumber(T, h->version_minor ? 1.1 : 1.0);
+  lua_pushnumber(T, rq->h2 ? 2 : h->version_minor ? 1.1 : 1.0);
   if (push_path(T, base + h->target.off, h->target.len) < 0) {
     box->rq = NULL;
     lua_settop(T, 0);
@@ -664,6 +685,10 @@ static int l_server(lua_State *L)
   s->send_ms = opt_secs(L, 2, "send_timeout", 60);
   s->keepalive_ms = opt_secs(L, 2, "keepalive_timeout", 75);
   s->keepalive_requests = (uint32_t)opt_int(L, 2, "keepalive_requests", 1000);
+  lua_getfield(L, 2, "http2");
+  s->http2 = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  s->h2_max_streams = (uint32_t)opt_int(L, 2, "http2_max_concurrent_streams", 128);
   lua_getfield(L, 2, "debug");
   s->debug = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -687,10 +712,11 @@ static int l_server(lua_State *L)
     }
   }
   lua_pop(L, 1);
-  if (s->lim.max_line < 64 || s->lim.max_header < 64 || s->keepalive_requests < 1) {
+  if (s->lim.max_line < 64 || s->lim.max_header < 64 || s->keepalive_requests < 1 ||
+      s->h2_max_streams < 1) {
     free(s);
     return luaL_error(L, "bad limits (max_request_line, max_header_size >= 64; "
-                         "keepalive_requests >= 1)");
+                         "keepalive_requests, http2_max_concurrent_streams >= 1)");
   }
   lua_pushvalue(L, 1);
   s->handler = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -720,7 +746,11 @@ static int l_listen(lua_State *L)
   struct server_ud *ud = luaL_checkudata(L, 2, SERVER_MT);
   if (!ud->s) return luaL_argerror(L, 2, "dead server");
   lua_settop(L, 3);
-  return ch_listen_with(L, ch_http_admit, ud->s);
+  int n = ch_listen_with(L, ch_http_admit, ud->s);
+  struct ch_listener *l = ch_listen_at(L, -n);
+  SSL_CTX *ctx = l ? ch_listener_ssl_ctx(l) : NULL;
+  if (ctx) ch_h2_alpn(ctx, ud->s->http2);   /* before its first connection */
+  return n;
 }
 
 static const luaL_Reg req_methods[] = {
@@ -738,6 +768,7 @@ static const luaL_Reg res_methods[] = {
   { "write", res_write },
   { "sendfile", res_sendfile },
   { "sent", res_sent },
+  { "trailer", res_trailer },
   { "hijack", res_hijack },
   { NULL, NULL }
 };

@@ -407,6 +407,12 @@ int ch_listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   return listen_with(L, admit, ud);
 }
 
+struct ch_listener *ch_listen_at(lua_State *L, int idx)
+{
+  struct listener_ud *ud = luaL_testudata(L, idx, LISTENER_MT);
+  return ud ? ud->l : NULL;
+}
+
 /* -- Module ------------------------------------------------------------------ */
 
 static const luaL_Reg listener_methods[] = {

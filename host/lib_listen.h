@@ -16,4 +16,8 @@
 ** or nil, err). */
 int ch_listen_with(lua_State *L, ch_admit_fn admit, void *ud);
 
+/* The listener of the listener object at idx (what ch_listen_with
+** returned), or NULL if that is none (nil). */
+struct ch_listener *ch_listen_at(lua_State *L, int idx);
+
 #endif

@@ -9,14 +9,14 @@ set -euo pipefail
 what=${1:-test}
 
 build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev
-       liburing-dev)
+       liburing-dev libnghttp2-dev)
 test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-busted lua-socket
       procps python3 python3-websockets curl libpcre2-dev memcached
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns
       lua-nginx-string lua-resty-lrucache lua-nginx-cookie lua-nginx-redis-connector
       lua-resty-core redis-sentinel
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
-      wrk slowhttptest gnuplot-nox haproxy systemd)
+      wrk slowhttptest gnuplot-nox haproxy systemd nghttp2-client python3-h2)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 

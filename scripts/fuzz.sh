@@ -113,7 +113,7 @@ EOF
   fi
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE "${SANFLAGS[@]}" $LUAJIT_CFLAGS -rdynamic \
     -DFUZZ_ROOT="\"$root\"" spec/fuzz/fuzz_http_conn.c "${objs[@]}" \
-    -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lssl -lcrypto -lpcre2-8 \
+    -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lssl -lcrypto -lpcre2-8 \
     -ldl -lpthread -lm -o "$out/fuzz_http_conn"
 }
 

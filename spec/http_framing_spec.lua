@@ -129,7 +129,7 @@ describe("http framing", function()
     local what = c.stage == "ok" and "accepts " or c.stage == "ok+bad" and "answers then rejects "
       or ("rejects with %s "):format(type(c.status) == "table" and table.concat(c.status, "/") or c.status)
     it(what .. c[1], function()
-      local st = start()
+      local st = start(c.opts)
       local out = exchange(st, c)
       if c.stage == "ok" then
         assert.equal("200,200", statuses(out), ("answered %s, then %s"):format(statuses(out), tostring(out.err)))

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "worker.h"
 #include "http/conn.h"
+#include "http/h2.h"
 #include "http/response.h"
 #include "net/proxy.h"
 #include "proc/metrics.h"
@@ -49,6 +50,7 @@ void ch_http_server_unref(struct ch_http_server *s)
 
 const char *ch_http_req_base(const struct ch_http_req *rq)
 {
+  if (rq->h2) return rq->h.base;   /* the stream's own header bytes */
   return ch_stream_data(&rq->c->s);
 }
 
@@ -193,6 +195,7 @@ void ch_http_close_idle(struct ch_worker *w)
       ch_cancel(c->head_wait);   /* a half-sent head */
     }
   }
+  ch_h2_close_idle(w);   /* GOAWAY on HTTP/2 connections */
   if (idle && ch_spawn(drain_grace, NULL) < 0)
     for (struct ch_http_conn *c = conns, *next; c; c = next) {   /* no stack: close now */
       next = c->next;
@@ -236,6 +239,7 @@ int ch_http_body_more(struct ch_http_req *rq, int discard)
   struct ch_http_conn *c = rq->c;
   struct ch_http_head *h = &rq->h;
   ch_http_body_fn sink = discard ? sink_discard : sink_pend;
+  if (rq->h2) return ch_h2_body_more(rq, discard);
   if (rq->body_status) return -rq->body_status;
   if (h->expect_continue && !rq->continue_sent && !rq->started) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -310,7 +314,7 @@ int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *
 
 /* -- The connection coroutine ------------------------------------------------- */
 
-static void access_log(struct ch_http_conn *c, struct ch_http_req *rq)
+void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq)
 {
   struct ch_http_server *s = c->srv;
   if (s->log_fd < 0) return;
@@ -336,8 +340,16 @@ static void access_log(struct ch_http_conn *c, struct ch_http_req *rq)
     }
   }
   int reql = (int)(h->line_end - h->start - 2);
+  const char *reqp = base + h->start;
+  char h2line[1024];
+  if (rq->h2) {   /* no request line: one made of its parts */
+    reql = snprintf(h2line, sizeof h2line, "%.*s %.*s HTTP/2.0", (int)h->method.len,
+                    base + h->method.off, h->target.len > 900 ? 900 : (int)h->target.len,
+                    base + h->target.off);
+    reqp = h2line;
+  }
   int n = snprintf(line, sizeof line, "%s - - [%s] \"%.*s\" %d %llu \"%.*s\" \"%.*s\"\n", peer,
-                   when, reql > 1000 ? 1000 : reql, base + h->start, rq->status,
+                   when, reql > 1000 ? 1000 : reql, reqp, rq->status,
                    (unsigned long long)rq->sent, refl > 300 ? 300 : refl, ref,
                    ual > 300 ? 300 : ual, ua);
   if (n > (int)sizeof line) n = sizeof line;
@@ -406,7 +418,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   }
   int keep = ch_http_response_finish(rq);
   if (!rq->hijacked) {
-    access_log(c, rq);
+    ch_http_access_log(c, rq);
     ch_metrics_http(rq->status, base + h->method.off, h->method.len,
                     (double)(ch_now_ns() - rq->start_ns) / 1e9);
   }
@@ -516,6 +528,14 @@ static void conn_main(void *arg)
   struct ch_http_req *rq = NULL;   /* freed when this active spell ends */
   if (!c->proxied && ch_listener_proxy(c->l) && proxy_header(c) < 0) goto close;
   if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
+  if (c->nreq == 0) {   /* the first bytes may be HTTP/2's preface (h2.c) */
+    int h2 = ch_h2_detect(c);
+    if (h2 < 0) goto close;
+    if (h2 > 0) {
+      ch_h2_serve(c);
+      goto close;
+    }
+  }
   for (;;) {
     if (!c->s.buf && ch_stream_reserve(&c->s, c->s.max) < 0) break;
     if (!rq && !(rq = rq_take())) break;

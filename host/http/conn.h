@@ -13,6 +13,8 @@
 **             deadline), runs the request, and loops while pipelined
 **             bytes are buffered
 **   EAGAIN with nothing buffered -> IDLE again (the coroutine ends)
+**   the HTTP/2 preface first, or ALPN "h2" -> http/h2.c serves it until
+**             it ends (its coroutine stays: ACTIVE throughout)
 ** Framing errors answer 400/413/414/431/501/505 with Connection: close and
 ** never reach a handler, nor does anything pipelined behind them.
 */
@@ -30,6 +32,7 @@
 
 struct ch_worker;
 struct ch_http_req;
+struct ch_h2_stream;
 
 /* One http.listen's settings and handler. Connections hold references,
 ** so closing the listener does not pull it from under them. */
@@ -48,6 +51,8 @@ struct ch_http_server {
   int log_fd;                     /* access log, or -1 */
   int log_owned;                  /* log_fd is ours to close */
   char server_hdr[64];            /* "Server: cohost\r\n" or "" */
+  uint8_t http2;                  /* HTTP/2 allowed (opts.http2) */
+  uint32_t h2_max_streams;        /* concurrent streams per connection */
   /* Yields. Runs the handler on request rq (lib_http.c: everything that
   ** needs Lua happens in it, so the connection never needs the Lua
   ** thread again); sets rq->failed, rq->status if unsent, rq->err. */
@@ -116,6 +121,10 @@ struct ch_http_req {
   size_t hdrs_len, hdrs_cap;
   struct { uint32_t off, len, nlen; } *hx;   /* index of hdrs' lines */
   int nhx, hxcap;
+  char *trl;                      /* res:trailer's lines, "name: value\r\n" */
+  uint32_t trl_len, trl_cap;
+  struct ch_h2_stream *h2;        /* the HTTP/2 stream this request is, or
+                                  ** NULL for HTTP/1.1 (http/h2.h) */
   uint64_t start_ns;              /* for the access log */
   /* What the run callback says */
   int failed;                     /* the handler raised; -1: a target that
@@ -145,6 +154,9 @@ int ch_http_body_more(struct ch_http_req *rq, int discard);
 /* The text of a ch_http_body_more failure: "too large", "bad request",
 ** "timeout", "no memory", "closed". */
 const char *ch_http_body_error(int r);
+
+/* Writes rq's access log line (combined format) if its server has a log. */
+void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq);
 
 /* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */
 int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "worker.h"
+#include "http/h2.h"
 #include "http/response.h"
 
 #define OUT_DIRECT    16384       /* bodies this big are written from the
@@ -224,6 +225,29 @@ int ch_http_header_add(struct ch_http_req *rq, const char *name, size_t nl,
   return 0;
 }
 
+int ch_http_trailer_add(struct ch_http_req *rq, const char *name, size_t nl,
+                        const char *v, size_t vl)
+{
+  if (!ch_http_valid_value(v, vl)) return -EINVAL;
+  size_t need = rq->trl_len + nl + vl + 4;
+  if (need > UINT32_MAX) return -ENOMEM;
+  if (need > rq->trl_cap) {
+    size_t cap = rq->trl_cap ? rq->trl_cap * 2 : 256;
+    while (cap < need) cap *= 2;
+    char *p = realloc(rq->trl, cap);
+    if (!p) return -ENOMEM;
+    rq->trl = p;
+    rq->trl_cap = (uint32_t)cap;
+  }
+  char *p = rq->trl + rq->trl_len;
+  memcpy(p, name, nl);
+  memcpy(p + nl, ": ", 2);
+  memcpy(p + nl + 2, v, vl);
+  memcpy(p + nl + 2 + vl, "\r\n", 2);
+  rq->trl_len = (uint32_t)need;
+  return 0;
+}
+
 const char *ch_http_header_get(const struct ch_http_req *rq, const char *name, size_t nl,
                                size_t *vl)
 {
@@ -244,6 +268,9 @@ void ch_http_req_release(struct ch_http_req *rq)
   free(rq->hx);
   rq->hx = NULL;
   rq->nhx = rq->hxcap = 0;
+  free(rq->trl);
+  rq->trl = NULL;
+  rq->trl_len = rq->trl_cap = 0;
 }
 
 /* -- The head ---------------------------------------------------------------- */
@@ -355,6 +382,13 @@ static int emit(struct ch_http_req *rq, struct obuf *head, const char *body, siz
   return out(rq, iov, k);
 }
 
+/* Yields. The last chunk of a chunked body, with res:trailer's lines. */
+static int chunk_end(struct ch_http_req *rq)
+{
+  struct iovec end[3] = { { "0\r\n", 3 }, { rq->trl, rq->trl_len }, { "\r\n", 2 } };
+  return out(rq, end, 3);
+}
+
 /* -EMSGSIZE unless n more body bytes fit the Content-Length sent (clen):
 ** the excess would be read as the next response. */
 static int room(const struct ch_http_req *rq, int64_t clen, size_t n)
@@ -364,8 +398,14 @@ static int room(const struct ch_http_req *rq, int64_t clen, size_t n)
 
 int ch_http_response_send(struct ch_http_req *rq, const char *body, size_t n)
 {
+  if (rq->h2) return ch_h2_response_send(rq, body, n);
   if (rq->finished || rq->hijacked) return -EALREADY;
   int r;
+  if (!rq->started && rq->trl_len && rq->h.version_minor >= 1 && user_clen(rq) < 0) {
+    /* Trailers need a chunked body: the body as one chunk, then the end. */
+    if ((r = ch_http_response_write(rq, body, n)) < 0) return r;
+    return ch_http_response_send(rq, "", 0);
+  }
   if (!rq->started) {
     char sb[OB_STACK_SIZE];
     struct obuf head = OB_STACK(sb);
@@ -393,15 +433,13 @@ int ch_http_response_send(struct ch_http_req *rq, const char *body, size_t n)
   if ((r = room(rq, rq->clen, n)) < 0) return r;
   rq->finished = 1;
   r = emit(rq, NULL, body, n);
-  if (r == 0 && rq->chunked && !rq->head_only) {
-    struct iovec end = { "0\r\n\r\n", 5 };
-    r = out(rq, &end, 1);
-  }
+  if (r == 0 && rq->chunked && !rq->head_only) r = chunk_end(rq);
   return r;
 }
 
 int ch_http_response_write(struct ch_http_req *rq, const char *body, size_t n)
 {
+  if (rq->h2) return ch_h2_response_write(rq, body, n);
   if (rq->finished || rq->hijacked) return -EALREADY;
   int r;
   if (!rq->started) {
@@ -428,6 +466,7 @@ int ch_http_response_write(struct ch_http_req *rq, const char *body, size_t n)
 
 int ch_http_response_head(struct ch_http_req *rq, int64_t clen)
 {
+  if (rq->h2) return ch_h2_response_head(rq, clen);
   if (rq->started || rq->hijacked) return -EALREADY;
   struct obuf head = { 0 };
   build_head(rq, &head, clen, 0);
@@ -445,6 +484,7 @@ int ch_http_response_head(struct ch_http_req *rq, int64_t clen)
 
 int ch_http_response_finish(struct ch_http_req *rq)
 {
+  if (rq->h2) return ch_h2_response_finish(rq);
   if (rq->hijacked) return 0;
   if (!rq->started) {
     /* The handler answered nothing, or failed first. */
@@ -480,10 +520,7 @@ int ch_http_response_finish(struct ch_http_req *rq)
   if (rq->finished) return rq->keep && !rq->failed;   /* a send that timed out cut it */
   if (rq->failed) return 0;
   if (rq->head_only && !rq->until_close) return rq->keep;
-  if (rq->chunked) {
-    struct iovec end = { "0\r\n\r\n", 5 };
-    return out(rq, &end, 1) == 0 && rq->keep;
-  }
+  if (rq->chunked) return chunk_end(rq) == 0 && rq->keep;
   return rq->clen >= 0 && rq->sent == (uint64_t)rq->clen && rq->keep;
 }
 

@@ -30,6 +30,11 @@ void ch_http_header_del(struct ch_http_req *rq, const char *name, size_t nl);
 int ch_http_header_add(struct ch_http_req *rq, const char *name, size_t nl,
                        const char *v, size_t vl);
 
+/* Adds a trailer line (res:trailer): sent after a chunked HTTP/1.1 body,
+** or as HTTP/2 trailers. 0, -EINVAL for a bad value, -ENOMEM. */
+int ch_http_trailer_add(struct ch_http_req *rq, const char *name, size_t nl,
+                        const char *v, size_t vl);
+
 /* The first value of header name, with its length, or NULL. */
 const char *ch_http_header_get(const struct ch_http_req *rq, const char *name, size_t nl,
                                size_t *vl);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "http/h2.h"
 #include "http/response.h"
 #include "http/sendfile.h"
 
@@ -153,6 +154,7 @@ static int send_body(struct ch_http_req *rq, int fd, off_t off, int64_t left)
 {
   struct ch_http_conn *c = rq->c;
   int r = 0;
+  if (rq->h2) return ch_h2_send_file(rq, fd, off, left);
   if (c->s.ssl) {
     char *piece = malloc(PIECE);
     if (!piece) return -ENOMEM;

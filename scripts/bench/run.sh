@@ -21,6 +21,7 @@
 #   spawn.sh      coroutine spawn, yield and timers (spawn)
 #   echo.sh       echo peers and the echo section (echo)
 #   http.sh       HTTP peers, wrk runs and the http section (http)
+#   http2.sh      HTTP/2 with h2load, h2c and TLS, against nginx+lua (http2)
 #   idle.sh       idle connections, raw echo and HTTP keep-alive (idle,
 #                 idle_http), which share the code holding the connections
 #   prio.sh       scheduling and affinity: runs prio_bench.sh (prio)
@@ -46,7 +47,7 @@
 #                        and 1000)
 #   BENCH_SECTIONS="..." sections to run, in order, separated by spaces or
 #                        commas (default: switch spawn echo idle http
-#                        idle_http prio kv)
+#                        idle_http http2 prio kv)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default "lua lua_uring
@@ -102,7 +103,7 @@ rm -f "$LOGS"/*.log
 base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http prio kv"}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http http2 prio kv"}
 COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
 ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order

@@ -190,8 +190,9 @@ M.cases = {
     raw = head("GET / HTTP/1.0", "Connection: keep-alive") },
   { "HTTP/2.0", stage = "head", status = 505, raw = head("GET / HTTP/2.0", HOST) },
   { "HTTP/1.2", stage = "head", status = 505, raw = head("GET / HTTP/1.2", HOST) },
-  { "the HTTP/2 connection preface", stage = "head", status = 505,
-    raw = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" },
+  -- With HTTP/2 on (the default) the preface starts HTTP/2 (http2_spec).
+  { "the HTTP/2 connection preface with opts.http2 = false", stage = "head", status = 505,
+    raw = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", opts = { http2 = false } },
   { "a lower-case version", stage = "head", status = 400, raw = head("GET / http/1.1", HOST) },
   { "a request line without a version", stage = "head", status = 400, raw = "GET /\r\n\r\n" },
 
