@@ -66,12 +66,19 @@ local function run(opts)
   assert.is_nil(p.exited())
 end
 
+-- A sanitizer build (make test SAN=..., which sets ASAN_OPTIONS) keeps
+-- freed memory in ASan's quarantine and has no copy-stack mode: RSS says
+-- nothing about cohost there.
+local san = os.getenv("ASAN_OPTIONS") ~= nil
+
 describe("after a burst of half-open connections", function()
   it("gives the memory back: RSS within 20 MB of its start once idle (separate stacks)", function()
+    if san then return pending("ASan's quarantine keeps freed memory") end
     run("--stack-mode=separate")
   end)
 
   it("gives the memory back: RSS within 20 MB of its start once idle (copy stacks)", function()
+    if san then return pending("no copy-stack mode under ASan") end
     run("--stack-mode=copy")
   end)
 end)

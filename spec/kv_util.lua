@@ -92,7 +92,8 @@ end
 -- Polls INFO persistence until aof_rewrites reaches n (limit seconds).
 function M.wait_rewrites(c, n, limit)
   local r = h.eventually(function()
-    local r = tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
+    local info = assert(c:call("INFO", "persistence"), "the server closed the connection")
+    local r = tonumber(info:match("aof_rewrites:(%d+)"))
     return r >= n and r
   end, limit or 20)
   return r or error("no rewrite")

@@ -251,6 +251,7 @@ local function replay(exec, repair)
   local partial               -- { n, a }: a record whose argument a - 1 was read apart
   local start = 0             -- file offset of the record being read
   local txn                   -- file offset of an open MULTI record
+  local work = 0              -- arguments replayed since the last yield
   local function read(want) return f:read(want) end
   while true do
     local argc, nxt, x, bs, bl, bn
@@ -300,8 +301,13 @@ local function replay(exec, repair)
       end
       count = count + 1
       pos = nxt
-      -- A long replay is still one task: let the CPU watchdog see it move.
-      if count % 4096 == 0 then cohost.sleep(0) end
+      -- A long replay is still one task: let the CPU watchdog see it move
+      -- (every 16,384 arguments: an MSET of thousands of keys counts so).
+      work = work + argc
+      if work >= 16384 then
+        work = 0
+        cohost.sleep(0)
+      end
     else
       if eof then break end
       local want = CHUNK
@@ -351,8 +357,12 @@ end
 -- Yields. Writes the snapshot (taken in slices while commands go on)
 -- and the records logged since to tf, then swaps it in for the log.
 local function run_rewrite(tf, tmp, t0)
+  local tsize = 0   -- bytes in tf
+  local function put_tf(recs)
+    tsize = tsize + assert(tf:write(recs))
+  end
   local count = snapshot.take(function(recs, n)
-    if n > 0 then assert(tf:write(recs)) end
+    if n > 0 then put_tf(recs) end
   end)
   assert(tf:fdatasync())
   -- The last catch-up: the flusher waits, so no record goes to the old
@@ -364,18 +374,31 @@ local function run_rewrite(tf, tmp, t0)
     local batch
     batch, upto = tail, M.seq
     tail, ntail = {}, 0
-    assert(tf:write(batch))
+    if #batch > 0 then put_tf(batch) end
     assert(tf:fdatasync())
   until ntail == 0
-  assert(file.rename(tmp, path))
+  -- Every record so far is in tf, synced; no yield since the check.
+  -- The rename yields: what comes meanwhile goes to buf after mark, for
+  -- the flusher to write to whichever file is the log then (it stays
+  -- paused, so nothing is acknowledged before the rename).
+  tail = nil
+  local mark = nbuf
+  local ok, err = file.rename(tmp, path)
+  if not ok then
+    -- The old log stays the log; buf still holds everything it lacks.
+    error("rename: " .. tostring(err), 0)
+  end
+  local rest, nrest = {}, 0
+  for i = mark + 1, nbuf do
+    nrest = nrest + 1
+    rest[nrest] = buf[i]
+  end
+  buf, nbuf = rest, nrest
+  written, synced = upto, upto
   local old = f
   f = tf
+  size = tsize
   old:close()
-  tail = nil
-  -- Everything logged so far is in the new file, synced.
-  buf, nbuf = {}, 0
-  written, synced = upto, upto
-  size = assert(f:stat()).size
   base_size = size
   rewrites = rewrites + 1
   paused, rewriting = false, false

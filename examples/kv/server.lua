@@ -328,6 +328,7 @@ local function loop(c, sock)
             out[n + 1] = resp.err("ERR " .. nxt)
             n = n + 1
             c.quit = true
+            c.linger = true
           else
             need = nxt
           end
@@ -389,6 +390,24 @@ local function pause()
   stats.paused = stats.paused - 1
 end
 
+-- After a protocol error: the reply is out, and closing with input still
+-- unread would make the kernel send a reset, which can reach the client
+-- before it read the reply. So, as nginx's lingering close: FIN first,
+-- then read and drop what the client still sends, for at most 1 s and
+-- 1 MiB, then close.
+local LINGER_MS, LINGER_BYTES = 1000, 1024 * 1024
+
+local function linger(sock)
+  sock:shutdown("send")
+  sock:settimeouts(LINGER_MS, LINGER_MS, LINGER_MS)
+  local deadline, got = cohost.monotonic() + LINGER_MS / 1000, 0
+  while got < LINGER_BYTES and cohost.monotonic() < deadline do
+    local data = sock:receiveany(65536)
+    if not data then return end
+    got = got + #data
+  end
+end
+
 local function serve(sock, peer)
   sock:settimeouts(FOREVER, M.SEND_TIMEOUT, FOREVER)
   sock:setoption("tcp-nodelay", true)
@@ -419,6 +438,7 @@ local function serve(sock, peer)
     if ok then cohost.wait(c.writer) else cohost.kill(c.writer) end
   end
   if not ok then error(err, 0) end
+  if c.linger then linger(sock) end
 end
 
 function Client:make_aof_sema()
