@@ -388,11 +388,12 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   int too_large = h->content_length > 0 && (uint64_t)h->content_length > srv->max_body;
   if (too_large && !srv->on_error) {
     uint64_t t0 = ch_now_ns();
-    /* The method is copied first: the head's bytes are in the stream's
-    ** buffer, which answering may give back (ASan saw the read after). */
+    /* The head's bytes are in the connection's stream buffer (rq is not
+    ** set up yet: ch_http_req_base would read its stale fields, as ASan
+    ** saw), and answering may give that buffer back: copy the method. */
     char method[12];
     size_t mlen = h->method.len < sizeof method ? h->method.len : sizeof method - 1;
-    memcpy(method, ch_http_req_base(rq) + h->method.off, mlen);
+    memcpy(method, ch_stream_data(&c->s) + h->method.off, mlen);
     ch_http_answer_error(c, 413);
     ch_metrics_http(413, method, mlen, (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
