@@ -24,7 +24,9 @@ end
 
 local SCRIPT = [[
 local cohost = require "cohost"
-io.write("worker ", cohost.worker_id(), "\n")
+-- One write of the whole line: the pieces of io.write(a, b, c) from
+-- several threads interleave on stdout.
+io.write(("worker %d\n"):format(cohost.worker_id()))
 io.stdout:flush()
 ]]
 
