@@ -365,9 +365,12 @@ static void test_ring_refused_by_the_kernel_leaves_epoll_working(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    if (forbid_io_uring() < 0) _exit(20);
+    /* qemu-user cannot install a seccomp filter (EINVAL); it has no
+    ** io_uring either, so the refusal is still the kernel's ENOSYS. */
+    int filtered = forbid_io_uring() == 0;
     int r = ch_sched_set_io_backend(CH_IO_URING);
     int why = 0;
+    if (!filtered && r == 0) _exit(77);
     /* ENOSYS: a build without liburing (IO_URING=0), or qemu-user. */
     if (r != -EPERM && r != -ENOSYS) _exit(21);
     if (ch_sched_io_backend(&why) != CH_IO_EPOLL || why != r) _exit(22);
@@ -376,6 +379,10 @@ static void test_ring_refused_by_the_kernel_leaves_epoll_working(void **state) {
   int st = 0;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   assert_true(WIFEXITED(st));
+  if (WEXITSTATUS(st) == 77) {
+    fprintf(stderr, "skipped: no seccomp filter here, and io_uring works\n");
+    skip();
+  }
   assert_int_equal(WEXITSTATUS(st), 0);
 }
 
