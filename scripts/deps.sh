@@ -29,12 +29,14 @@ case "$what" in
 esac
 
 missing=()
+native=$(dpkg --print-architecture)
 for p in "${want[@]}"; do
   # dpkg-query prints "install ok installed" only for a fully installed
-  # package, one line per architecture (make test-aarch64 adds arm64
-  # copies of some).
-  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -qx 'install ok installed' ||
-    missing+=("$p")
+  # package, one line per architecture: make test-aarch64 adds arm64
+  # copies of some (libcmocka-dev:arm64), which must not count as the
+  # native one.
+  dpkg-query -W -f='${Architecture} ${Status}\n' "$p" 2>/dev/null |
+    grep -qxE "($native|all) install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
