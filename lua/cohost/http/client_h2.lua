@@ -16,6 +16,9 @@ local concat, lower = table.concat, string.lower
 local DEFAULT_MS = 60000    -- a timeout left unset (the cosockets' default)
 local READ_ALL = 1048576    -- read size while reading a whole body
 local MAX_ORIGINS = 256     -- origins remembered as HTTP/1.1-only per worker
+local MAX_TRIES = 4         -- sends of one request a server refuses (a GOAWAY
+                            -- after N requests, as nginx's keepalive_requests,
+                            -- refuses the rest of a burst once per connection)
 
 -- Fields HTTP/2 forbids (RFC 9113 8.2.2): the connection's, not the
 -- request's. Host becomes :authority.
@@ -232,10 +235,10 @@ function M.request(p, dial, ui)
     if not sock then return nil, err end
     return nil, nil, sock
   end
-  -- One retry on a fresh connection: a GOAWAY or REFUSED_STREAM says the
+  -- Retries on a fresh connection: a GOAWAY or REFUSED_STREAM says the
   -- server did not process the request, and a connection that died
   -- before the stream opened never had it.
-  for attempt = 1, 2 do
+  for attempt = 1, MAX_TRIES do
     local conn = usable(key)
     if not conn then
       await_dial(key, p)
@@ -253,7 +256,7 @@ function M.request(p, dial, ui)
       if not conn then return nil, err, sock end
     end
     local res, err, retry = exchange(conn, p, ui)
-    if res or not retry or attempt == 2 then return res, err end
+    if res or not retry or attempt == MAX_TRIES then return res, err end
     if conns[key] == conn and not conn:usable() then conns[key] = nil end
   end
 end
