@@ -11,7 +11,7 @@
 **   st:head(ms) -> status, { name, value, ... }, or nil, err
 **   st:read(max, ms) -> data, or nil at the end, or nil, err
 **   st:trailers() -> { name, value, ... }
-**   st:close()
+**   st:reset(); st:close()
 ** Errors: "timeout", "closed" (the connection is gone), "refused" (the
 ** server did not process the request: it may be sent again), "reset:
 ** <HTTP/2 error code>", "bad response head", "no memory".
@@ -158,6 +158,16 @@ static struct ch_h2c_stream *check_stream(lua_State *L)
   return s->st;
 }
 
+/* Held for the length of a call that parks: another task may close the
+** stream meanwhile (a request body's sender and the response's reader). */
+static void drop_held(struct ch_h2c_stream **st)
+{
+  if (*st) ch_h2c_stream_unref(*st);
+}
+#define HOLD(st) \
+  struct ch_h2c_stream *held_ __attribute__((cleanup(drop_held))) = (st); \
+  ch_h2c_stream_ref(held_)
+
 /* Yields. write(data, last, ms) */
 static int st_write(lua_State *L)
 {
@@ -167,6 +177,7 @@ static int st_write(lua_State *L)
   int last = lua_toboolean(L, 3);
   int ms = ms_arg(L, 4);
   check_park(L);
+  HOLD(st);
   /* p stays referenced on this coroutine's Lua stack while it parks. */
   int r = ch_h2c_write(st, p, n, last, ms);
   if (r < 0) return fail(L, r, st);
@@ -193,6 +204,7 @@ static int st_head(lua_State *L)
   struct ch_h2c_stream *st = check_stream(L);
   int ms = ms_arg(L, 2);
   check_park(L);
+  HOLD(st);
   int r = ch_h2c_head(st, ms);
   if (r < 0) return fail(L, r, st);
   lua_pushinteger(L, st->status);
@@ -208,6 +220,7 @@ static int st_read(lua_State *L)
   int ms = ms_arg(L, 3);
   luaL_argcheck(L, max > 0, 2, "must be positive");
   check_park(L);
+  HOLD(st);
   const char *p;
   ssize_t n = ch_h2c_read(st, &p, ms);
   if (n < 0) return fail(L, (int)n, st);
@@ -228,6 +241,13 @@ static int st_trailers(lua_State *L)
   if (st->head_done) push_fields(L, st, st->head_end, st->hlen);
   else lua_newtable(L);
   return 1;
+}
+
+/* reset(): RST_STREAM CANCEL if still open; the object stays. */
+static int st_reset(lua_State *L)
+{
+  ch_h2c_reset(check_stream(L));
+  return 0;
 }
 
 /* close(), and __gc: an open stream is reset (CANCEL). */
@@ -252,6 +272,7 @@ static const luaL_Reg stream_methods[] = {
   { "head", st_head },
   { "read", st_read },
   { "trailers", st_trailers },
+  { "reset", st_reset },
   { "close", st_close },
   { NULL, NULL },
 };

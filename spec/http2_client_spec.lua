@@ -143,6 +143,34 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal("abc", res.trailers["X-Checksum"])
   end)
 
+  it("streams both ways at once with stream = true: the answer is read while the body is still sent", function()
+    local port = serve(function(req, res)
+      while true do
+        local piece = req:read(65536)
+        if not piece then break end
+        res:write("echo:" .. piece .. ";")
+      end
+      res:send("end")
+    end)
+    local echoed = false
+    local calls = 0
+    local res = assert(http.request(("http://127.0.0.1:%d/bidi"):format(port), h2c {
+      method = "POST", stream = true,
+      body = function()
+        calls = calls + 1
+        if calls == 1 then return "a" end
+        if calls == 2 then
+          -- Only a request whose answer is read meanwhile gets past this.
+          assert(h.wait_for(function() return echoed end, 10), "answer not read while sending")
+          return "b"
+        end
+      end,
+    }))
+    assert.are.equal("echo:a;", res:read())
+    echoed = true
+    assert.are.equal("echo:b;end", res:body())
+  end)
+
   it("times out one request alone: the connection goes on serving the next", function()
     local release = false
     local port, peers = serve(function(req, res)

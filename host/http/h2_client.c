@@ -508,6 +508,7 @@ struct ch_h2c_stream *ch_h2c_open(struct ch_h2c *h, const nghttp2_nv *nv, size_t
 int ch_h2c_write(struct ch_h2c_stream *st, const char *p, size_t n, int last, int ms)
 {
   for (;;) {
+    if (st->dropped) return -EPIPE;
     if (st->oend) return -EINVAL;   /* a body already ended */
     if (!sess_of(st)) return st->closed ? stream_err(st) : -EPIPE;
     if (st->olen - st->ooff < OQ_MAX) break;
@@ -532,6 +533,7 @@ int ch_h2c_write(struct ch_h2c_stream *st, const char *p, size_t n, int last, in
 int ch_h2c_head(struct ch_h2c_stream *st, int ms)
 {
   for (;;) {
+    if (st->dropped) return -EPIPE;
     if (st->head_done) return 0;
     if (st->bad_head) return -EPROTO;
     if (st->closed) return stream_err(st);
@@ -543,6 +545,7 @@ int ch_h2c_head(struct ch_h2c_stream *st, int ms)
 ssize_t ch_h2c_read(struct ch_h2c_stream *st, const char **p, int ms)
 {
   for (;;) {
+    if (st->dropped) return -EPIPE;
     if (st->ilen > st->ioff) {
       *p = st->ib + st->ioff;
       return st->ilen - st->ioff;
@@ -565,15 +568,31 @@ void ch_h2c_consume(struct ch_h2c_stream *st, size_t n)
   }
 }
 
-void ch_h2c_stream_free(struct ch_h2c_stream *st)
+void ch_h2c_reset(struct ch_h2c_stream *st)
 {
   nghttp2_session *s = sess_of(st);
-  st->dropped = 1;
-  if (s) {
-    /* Open still: cancelled; nghttp2 closes it once the RST is out, and
-    ** body bytes that come meanwhile are dropped (dropped is set). */
-    nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
-    kick(st->h);
-  }
+  if (!s) return;
+  /* nghttp2 closes it once the RST is out (on_stream_close wakes the
+  ** waiters then). */
+  nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+  kick(st->h);
+}
+
+void ch_h2c_stream_free(struct ch_h2c_stream *st)
+{
+  st->dropped = 1;   /* body bytes that still come are thrown away */
+  ch_h2c_reset(st);
+  wake(&st->rwait);
+  wake(&st->wwait);
+  stream_unref(st);
+}
+
+void ch_h2c_stream_ref(struct ch_h2c_stream *st)
+{
+  st->refs++;
+}
+
+void ch_h2c_stream_unref(struct ch_h2c_stream *st)
+{
   stream_unref(st);
 }

@@ -117,8 +117,18 @@ ssize_t ch_h2c_read(struct ch_h2c_stream *st, const char **p, int ms);
 ** (WINDOW_UPDATE). Never yields. */
 void ch_h2c_consume(struct ch_h2c_stream *st, size_t n);
 
-/* The caller is done with st: an open stream is reset (CANCEL). Never
-** yields. */
+/* Resets st if it is still open (RST_STREAM CANCEL): its waiters wake
+** with -ECONNRESET. Never yields. */
+void ch_h2c_reset(struct ch_h2c_stream *st);
+
+/* The caller is done with st: an open stream is reset (CANCEL), and a
+** task parked on it (another task of the caller's) wakes with -EPIPE.
+** Never yields. */
 void ch_h2c_stream_free(struct ch_h2c_stream *st);
+
+/* One more reference to st, for a call that parks on it while another
+** task may free it; unref gives it back (and frees st at the last). */
+void ch_h2c_stream_ref(struct ch_h2c_stream *st);
+void ch_h2c_stream_unref(struct ch_h2c_stream *st);
 
 #endif

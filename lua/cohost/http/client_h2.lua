@@ -6,6 +6,7 @@
 -- this file sends it and reads the answer into the same res shape as
 -- HTTP/1.1 (res.version == 2), plus res.trailers. docs/http-client.md is
 -- the user's reference.
+local cohost = require "cohost"
 local core = require "cohost.core.h2client"
 local semaphore = require "cohost.semaphore"
 
@@ -71,6 +72,7 @@ end
 function Reader:some(n)
   if self.done then return nil, self.err end
   local data, err = self.st:read(n, self.ms)
+  if err and self.sender and self.sender.err then err = self.sender.err end
   if data then
     self.total = self.total + #data
     if self.max and self.total > self.max then return self:fail("body too large") end
@@ -104,7 +106,7 @@ end
 -- -- One exchange ---------------------------------------------------------------
 
 -- Yields. Sends p's body on st: a string, or a function's pieces. true,
--- or nil, err, or raises what the function raised.
+-- or nil, err, or raises what the function raised (the stream reset).
 local function send_body(st, p, ms)
   local body = p.body
   if type(body) == "string" then return st:write(body, true, ms) end
@@ -112,12 +114,12 @@ local function send_body(st, p, ms)
   while true do
     local ok, piece = pcall(body)
     if not ok then
-      st:close()
+      st:reset()
       error(piece, 0)
     end
     if piece == nil then break end
     if type(piece) ~= "string" then
-      st:close()
+      st:reset()
       error("cohost.http: body function returned a " .. type(piece), 0)
     end
     sent = sent + #piece
@@ -140,8 +142,20 @@ local function exchange(conn, p, ui)
   if not st then return nil, err, true end
   local send_ms = p.send_timeout or DEFAULT_MS
   local read_ms = p.read_timeout or DEFAULT_MS
-  local send_err
-  if has_body then
+  local send_err, sender
+  if has_body and p.stream and type(p.body) == "function" then
+    -- Both ways at once (gRPC's bidirectional streaming): the body has a
+    -- task of its own, and the answer can be read while it is sent. What
+    -- stops it (a raise, a timeout) resets the stream; the reader then
+    -- reports that error instead of the reset.
+    sender = {}
+    cohost.spawn(function()
+      local ok, sent, err = pcall(send_body, st, p, send_ms)
+      if ok and sent then return end
+      sender.err = ok and err or tostring(sent)
+      if ok and err ~= "closed" then st:reset() end
+    end)
+  elseif has_body then
     local ok
     ok, err = send_body(st, p, send_ms)
     -- The server may have answered without reading it all (a 413): look
@@ -158,6 +172,7 @@ local function exchange(conn, p, ui)
   local status, list = st:head(read_ms)
   if not status then
     st:close()
+    if sender and sender.err then list = sender.err end
     return nil, send_err or list, list == "refused" and type(p.body) ~= "function"
   end
   local res = setmetatable({
@@ -166,7 +181,7 @@ local function exchange(conn, p, ui)
   }, ui.Response)
   local r = setmetatable({
     h2 = true, st = st, res = res, ms = read_ms, total = 0, max = p.max_body_size,
-    new_headers = ui.new_headers,
+    new_headers = ui.new_headers, sender = sender,
   }, Reader)
   if p.stream then
     res._reader = r
