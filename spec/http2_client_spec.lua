@@ -186,6 +186,41 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal(1, count(peers))
   end)
 
+  it("fails the requests in flight as closed when the connection drops, and dials anew after", function()
+    -- A raw server: the first connection is read up to the request's
+    -- HEADERS and dropped; the next gets a real HTTP/2 server's answer.
+    local real = serve(function(_, res) res:send("fine") end)
+    local accepted = 0
+    local port = select(2, h.serve(function(sock)
+      accepted = accepted + 1
+      if accepted == 1 then
+        sock:receiveany(4096)   -- the preface, SETTINGS and the first HEADERS
+        sock:close()
+        return
+      end
+      local up = assert(h.connect(real))
+      cohost.spawn(function()
+        while true do
+          local d = up:receiveany(65536)
+          if not d or not sock:send(d) then break end
+        end
+        sock:close()
+      end)
+      while true do
+        local d = sock:receiveany(65536)
+        if not d or not up:send(d) then break end
+      end
+      up:close()
+    end))
+    local res, err = http.request(("http://127.0.0.1:%d/a"):format(port), h2c { method = "POST", body = "x" })
+    assert.is_nil(res)
+    assert.are.equal("closed", err)
+    res = assert(http.request(("http://127.0.0.1:%d/b"):format(port), H2C))
+    assert.are.equal("fine", res.body)
+    assert.are.equal(2, res.version)
+    assert.are.equal(2, accepted)
+  end)
+
   it("negotiates h2 by ALPN on https, verified against ca_file", function()
     local port = serve(function(req, res) res:send("v" .. req.version) end, tls())
     local res = assert(http.request(("https://localhost:%d/"):format(port), { ca_file = ca }))
