@@ -94,6 +94,23 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal(1, count(peers))
   end)
 
+  it("keeps streams past the server's SETTINGS_MAX_CONCURRENT_STREAMS waiting their turn", function()
+    local running, most = 0, 0
+    local port, peers = serve(function(_, res)
+      running = running + 1
+      if running > most then most = running end
+      cohost.sleep(0.02)
+      running = running - 1
+      res:send("ok")
+    end, { http2_max_concurrent_streams = 2 })
+    local bodies = h.run_all(8, function()
+      return assert(http.request(("http://127.0.0.1:%d/"):format(port), H2C)).body
+    end)
+    for i = 1, 8 do assert.are.equal("ok", bodies[i]) end
+    assert.are.equal(2, most)
+    assert.are.equal(1, count(peers))
+  end)
+
   it("streams a function body: the server reads the first piece before the second is made", function()
     local first_seen = false
     local port = serve(function(req, res)
