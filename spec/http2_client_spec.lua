@@ -203,40 +203,64 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal(1, count(peers))
   end)
 
-  it("fails the requests in flight as closed when the connection drops, and dials anew after", function()
-    -- A raw server: the first connection is read up to the request's
-    -- HEADERS and dropped; the next gets a real HTTP/2 server's answer.
-    local real = serve(function(_, res) res:send("fine") end)
-    local accepted = 0
-    local port = select(2, h.serve(function(sock)
-      accepted = accepted + 1
-      if accepted == 1 then
-        sock:receiveany(4096)   -- the preface, SETTINGS and the first HEADERS
-        sock:close()
-        return
-      end
-      local up = assert(h.connect(real))
-      cohost.spawn(function()
-        while true do
-          local d = up:receiveany(65536)
-          if not d or not sock:send(d) then break end
-        end
-        sock:close()
-      end)
+end)
+
+-- A raw TCP server in front of a cohost HTTP/2 server answering "fine":
+-- it relays bytes both ways, except that it drops a connection (without
+-- GOAWAY) when drop(n) says so, n being the connection's number, at its
+-- next bytes from the client. Returns its port and the connections'
+-- count so far as a function.
+local function dropping_relay(drop)
+  local real = serve(function(_, res) res:send("fine") end)
+  local accepted = 0
+  local _, port = h.serve(function(sock)
+    accepted = accepted + 1
+    local n = accepted
+    local up = assert(h.connect(real))
+    cohost.spawn(function()
       while true do
-        local d = sock:receiveany(65536)
-        if not d or not up:send(d) then break end
+        local d = up:receiveany(65536)
+        if not d or not sock:send(d) then break end
       end
-      up:close()
-    end))
+      sock:close()
+    end)
+    while true do
+      local d = sock:receiveany(65536)
+      if not d or drop(n) or not up:send(d) then break end
+    end
+    up:close()
+    sock:close()
+  end)
+  return port, function() return accepted end
+end
+
+describe("the HTTP/2 client when a connection drops", function()
+  it("fails the requests in flight as closed, and dials anew after", function()
+    -- The first connection goes at its first bytes (preface, SETTINGS,
+    -- the request's HEADERS).
+    local port, accepted = dropping_relay(function(n) return n == 1 end)
     local res, err = http.request(("http://127.0.0.1:%d/a"):format(port), h2c { method = "POST", body = "x" })
     assert.is_nil(res)
     assert.are.equal("closed", err)
     res = assert(http.request(("http://127.0.0.1:%d/b"):format(port), H2C))
     assert.are.equal("fine", res.body)
     assert.are.equal(2, res.version)
-    assert.are.equal(2, accepted)
+    assert.are.equal(2, accepted())
   end)
+
+  it("sends an idempotent request again when a connection that served before ends under it", function()
+    local dropping = false
+    local port, accepted = dropping_relay(function(n) return n == 1 and dropping end)
+    local url = ("http://127.0.0.1:%d/"):format(port)
+    assert.are.equal("fine", assert(http.request(url, H2C)).body)
+    dropping = true   -- the server "closes the idle connection" as the next request comes
+    local res = assert(http.request(url, H2C))
+    assert.are.equal("fine", res.body)
+    assert.are.equal(2, accepted())
+  end)
+end)
+
+describe("the HTTP/2 client against cohost's server over TLS", function()
 
   it("negotiates h2 by ALPN on https, verified against ca_file", function()
     local port = serve(function(req, res) res:send("v" .. req.version) end, tls())

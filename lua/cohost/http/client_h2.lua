@@ -21,6 +21,9 @@ local MAX_TRIES = 4         -- sends of one request a server refuses (a GOAWAY
                             -- after N requests, as nginx's keepalive_requests,
                             -- refuses the rest of a burst once per connection)
 
+-- Methods a retry may repeat (RFC 9110 9.2.2).
+local IDEMPOTENT = { GET = true, HEAD = true, PUT = true, DELETE = true, OPTIONS = true, TRACE = true }
+
 -- Fields HTTP/2 forbids (RFC 9113 8.2.2): the connection's, not the
 -- request's. Host becomes :authority.
 local HOP = {
@@ -133,9 +136,11 @@ local function send_body(st, p, ms)
 end
 
 -- Yields. One request on conn. Returns res, or nil, err, retry where
--- retry says the server did not take the request (refused, or the
--- connection was gone before the stream opened): it may go again on
--- another connection.
+-- retry says the request may go again on another connection: the server
+-- did not take it (refused, or the connection was gone before the stream
+-- opened), or a connection that had served before ended before any
+-- answer to an idempotent request (a server closing an idle connection
+-- without GOAWAY, as HTTP/1.1's stale pooled connections).
 local function exchange(conn, p, ui)
   local has_body = p.body ~= nil and (type(p.body) == "function" or #p.body > 0)
   local st, err = conn:open(fields(p), has_body)
@@ -173,7 +178,9 @@ local function exchange(conn, p, ui)
   if not status then
     st:close()
     if sender and sender.err then list = sender.err end
-    return nil, send_err or list, list == "refused" and type(p.body) ~= "function"
+    local replayable = type(p.body) ~= "function"
+    return nil, send_err or list, replayable and (list == "refused" or
+      list == "closed" and p.h2_reused == 1 and IDEMPOTENT[p.method])
   end
   local res = setmetatable({
     status = status, reason = "", version = 2, headers = ui.new_headers(list),
