@@ -17,6 +17,7 @@ int luaopen_cohost_core_listen(lua_State *L);   /* lib_listen.c */
 int luaopen_cohost_core_ssl(lua_State *L);      /* lib_ssl.c */
 int luaopen_cohost_core_crypto(lua_State *L);   /* lib_crypto.c */
 int luaopen_cohost_core_http(lua_State *L);     /* lib_http.c */
+int luaopen_cohost_core_h2client(lua_State *L); /* lib_h2client.c */
 int luaopen_cohost_core_re(lua_State *L);       /* lib_re.c */
 int luaopen_cohost_core_file(lua_State *L);     /* lib_file.c */
 int luaopen_cohost_core_shdict(lua_State *L);   /* lib_shdict.c */

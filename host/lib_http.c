@@ -133,7 +133,9 @@ static int req_read(lua_State *L)
   struct ch_http_req *rq = check_rq(L, 1);
   lua_Integer want = luaL_optinteger(L, 2, 65536);
   luaL_argcheck(L, want > 0, 2, "positive size expected");
-  if (rq->plen == 0) {
+  /* A loop: on HTTP/2 a read may find bytes that came with an earlier
+  ** wake already taken, so "more" can bring none (never an empty piece). */
+  while (rq->plen == 0) {
     int r = body_more(L, rq);
     if (r == 0) { lua_pushnil(L); return 1; }
     if (r < 0) {

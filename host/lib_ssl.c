@@ -116,7 +116,9 @@ static int ssl_set_default_ca(lua_State *L)
 /* Yields. sslhandshake(reused_session, server_name, verify
 ** [, send_status_req [, opts]]): OpenResty's client handshake within the
 ** connect timeout. opts (cohost's): ca_file (else the system store),
-** cert and key (a client certificate). Returns a session, true (when
+** cert and key (a client certificate), alpn (protocols offered by ALPN,
+** as the wire's length-prefixed list, e.g. "\2h2\8http/1.1"; sslinfo's
+** alpn says which the server chose). Returns a session, true (when
 ** reused_session is false), or nil, err: "handshake failed", "timeout",
 ** "closed", "20: unable to get local issuer certificate" (verify),
 ** "certificate host mismatch". A failure closes the connection. */
@@ -133,12 +135,13 @@ int ch_ssl_handshake(lua_State *L)
   int want_session = !(lua_isboolean(L, 2) && !lua_toboolean(L, 2));
   const char *name = lua_isnil(L, 3) ? NULL : luaL_checkstring(L, 3);
   int verify = lua_toboolean(L, 4);
-  const char *ca = NULL, *cert = NULL, *key = NULL;
+  const char *ca = NULL, *cert = NULL, *key = NULL, *alpn = NULL;
   int t = lua_istable(L, 5) ? 5 : lua_istable(L, 6) ? 6 : 0;
   if (t) {
     ca = opt_str(L, t, "ca_file");
     cert = opt_str(L, t, "cert");
     key = opt_str(L, t, "key");
+    alpn = opt_str(L, t, "alpn");
   }
   if (!ca && default_ca[0]) ca = default_ca;   /* lua_ssl_trusted_certificate */
   if (u->s.fd < 0) return closed(L);
@@ -172,6 +175,11 @@ int ch_ssl_handshake(lua_State *L)
   }
   if (sni(name)) SSL_set_tlsext_host_name(ssl, name);   /* SNI carries names only (RFC 6066) */
   if (given && *given && (*given)->s) SSL_set_session(ssl, (*given)->s);
+  /* SSL_set_alpn_protos returns 0 on success, unlike most of OpenSSL. */
+  if (alpn && *alpn && SSL_set_alpn_protos(ssl, (const unsigned char *)alpn, strlen(alpn)) != 0) {
+    ch_tls_free(ssl, 0);
+    return fail(L, "no memory");
+  }
   ch_tls_sess_attach(b, ssl);   /* picks up a TLS 1.3 ticket later */
   int r;
   {
@@ -222,6 +230,13 @@ int ch_ssl_info(lua_State *L)
   }
   lua_pushinteger(L, SSL_get_verify_result(u->s.ssl));
   lua_setfield(L, -2, "verify_result");
+  const unsigned char *ap;
+  unsigned an;
+  SSL_get0_alpn_selected(u->s.ssl, &ap, &an);
+  if (an) {
+    lua_pushlstring(L, (const char *)ap, an);
+    lua_setfield(L, -2, "alpn");
+  }
   return 1;
 }
 

@@ -89,6 +89,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.ssl", luaopen_cohost_core_ssl },
   { "cohost.core.crypto", luaopen_cohost_core_crypto },
   { "cohost.core.http", luaopen_cohost_core_http },
+  { "cohost.core.h2client", luaopen_cohost_core_h2client },
   { "cohost.core.re", luaopen_cohost_core_re },
   { "cohost.core.file", luaopen_cohost_core_file },
   { "cohost.core.shdict", luaopen_cohost_core_shdict },

@@ -11,6 +11,7 @@
 -- ("bad chunked body", "bad status line", ...).
 local cohost = require "cohost"
 local crypto = require "cohost.core.crypto"
+local h2 = require "cohost.http.client_h2"
 
 local M = {}
 
@@ -173,6 +174,13 @@ local function add_header(h, name, value)
   if old == nil then h[k] = value
   elseif type(old) == "table" then old[#old + 1] = value
   else h[k] = { old, value } end
+end
+
+-- A Headers table from { name, value, ... } (HTTP/2's fields).
+local function new_headers(list)
+  local h = setmetatable({}, Headers)
+  for i = 1, #list, 2 do add_header(h, list[i], list[i + 1]) end
+  return h
 end
 
 local function first(v)
@@ -374,6 +382,7 @@ end
 
 -- Yields. Up to n body bytes (at least 1), nil at the end, or nil, err.
 local function read_some(r, n)
+  if r.h2 then return r:some(n) end
   if r.done then return nil, r.err end
   local sock = r.sock
   if r.mode == "chunked" and r.left == 0 then
@@ -409,6 +418,7 @@ end
 
 -- Yields. The rest of the body as one string, or nil, err.
 local function read_all(r)
+  if r.h2 then return r:all() end
   if r.done then
     if r.err then return nil, r.err end
     return ""
@@ -487,7 +497,8 @@ end
 -- read to its end has already released it). Idempotent.
 function Response:close()
   local r = rawget(self, "_reader")
-  if r and not r.done then fail(r, "closed") end
+  if r and r.h2 then r:close("closed")
+  elseif r and not r.done then fail(r, "closed") end
 end
 
 -- -- One exchange -------------------------------------------------------------
@@ -577,7 +588,9 @@ end
 -- where retry says a reused connection was found dead before any byte of
 -- the response came, so the request may be sent again on a fresh one.
 local function exchange(p, fresh)
-  local sock, err = dial(p, fresh)
+  local sock, err = p.sock, nil
+  p.sock = nil   -- a connection HTTP/2's ALPN gave back: used once
+  if not sock then sock, err = dial(p, fresh) end
   if not sock then return nil, err end
   local times = sock:getreusedtimes()
   local reused = times > 0
@@ -696,15 +709,24 @@ local function prepare(u, method, headers, body, opts)
   -- client certificate: they are part of its pool's name.
   local pool = "http:" .. u.host .. ":" .. u.port
   local tls, server_name, verify
+  local http2 = opts.http2
+  if http2 ~= nil and http2 ~= false and http2 ~= true and http2 ~= "prior-knowledge" then
+    error("cohost.http: http2 must be true, false or \"prior-knowledge\"", 0)
+  end
+  local use_h2 = http2 ~= false and (u.scheme == "https" or http2 == "prior-knowledge")
   if u.scheme == "https" then
     server_name, verify = opts.server_name or u.host, opts.verify ~= false
-    tls = { ca_file = opts.ca_file, cert = opts.client_cert, key = opts.client_key }
+    tls = { ca_file = opts.ca_file, cert = opts.client_cert, key = opts.client_key,
+            alpn = use_h2 and "\2h2\8http/1.1" or nil }
     pool = concat({ "https", u.host, u.port, server_name, verify and "verify" or "noverify",
                     tls.ca_file or "", tls.cert or "" }, ":")
+  elseif use_h2 then
+    pool = "h2c:" .. u.host .. ":" .. u.port   -- never an HTTP/1.1 pooled socket
   end
   return {
     tls = tls, server_name = server_name, verify = verify,
     host = u.host, port = u.port, method = method, head = concat(parts), body = body,
+    h2 = use_h2, hs = hs, target = target, scheme = u.scheme, authority = authority(u),
     length = length, keepalive = keepalive, stream = opts.stream,
     max_body_size = opts.max_body_size,
     connect_timeout = opts.connect_timeout or t, send_timeout = opts.send_timeout or t,
@@ -715,11 +737,19 @@ local function prepare(u, method, headers, body, opts)
   }
 end
 
+-- What the HTTP/2 half fills in: the same res as HTTP/1.1's.
+local H2_UI = { Response = Response, new_headers = new_headers }
+
 -- Yields. One request to URL u (no redirects), retried once on a fresh
 -- connection when a pooled one turns out dead and the request is safe to
 -- send again.
 local function request_once(u, method, headers, body, opts)
   local p = prepare(u, method, headers, body, opts)
+  if p.h2 then
+    local res, err, sock = h2.request(p, dial, H2_UI)
+    if not sock then return res, err end
+    p.sock = sock   -- ALPN chose HTTP/1.1 on this connection
+  end
   local res, err, retry = exchange(p, false)
   if retry and IDEMPOTENT[method] and type(body) ~= "function" then
     res, err = exchange(p, true)
