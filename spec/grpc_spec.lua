@@ -421,3 +421,56 @@ out([rpc("unary_unary", "/t.S/Left", b"", timeout=30), rpc("unary_unary", "/t.S/
     assert.are.equal("505", out)
   end)
 end)
+
+-- -- Framing helpers (shared with a client) ------------------------------------------
+
+describe("cohost.grpc.frame and cohost.grpc.status", function()
+  local frame, status = require "cohost.grpc.frame", require "cohost.grpc.status"
+
+  -- A read function over s that gives at most step bytes a call.
+  local function source(s, step)
+    local pos = 1
+    return function(n)
+      if pos > #s then return nil end
+      local piece = s:sub(pos, pos + math.min(n, step) - 1)
+      pos = pos + #piece
+      return piece
+    end
+  end
+
+  it("read messages back whatever the read boundaries, then a clean end", function()
+    local big = ("0123456789"):rep(20000)
+    local wire = frame.encode("a") .. frame.encode("") .. frame.encode(big) .. frame.encode("zz")
+    for _, step in ipairs { 1, 3, 5, 7, 4096, 65536 } do
+      local r = frame.reader(source(wire, step))
+      assert.are.same({ "a", "", big, "zz" }, { r:next(), r:next(), r:next(), r:next() })
+      assert.is_nil(r:next())
+    end
+    assert.are.equal("\0\1\2\3\4", frame.prefix(0x01020304))
+  end)
+
+  it("pass a read error on with no status code", function()
+    local r = frame.reader(function() return nil, "timeout" end)
+    assert.are.same({ nil, nil, "timeout" }, { r:next() })
+  end)
+
+  it("parse and format grpc-timeout values and percent-encode grpc-message", function()
+    assert.are.equal(2 * 3600, status.parse_timeout("2H"))
+    assert.are.equal(0.25, status.parse_timeout("250m"))
+    assert.are.equal(99999999e-9, status.parse_timeout("99999999n"))
+    for _, bad in ipairs { "", "1", "123456789m", "1x", "-1S", "1.5S", " 1S" } do
+      assert.is_nil(status.parse_timeout(bad), bad)
+    end
+    for _, secs in ipairs { 0.001, 0.25, 1, 59, 3600 * 24, 1e-9 } do
+      local v = status.format_timeout(secs)
+      assert.is_true(#v <= 9 and status.parse_timeout(v) >= secs - 1e-12, v)
+    end
+    assert.are.equal("0.25", tostring(status.parse_timeout(status.format_timeout(0.25))))
+    local s = "ok %25 \n\0é"
+    assert.are.equal("ok %2525 %0A%00%C3%A9", status.encode_message(s))
+    assert.are.equal(s, status.decode_message(status.encode_message(s)))
+    assert.are.equal("100% sure %zz", status.decode_message("100% sure %zz"))
+    assert.are.equal(12, status.UNIMPLEMENTED)
+    assert.are.equal("DEADLINE_EXCEEDED", status.names[4])
+  end)
+end)

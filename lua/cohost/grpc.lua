@@ -281,7 +281,15 @@ local function run_with_deadline(call, run)
     ok, code, message = xpcall(run, traced(call), call)
     done:post()
   end)
-  if not done:wait(call.ctx:remaining()) then
+  local waited, got = pcall(done.wait, done, call.ctx:remaining())
+  if not waited then
+    -- This task was killed itself: the handler's must not outlive it
+    -- (req and res end with this task); its errors are nobody's now.
+    call.expired = true
+    cohost.kill(t)
+    error(got, 0)
+  end
+  if not got then
     -- kill fails only if the task ended meanwhile: its result stands.
     if cohost.kill(t) then call.expired = true end
     done:wait()
