@@ -329,18 +329,24 @@ describe("cohost.grpc failures", function()
 local grpc = require "cohost.grpc"
 local srv = grpc.server():service("t.S", {
   Boom = function(msg) local t = nil; return t.field end,
+  Boom2 = function(msg) return msg .. {} end,
   Echo = function(msg) return msg end,
 })
 listener = assert(grpc.listen("127.0.0.1:0", srv))
 ]]))))
     h.defer(p.stop)
     local r = py(p.port, [[
-out([rpc("unary_unary", "/t.S/Boom", b"x"), rpc("unary_unary", "/t.S/Echo", b"after")])
+out([rpc("unary_unary", "/t.S/Boom", b"x"), rpc("unary_unary", "/t.S/Boom2", b"x", timeout=None),
+     rpc("unary_unary", "/t.S/Echo", b"after")])
 ]])
+    -- With a deadline (the handler on a task of its own) and without.
     assert.are.same({ 13, "handler error (see the server's log)" }, { r[1].code, r[1].details })
-    assert.are.same({ 0, "after" }, { r[2].code, r[2].reply })
+    assert.are.same({ 13, "handler error (see the server's log)" }, { r[2].code, r[2].details })
+    assert.are.same({ 0, "after" }, { r[3].code, r[3].reply })
     local log = h.slurp(p.err)
-    assert.matches("grpc /t%.S/Boom handler error: .*attempt to index local 't'", log)
+    -- Two messages: the log holds back a line repeated within a second.
+    assert.matches("grpc /t%.S/Boom handler error: [^\n]*attempt to index local 't'", log)
+    assert.matches("grpc /t%.S/Boom2 handler error: [^\n]*attempt to concatenate", log)
     assert.matches("stack traceback:", log)
     assert.is_nil(p.exited())
   end)
@@ -375,7 +381,7 @@ out([rpc("unary_unary", "/t.S/Left", b"", timeout=30), rpc("unary_unary", "/t.S/
     local port = serve(srv)
     -- A raw client: grpcio enforces its deadline itself, and would pass
     -- with a server that did nothing.
-    local r = raw(port, "/t.S/Slow", "0000000000", { { "grpc-timeout", "300m" } })
+    local r = raw(port, "/t.S/Slow", "0000000000", { { "grpc-timeout", "1S" } })
     assert.are.same({ 4, "deadline exceeded" }, { raw_status(r) })
     assert.are.equal(10, r.data)   -- "first", framed
     assert.is_true(state.started)
