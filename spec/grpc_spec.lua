@@ -319,6 +319,31 @@ out([rpc("unary_unary", "/t.S/E", b"x" * 1000), rpc("unary_unary", "/t.S/E", b"x
     assert.are.equal(0, r[1].code)
     assert.are.same({ 8, "message of 1001 bytes is over the limit of 1000 bytes" }, { r[2].code, r[2].details })
   end)
+
+  it("honour max_send_message_size with RESOURCE_EXHAUSTED", function()
+    local srv = grpc.server { max_send_message_size = 10 }
+    srv:service("t.S", { E = function(m) return m end })
+    local r = py(serve(srv), [[
+out([rpc("unary_unary", "/t.S/E", b"x" * 10), rpc("unary_unary", "/t.S/E", b"x" * 11)])
+]])
+    assert.are.equal(0, r[1].code)
+    assert.are.same({ 8, "response message of 11 bytes is over max_send_message_size (10)" },
+      { r[2].code, r[2].details })
+  end)
+
+  it("mount on http.listen beside a router, max_body_size bounding a call's request stream", function()
+    local router = require("cohost.http").router()
+    router:get("/page", function(_, res) res:send("a page") end)
+    local srv = grpc.server { fallback = router }:service("t.S", { E = function(m) return m end })
+    local port = h.http_serve(srv, { max_body_size = 100 })
+    local r = py(port, [[
+out([rpc("unary_unary", "/t.S/E", b"x" * 90), rpc("unary_unary", "/t.S/E", b"x" * 200)])
+]])
+    assert.are.same({ 0, ("x"):rep(90) }, { r[1].code, r[1].reply })
+    assert.are.same({ 8, "request stream is over the listener's max_body_size" }, { r[2].code, r[2].details })
+    local code, out = h.sh(("curl -sS --max-time 10 http://127.0.0.1:%d/page"):format(port))
+    assert.are.same({ 0, "a page" }, { code, out })
+  end)
 end)
 
 -- -- Failures -------------------------------------------------------------------------
@@ -349,6 +374,34 @@ out([rpc("unary_unary", "/t.S/Boom", b"x"), rpc("unary_unary", "/t.S/Boom2", b"x
     assert.matches("grpc /t%.S/Boom2 handler error: [^\n]*attempt to concatenate", log)
     assert.matches("stack traceback:", log)
     assert.is_nil(p.exited())
+  end)
+
+  it("end a streaming handler whose client cancelled: its next send raises \"closed\"", function()
+    local state = { sent = 0 }
+    local srv = grpc.server():service("t.S", {
+      Forever = { server_stream = function(_, stream)
+        local ok, err = pcall(function()
+          while true do
+            stream:send(("x"):rep(1000))
+            state.sent = state.sent + 1
+          end
+        end)
+        state.err = tostring(err)
+        if not ok then error(err, 0) end   -- the quiet error, as raised
+      end },
+      Echo = function(m) return m end,
+    })
+    local port = serve(srv)
+    local r = py(port, [[
+it = ch.unary_stream("/t.S/Forever")(b"", timeout=None)
+got = [next(it) for _ in range(3)]
+it.cancel()
+out(rpc("unary_unary", "/t.S/Echo", b"still"))
+]])
+    assert.are.same({ 0, "still" }, { r.code, r.reply })
+    assert(h.eventually(function() return state.err end, 10), "the handler never ended")
+    assert.are.equal("closed", state.err)
+    assert.is_true(state.sent >= 3)
   end)
 
   it("parse grpc-timeout into ctx.deadline and ctx:remaining()", function()
