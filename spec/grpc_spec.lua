@@ -50,7 +50,7 @@ local function unhex(x)
 end
 
 -- An rpc() result with its hex turned back into bytes; metadata becomes
--- a table by name (the last value of a repeated name).
+-- a table by name (a repeated name: an array of its values in order).
 local function from_rpc(r)
   if type(r.reply) == "string" then
     r.reply = unhex(r.reply)
@@ -59,7 +59,16 @@ local function from_rpc(r)
   end
   for _, k in ipairs { "initial", "trailing" } do
     local t = {}
-    for _, kv in ipairs(type(r[k]) == "table" and r[k] or {}) do t[kv[1]] = unhex(kv[2]) end
+    for _, kv in ipairs(type(r[k]) == "table" and r[k] or {}) do
+      local name, v, had = kv[1], unhex(kv[2]), t[kv[1]]
+      if had == nil then
+        t[name] = v
+      elseif type(had) == "table" then
+        had[#had + 1] = v
+      else
+        t[name] = { had, v }
+      end
+    end
     r[k] = t
   end
   return r
@@ -282,15 +291,25 @@ out([rpc("unary_unary", "/t.S/Raise", b""), rpc("unary_unary", "/t.S/Return", b"
         ctx:set_header("x-blob-bin", ctx.metadata["x-blob-bin"] .. "!")
         ctx:set_trailer("x-after", "t:" .. msg)
         ctx:set_trailer("x-after-bin", "\0\255")
+        ctx:set_trailer("x-twice", "1"):set_trailer("x-twice", { "2", "3" })
         assert(ctx.metadata["grpc-timeout"] == nil and ctx.metadata["content-type"] == nil)
         assert(ctx.method == "/t.S/Md" and ctx.service == "t.S" and ctx.name == "Md")
         return "ok"
       end,
+      Refused = function(_, ctx)   -- trailers-only: the metadata goes with the status
+        ctx:set_trailer("x-twice", "1"):set_trailer("x-twice", { "2", "3" })
+        return nil, grpc.status.ABORTED, "refused"
+      end,
     })
     local port = serve(srv)
-    local r = py(port, [[
-out(rpc("unary_unary", "/t.S/Md", b"m", metadata=[("x-user", "alice"), ("x-blob-bin", b"\x00\x01\xff")]))
+    local both = py(port, [[
+out([rpc("unary_unary", "/t.S/Md", b"m", metadata=[("x-user", "alice"), ("x-blob-bin", b"\x00\x01\xff")]),
+     rpc("unary_unary", "/t.S/Refused", b"")])
 ]])
+    local r = both[1]
+    assert.are.same({ "1", "2", "3" }, r.trailing["x-twice"])
+    assert.are.same({ 10, "refused" }, { both[2].code, both[2].details })
+    assert.are.same({ "1", "2", "3" }, both[2].trailing["x-twice"])
     assert.are.equal(0, r.code)
     local initial, trailing = r.initial, r.trailing
     assert.are.equal("alice", initial["x-seen"])

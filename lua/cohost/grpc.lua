@@ -242,13 +242,35 @@ end
 local function finish(call, code, message)
   call.ended = true
   local res = call.res
-  local set = res:sent() and res.trailer or res.header
-  for _, kv in ipairs(call.trailers) do
-    if set == res.trailer and type(kv[2]) == "table" then
-      for _, v in ipairs(kv[2]) do res:trailer(kv[1], v) end
-    else
-      set(res, kv[1], kv[2])
+  local set
+  if res:sent() then
+    set = res.trailer   -- adds a field per call
+    for _, kv in ipairs(call.trailers) do
+      local v = kv[2]
+      if type(v) == "table" then
+        for i = 1, #v do res:trailer(kv[1], v[i]) end
+      else
+        res:trailer(kv[1], v)
+      end
     end
+  else
+    -- res:header replaces a name: a name set twice goes as one array.
+    set = res.header
+    local by_name, order = {}, {}
+    for _, kv in ipairs(call.trailers) do
+      local name, v = kv[1], kv[2]
+      local vals = by_name[name]
+      if not vals then
+        vals = {}
+        by_name[name], order[#order + 1] = vals, name
+      end
+      if type(v) == "table" then
+        for i = 1, #v do vals[#vals + 1] = v[i] end
+      else
+        vals[#vals + 1] = v
+      end
+    end
+    for _, name in ipairs(order) do res:header(name, by_name[name]) end
   end
   set(res, "grpc-status", tostring(code))
   if message and message ~= "" then set(res, "grpc-message", status.encode_message(message)) end
