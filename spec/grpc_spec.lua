@@ -91,14 +91,17 @@ local function call(port, kind, path, request_expr, kw)
 end
 
 -- A python3-h2 client sending one request of raw bytes: argv[2] the
--- path, argv[3] the body as hex, argv[4] extra headers as JSON pairs.
+-- path, argv[3] the body as hex, argv[4] extra headers as JSON pairs,
+-- argv[5] (optional) the stream window it grants (0: no DATA can come).
 -- Prints the response's headers, trailers, body length and reset code.
 local RAW_PY = [[
 import json, socket, sys
-import h2.connection, h2.config, h2.events
+import h2.connection, h2.config, h2.events, h2.settings
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
 c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
 c.initiate_connection()
+if len(sys.argv) > 5:
+    c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: int(sys.argv[5])})
 hs = [(":method", "POST"), (":path", sys.argv[2]), (":scheme", "http"), (":authority", "localhost"),
       ("content-type", "application/grpc"), ("te", "trailers")] + [tuple(p) for p in json.loads(sys.argv[4])]
 c.send_headers(1, hs)
@@ -125,9 +128,9 @@ while not done:
 print(json.dumps(r))
 ]]
 
-local function raw(port, path, body_hex, headers)
-  local args = ("%d %s %s %s"):format(port, h.shell_quote(path), h.shell_quote(body_hex),
-    h.shell_quote(cjson.encode(headers or {})))
+local function raw(port, path, body_hex, headers, window)
+  local args = ("%d %s %s %s %s"):format(port, h.shell_quote(path), h.shell_quote(body_hex),
+    h.shell_quote(cjson.encode(headers or {})), window or "")
   local code, out, err = h.python(RAW_PY, args, 30)
   assert(code == 0, "h2 client failed: " .. err .. out)
   return cjson.decode(out:match("[^\n]*\n?$"))
@@ -459,6 +462,17 @@ out([rpc("unary_unary", "/t.S/Left", b"", timeout=30), rpc("unary_unary", "/t.S/
     assert.is_true(state.started)
     assert.are.equal("cancelled", state.err)
     assert.is_nil(state.after)
+  end)
+
+  it("reset the stream when the deadline passes in the middle of a message (the window shut)", function()
+    local srv = grpc.server():service("t.S", {
+      Big = function() return ("b"):rep(200000) end,   -- over the 64 KiB a stream queues
+    })
+    local port = serve(srv)
+    local r = raw(port, "/t.S/Big", "0000000000", { { "grpc-timeout", "1S" } }, 0)
+    assert.are.equal(0, r.data)
+    assert.are.equal(2, r.reset)   -- RST_STREAM INTERNAL_ERROR: no trailers after half a message
+    assert.are.equal(cjson.null, r.trailers)
   end)
 
   it("answer a truncated message prefix, a truncated message and a compressed message with INTERNAL", function()
