@@ -170,6 +170,8 @@ function Stream:send(msg)
   end
   local call = self._call
   if call.ended then error("the call has ended", 2) end
+  -- A write that does not block would not see the kill's "cancelled".
+  if call.expired then M.error(status.DEADLINE_EXCEEDED, "deadline exceeded") end
   if #msg > call.srv.max_send then
     M.error(status.RESOURCE_EXHAUSTED,
       format("response message of %d bytes is over max_send_message_size (%d)", #msg, call.srv.max_send))
@@ -279,14 +281,14 @@ end
 
 -- Turns the xpcall's result into the call's end.
 local function conclude(call, ok, code, message)
-  if ok then return finish(call, code, message) end
   local e = code
-  if call.expired then
+  if call.expired then   -- whatever the killed handler did after the deadline
     -- Half a message queued cannot be followed by trailers: the stream
     -- is reset instead (an error after the body started).
     if call.writing then error("grpc: deadline exceeded in the middle of a message", 0) end
     return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded")
   end
+  if ok then return finish(call, code, message) end
   if getmetatable(e) == Error then return finish(call, e.code, e.message) end
   if type(e) == "table" and e.internal then
     return finish(call, status.INTERNAL, "handler error (see the server's log)")
@@ -312,9 +314,14 @@ local function run_with_deadline(call, run)
     error(got, 0)
   end
   if not got then
-    -- kill fails only if the task ended meanwhile: its result stands.
-    if cohost.kill(t) then call.expired = true end
-    done:wait()
+    -- Set first: from here on the handler's sends raise. kill fails only
+    -- if the task ended meanwhile: its result stands.
+    call.expired = true
+    if not cohost.kill(t) then call.expired = false end
+    -- Its next blocking call raises "cancelled": wait until it unwound,
+    -- since req and res must not outlive this task. (sema:wait() without
+    -- a timeout would not wait at all: ngx.semaphore's default is 0.)
+    while not done:wait(60) do end
   end
   return ok, code, message
 end
