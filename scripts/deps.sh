@@ -16,7 +16,8 @@ test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-bu
       lua-nginx-string lua-resty-lrucache lua-nginx-cookie lua-nginx-redis-connector
       lua-resty-core redis-sentinel
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
-      wrk slowhttptest gnuplot-nox haproxy systemd nghttp2-client python3-h2 nginx)
+      wrk slowhttptest gnuplot-nox haproxy systemd nghttp2-client python3-h2 nginx
+      python3-grpcio)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
        tarantool util-linux)
 
