@@ -323,6 +323,41 @@ end)
 
 -- -- Request bodies --------------------------------------------------------------------
 
+describe("HTTP/2 metrics", function()
+  -- cohost.metrics' series as a table: sample line (name{labels}) -> value.
+  local function samples()
+    local t = {}
+    for name, value in require("cohost.metrics").render():gmatch("\n([%w_:]+%b{}) (%S+)") do
+      t[name] = tonumber(value)
+    end
+    for name, value in require("cohost.metrics").render():gmatch("\n([%w_:]+) (%S+)") do
+      t[name] = tonumber(value)
+    end
+    return t
+  end
+
+  it("count each stream in cohost_http_requests_total and the duration histogram, as HTTP/1.1 requests", function()
+    local port = serve(function(req, res)
+      if req.path == "/missing" then res.status = 404 end
+      res:send("x")
+    end)
+    local A = 'cohost_http_requests_total{code="200",method="GET"}'
+    local B = 'cohost_http_requests_total{code="404",method="PUT"}'
+    local D = "cohost_http_request_duration_seconds_count"
+    local before = samples()
+    -- Three streams on one connection (nghttp: curl 7.88 fails to reuse
+    -- an h2c connection before it sends anything), then a PUT.
+    local base = ("http://127.0.0.1:%d"):format(port)
+    local code, _, err = h.sh(("nghttp -n %s/a %s/b %s/c"):format(base, base, base), 20)
+    assert.equal(0, code, err)
+    curl(("--http2-prior-knowledge -o /dev/null -X PUT %s/missing"):format(base))
+    local after = samples()
+    assert.equal((before[A] or 0) + 3, after[A])
+    assert.equal((before[B] or 0) + 1, after[B])
+    assert.equal((before[D] or 0) + 4, after[D])
+  end)
+end)
+
 describe("HTTP/2 request bodies", function()
   it("stream through req:chunks, larger than a window", function()
     local port = serve(function(req, res)
