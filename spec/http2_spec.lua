@@ -786,6 +786,32 @@ io.write(port .. " " .. io.open("/proc/self/stat"):read("*n") .. "\n")
 io.stdout:flush()
 ]]
 
+-- A server that says "hi" and reports its port and pid.
+local HI_SERVER = [[
+local http = require "cohost.http"
+local l = assert(http.listen("127.0.0.1:0", function(req, res) res:send("hi") end))
+local _, port = l:addr()
+io.write(port .. " " .. io.open("/proc/self/stat"):read("*n") .. "\n")
+io.stdout:flush()
+]]
+
+describe("HTTP/2 past --max-connections", function()
+  it("gets SETTINGS and GOAWAY REFUSED_STREAM (last stream 0), an HTTP/1.1 client still its 503", function()
+    local p = h.start("--max-connections 1 " .. h.shell_quote(h.tmpfile(HI_SERVER)), 30)
+    h.defer(p.stop)
+    local held = h.connect(p.port, 5000)   -- the one slot
+    h.defer(function() held:close() end)
+    assert(held:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.equal("HTTP/1.1 200 OK", held:receive("*l"))
+    local _, out, err = h.sh(("nghttp -v http://127.0.0.1:%d/"):format(p.port), 20)
+    assert.truthy(out:find("recv SETTINGS frame", 1, true), out .. err)
+    assert.matches("recv GOAWAY frame <length=25, flags=0x00, stream_id=0>\n%s*%(last_stream_id=0, "
+      .. "error_code=REFUSED_STREAM%(0x07%), opaque_data%(17%)=%[%-%-max%-connections%]%)", out .. err)
+    local _, one = h.sh(("curl -sS -i -m 5 http://127.0.0.1:%d/"):format(p.port), 20)
+    assert.matches("^HTTP/1%.1 503 Service Unavailable\r\n", one)
+  end)
+end)
+
 describe("HTTP/2 and the drain", function()
   it("sends GOAWAY on SIGTERM, lets the stream in flight finish, then exits", function()
     local marker, go = h.tmppath(), h.tmppath()
