@@ -775,6 +775,7 @@ local cohost = require "cohost"
 local http = require "cohost.http"
 local marker, go = arg[1], arg[2]
 local l = assert(http.listen("127.0.0.1:0", function(req, res)
+  if req.path == "/fast" then return res:send("fast") end
   res:write("start ")
   io.open(marker, "w"):close()
   local t0 = cohost.monotonic()
@@ -813,9 +814,46 @@ describe("HTTP/2 past --max-connections", function()
 end)
 
 describe("HTTP/2 and the drain", function()
-  it("sends GOAWAY on SIGTERM, lets the stream in flight finish, then exits", function()
+  it("keeps serving new streams after SIGTERM, and sends GOAWAY (last stream served) once idle", function()
     local marker, go = h.tmppath(), h.tmppath()
     local p = h.start(("%s %s %s"):format(h.shell_quote(h.tmpfile(DRAIN_SERVER)), marker, go), 30)
+    h.defer(p.stop)
+    local r = py([[
+import os, signal, time
+port, pid, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+c = Client(port)
+slow = c.request("/slow")
+c.until(lambda: "start" in c.text(slow))
+os.kill(pid, signal.SIGTERM)
+deadline = time.time() + 10
+while True:   # the drain began once the listener is closed
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        break
+    if time.time() > deadline:
+        raise SystemExit("no drain")
+    time.sleep(0.01)
+fast = c.request("/fast")   # a new stream on the draining connection
+c.until(lambda: c.done(fast))
+goaway_before = c.goaway is not None
+open(go, "w").close()
+c.until(lambda: c.done(slow))
+c.until(lambda: c.goaway is not None)
+out({"fast": c.text(fast), "fast_status": c.streams[fast]["status"], "slow": c.text(slow),
+     "goaway_before": goaway_before, "goaway": c.goaway, "fast_id": fast})
+]], ("%d %d %s"):format(p.port, p.pid, h.shell_quote(go)))
+    assert.equal(200, r.fast_status)
+    assert.equal("fast", r.fast)
+    assert.equal("start end", r.slow)
+    assert.is_false(r.goaway_before)   -- no GOAWAY while a stream runs
+    assert.same({ code = 0, last = r.fast_id }, r.goaway)
+    assert.are.equal(0, p.wait(15))
+  end)
+
+  it("at the drain deadline (half --shutdown-timeout) sends GOAWAY to a busy connection, lets the stream in flight finish, then exits", function()
+    local marker, go = h.tmppath(), h.tmppath()
+    local p = h.start(("--shutdown-timeout 2 %s %s %s"):format(h.shell_quote(h.tmpfile(DRAIN_SERVER)), marker, go), 30)
     h.defer(p.stop)
     local out, rc = h.tmppath(), h.tmppath()
     -- stdbuf: nghttp's frame log line by line, to watch for the GOAWAY.
@@ -833,5 +871,53 @@ describe("HTTP/2 and the drain", function()
     assert.matches("error_code=NO_ERROR", log)
     assert.matches("start ", log)
     assert.matches("end%[[^\n]*recv DATA frame <length=3, flags=0x01", log)
+  end)
+
+  -- A reload under load (issue 13): the old workers keep serving the
+  -- streams their connections open and send GOAWAY once a connection is
+  -- idle, so h2load, which does not resend streams refused after a
+  -- GOAWAY, loses none.
+  it("loses no stream of h2load across a --processes 2 reload", function()
+    local mark = h.tmppath()
+    local path = h.tmpfile([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local port, mark = tonumber(arg[1]), arg[2]
+local gen, n = "old", 0
+assert(http.listen("127.0.0.1:" .. port, function(req, res)
+  n = n + 1
+  if n == 1000 and mark then io.open(mark, "w"):close() end   -- the load is on
+  res:send(gen)
+end))
+]] .. h.REPORT_PORT)
+    local p = h.start(("--processes 2 --shutdown-timeout 20 %s %d %s"):format(h.shell_quote(path),
+      h.fixed_port(), h.shell_quote(mark)), 60)
+    h.defer(p.stop)
+    local out, rc = h.tmppath(), h.tmppath()
+    -- 8 connections, all opened at the start (on the old workers), for 5 s.
+    os.execute(("(timeout 30 h2load -c 8 -m 10 -D 5 http://127.0.0.1:%d/ >%s 2>&1; echo $? >%s) >/dev/null 2>&1 &")
+      :format(p.port, out, rc))
+    assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end, 10), h.try_slurp(out))
+    h.write_file(path, (h.slurp(path):gsub('"old"', '"new"')))
+    p.signal("HUP")
+    assert.is_true(h.wait_for(function()
+      return h.slurp(p.err):find("reload: 2 new worker processes started, 2 old draining", 1, true) ~= nil
+    end, 15), h.slurp(p.err))
+    local _, _, body = h.get(p.port, "/")
+    assert.equal("new", body)
+    assert.is_true(h.wait_for(function() return h.try_slurp(rc) end, 20), h.try_slurp(out))
+    local report = h.slurp(out)
+    local total, done, ok, failed, errored = report:match(
+      "requests: (%d+) total, %d+ started, (%d+) done, (%d+) succeeded, (%d+) failed, (%d+) errored")
+    assert.truthy(total, report)
+    assert.equal("0", failed, report)
+    assert.equal("0", errored, report)
+    assert.equal(done, ok, report)
+    assert.is_true(tonumber(ok) > 1000, report)
+    -- Then the old workers, their connections closed, exit.
+    assert.is_true(h.wait_for(function()
+      local log = h.slurp(p.err)
+      return log:find("old worker process 0", 1, true) and log:find("old worker process 1", 1, true)
+    end, 15), h.slurp(p.err))
   end)
 end)

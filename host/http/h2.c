@@ -32,6 +32,11 @@
 #define STREAM_WINDOW 65535       /* per stream: RFC 9113's default, and
                                   ** the most a stream buffers unread */
 #define DRAIN_MS      1000        /* shutdown notice to the real GOAWAY */
+#define DRAIN_IDLE_MS 500         /* a draining connection with no stream
+                                  ** this long gets its GOAWAY: a busy
+                                  ** client sends its next request sooner,
+                                  ** even on a loaded machine, and an idle
+                                  ** one costs the old worker half a second */
 #define LINGER_MS     2000        /* lingering close after GOAWAY */
 #define FLUSH_MS      1000        /* the writer's time to send what is left
                                   ** once the connection is over */
@@ -62,14 +67,22 @@ struct ch_h2_conn {
   int ntasks;                     /* streams whose coroutine runs */
   uint8_t dead;                   /* the writer ended and the streams are
                                   ** closed: no more calls into sess */
-  uint8_t draining;               /* the worker drains: GOAWAY sent */
-  struct ch_timer drain_timer;    /* the shutdown notice's second step */
+  uint8_t draining;               /* the worker drains: 1 still serving
+                                  ** new streams, 2 the notice is sent, 3
+                                  ** the final GOAWAY is */
+  struct ch_timer drain_timer;    /* while draining: the drain deadline,
+                                  ** then the notice's second step */
+  struct ch_timer idle_timer;     /* while draining: DRAIN_IDLE_MS without
+                                  ** a stream */
   double reset_tokens;            /* early resets still allowed */
   uint64_t reset_ns;              /* when reset_tokens was last refilled */
   struct ch_h2_conn *prev, *next; /* this worker's HTTP/2 connections */
 };
 
 static __thread struct ch_h2_conn *h2conns;
+static __thread uint64_t drain_end_ns;   /* this worker's drain deadline */
+
+static void drain_idle(struct ch_h2_conn *h);
 
 /* -- Detection and ALPN ---------------------------------------------------- */
 
@@ -181,6 +194,7 @@ static struct ch_h2_stream *stream_new(struct ch_h2_conn *h, int32_t id)
   if (h->streams) h->streams->prev = st;
   h->streams = st;
   h->nstreams++;
+  ch_timer_stop(&h->idle_timer);   /* a draining connection is busy again */
   return st;
 }
 
@@ -196,6 +210,7 @@ static void stream_unref(struct ch_h2_stream *st)
   free(st->hb);
   free(st->ob);
   free(st);
+  if (h->nstreams == 0 && !h->dead) drain_idle(h);
   if (h->nstreams == 0 && h->reader_parked) {   /* the teardown waits for this */
     struct ch_coro *r = h->reader_parked;
     h->reader_parked = NULL;
@@ -665,28 +680,74 @@ static int feed(struct ch_h2_conn *h)
   return 0;
 }
 
-static void on_drain_timer(struct ch_timer *t)
+/* -- The drain ------------------------------------------------------------------
+**
+** A draining worker (a reload, SIGTERM) keeps serving the streams its
+** HTTP/2 connections open, as nginx does with an old worker's busy
+** connection: any GOAWAY, even RFC 9113 6.8's shutdown notice, makes a
+** client such as nghttp2's stop starting the streams it queued, and
+** h2load does not resend those on its next connection. So a connection
+** gets its GOAWAY (the last stream served, then the close) once it has
+** had no stream for DRAIN_IDLE_MS; a request that races with it is
+** refused, which a client may retry. At the drain deadline (half of
+** --shutdown-timeout: the other half is for the streams in flight) the
+** connections still busy get the two-step GOAWAY: the notice, then
+** DRAIN_MS later the last stream id. */
+
+static void final_goaway(struct ch_h2_conn *h)
 {
-  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, drain_timer));
-  if (h->dead) return;
+  h->draining = 3;
   nghttp2_submit_goaway(h->sess, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(h->sess), NGHTTP2_NO_ERROR,
                         NULL, 0);
   kick(h);
 }
 
+static void on_drain_timer(struct ch_timer *t)
+{
+  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, drain_timer));
+  if (h->dead) return;
+  if (h->draining == 1) {   /* the deadline: a notice first */
+    h->draining = 2;
+    nghttp2_submit_shutdown_notice(h->sess);
+    kick(h);
+    if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) == 0) return;
+  }
+  if (h->draining == 2) final_goaway(h);
+}
+
+static void on_idle_timer(struct ch_timer *t)
+{
+  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, idle_timer));
+  if (h->dead || h->nstreams > 0 || h->draining == 3) return;
+  ch_timer_stop(&h->drain_timer);
+  /* The session ends once this GOAWAY is out (no stream is left). */
+  h->draining = 3;
+  nghttp2_session_terminate_session2(h->sess, nghttp2_session_get_last_proc_stream_id(h->sess),
+                                     NGHTTP2_NO_ERROR);
+  kick(h);
+}
+
+/* A draining connection has no stream: its GOAWAY in DRAIN_IDLE_MS. */
+static void drain_idle(struct ch_h2_conn *h)
+{
+  if (!h->draining || h->draining == 3) return;
+  ch_timer_stop(&h->idle_timer);
+  if (ch_timer_start(&h->idle_timer, DRAIN_IDLE_MS, on_idle_timer) < 0) on_idle_timer(&h->idle_timer);
+}
+
 void ch_h2_close_idle(struct ch_worker *w)
 {
   (void)w;   /* the list is this thread's */
+  uint64_t now = ch_now_ns();
+  if (!drain_end_ns) drain_end_ns = now + (uint64_t)ch_opts.shutdown_timeout_ms * 500000u;
+  int64_t left = drain_end_ns > now ? (int64_t)((drain_end_ns - now) / 1000000u) : 0;
   for (struct ch_h2_conn *h = h2conns; h; h = h->next) {
     if (h->dead || h->draining) continue;
     h->draining = 1;
-    /* A notice first (GOAWAY with the largest id): streams the client
-    ** opens meanwhile are still served; the real GOAWAY names the last. */
-    nghttp2_submit_shutdown_notice(h->sess);
     ch_timer_stop(&h->drain_timer);
-    if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) < 0) on_drain_timer(&h->drain_timer);
-    kick(h);
+    if (ch_timer_start(&h->drain_timer, left, on_drain_timer) < 0) on_drain_timer(&h->drain_timer);
+    if (h->nstreams == 0) drain_idle(h);
   }
 }
 
@@ -790,6 +851,7 @@ void ch_h2_serve(struct ch_http_conn *c)
   /* The stream tasks point at h: wait for them. */
   WAIT_UNTIL(h, h->nstreams == 0);
   ch_timer_stop(&h->drain_timer);
+  ch_timer_stop(&h->idle_timer);
   if (h->prev) h->prev->next = h->next;
   else h2conns = h->next;
   if (h->next) h->next->prev = h->prev;
