@@ -323,6 +323,68 @@ end)
 
 -- -- Request bodies --------------------------------------------------------------------
 
+describe("HTTP/2 idle connections", function()
+  -- Raw h2c frames from a cohost.tcp socket (this process serves them).
+  local function be(n, bytes)
+    local t = {}
+    for i = bytes, 1, -1 do
+      t[i] = string.char(n % 256)
+      n = math.floor(n / 256)
+    end
+    return table.concat(t)
+  end
+  local function frame(ty, flags, id, payload)
+    return be(#payload, 3) .. string.char(ty, flags) .. be(id, 4) .. payload
+  end
+  local function lit(name, value)   -- HPACK literal, no indexing, no Huffman
+    return string.char(0, #name) .. name .. string.char(#value) .. value
+  end
+  local function get(id)
+    return frame(1, 5, id, lit(":method", "GET") .. lit(":scheme", "http") .. lit(":path", "/")
+      .. lit(":authority", "x"))
+  end
+  -- Reads frames until stream id ends; returns its DATA.
+  local function answer(s, id)
+    local data = {}
+    while true do
+      local hd = assert(s:receive(9))
+      local len = hd:byte(1) * 65536 + hd:byte(2) * 256 + hd:byte(3)
+      local ty, fl = hd:byte(4), hd:byte(5)
+      local sid = ((hd:byte(6) % 128) * 16777216) + hd:byte(7) * 65536 + hd:byte(8) * 256 + hd:byte(9)
+      local payload = len > 0 and assert(s:receive(len)) or ""
+      if ty == 4 and fl % 2 == 0 then assert(s:send(frame(4, 1, 0, ""))) end   -- ACK SETTINGS
+      if sid == id and ty == 0 then data[#data + 1] = payload end
+      if sid == id and (ty == 0 or ty == 1) and fl % 2 == 1 then return table.concat(data) end
+    end
+  end
+
+  it("hold no coroutine, and serve their next stream when it comes", function()
+    local port = serve(function(req, res) res:send("hi " .. req.path) end)
+    cohost.sleep(0.05)
+    local before = cohost.stats()
+    local socks = {}
+    for i = 1, 50 do
+      local s = h.connect(port, 5000)
+      socks[i] = s
+      assert(s:send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" .. frame(4, 0, 0, "") .. get(1)))
+      assert.equal("hi /", answer(s, 1))
+    end
+    h.defer(function() for _, s in ipairs(socks) do s:close() end end)
+    local after
+    h.eventually(function()
+      after = cohost.stats()
+      return after.coros - before.coros < 10
+    end, 5)
+    assert.is_true(after.coros - before.coros < 10,
+      ("live coroutines grew from %d to %d with 50 idle HTTP/2 connections"):format(before.coros, after.coros))
+    assert.is_true(after.connections - before.connections >= 50)
+    for i = 1, 50 do   -- each one serves a second stream on the same connection
+      assert(socks[i]:send(get(3)))
+      assert.equal("hi /", answer(socks[i], 3))
+    end
+  end)
+end)
+
 describe("HTTP/2 metrics", function()
   -- cohost.metrics' series as a table: sample line (name{labels}) -> value.
   local function samples()

@@ -79,9 +79,18 @@ struct ch_h2_stream {
 ** to close (EOF, the header timeout, a drain). */
 int ch_h2_detect(struct ch_http_conn *c);
 
-/* Yields. Serves c as an HTTP/2 connection until it ends: the caller
-** closes c after. */
-void ch_h2_serve(struct ch_http_conn *c);
+/* Yields. Serves c as an HTTP/2 connection until it ends (0: the caller
+** closes c) or goes idle (1): no stream, nothing to send, the input
+** drained (its last read said EAGAIN, with no yield since). Idle, it holds
+** no coroutine: c->h2 keeps the session, and the caller parks c as an
+** idle HTTP/1.1 connection, calling ch_h2_serve again on input, or
+** ch_h2_free when it closes c. */
+int ch_h2_serve(struct ch_http_conn *c);
+
+/* Frees the HTTP/2 state of idle c (its keep-alive expired, or a drain):
+** a GOAWAY if the socket takes it at once, then the session. Never
+** yields. */
+void ch_h2_free(struct ch_http_conn *c);
 
 /* The drain: every HTTP/2 connection of this worker gets GOAWAY (a
 ** shutdown notice, then the last stream id a second later); streams in
