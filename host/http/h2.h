@@ -13,6 +13,9 @@
 **            when there is nothing to send
 **   streams  one per request, running the handler on its task through
 **            the server's run callback, as an HTTP/1.1 request does
+** and none while idle (no stream, nothing to send): the writer ends and
+** conn.c parks the connection as an idle HTTP/1.1 one (ch_h2_serve's 1),
+** the session kept in c->h2, until input brings both back.
 ** Each stream is a struct ch_http_req as HTTP/1.1 has it (its head spans
 ** point into the stream's own header bytes), so req and res in
 ** lib_http.c serve both; response.c, conn.c and sendfile.c hand an HTTP/2
