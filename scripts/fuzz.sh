@@ -8,6 +8,7 @@
 #   resp        examples/kv/resp.lua         spec/fuzz/fuzz_resp.lua
 #   http_conn   a whole cohost.http connection, the real host in-process
 #                                            spec/fuzz/fuzz_http_conn.c
+#   h2_conn     the same, HTTP/2 allowed     fuzz_http_conn.c -DFUZZ_H2
 #
 # Builds build/fuzz/fuzz_<harness> with Debian's clang and
 # -fsanitize=fuzzer,address,undefined (libFuzzer comes from
@@ -28,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-ALL=(http_parse ws_frame resp http_conn)
+ALL=(http_parse ws_frame resp http_conn h2_conn)
 secs=60
 if [ $# -gt 0 ] && [[ $1 =~ ^[0-9]+$ ]]; then secs=$1; shift; fi
 harnesses=()
@@ -87,8 +88,9 @@ stale() {
 # The host as build/cohost is made (the Makefile's source lists), with
 # coverage and ASan (CH_ASAN: the runtime's fiber annotations) but
 # libFuzzer's main: host/main.c's main becomes ch_fuzz_host_main.
-build_http_conn() {
-  local vars src flags o objs=() todo=()
+# $1: the harness's name, then extra flags for the harness's own file.
+build_conn() {
+  local name=$1 vars src flags o objs=() todo=()
   # The Makefile's lists, without touching its SAN stamp.
   vars=$(make -s --no-print-directory SAN="$(cat build/.san 2>/dev/null || true)" \
            -f Makefile -f - print-RUNTIME_SRC print-ASM_SRC print-HOST_SRC <<'EOF'
@@ -112,10 +114,12 @@ EOF
       exec "$0" "$@" $extra -c "$src" -o "$o"' "$CLANG" "${flags[@]}"
   fi
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE "${SANFLAGS[@]}" $LUAJIT_CFLAGS -rdynamic \
-    -DFUZZ_ROOT="\"$root\"" spec/fuzz/fuzz_http_conn.c "${objs[@]}" \
+    -DFUZZ_ROOT="\"$root\"" "${@:2}" spec/fuzz/fuzz_http_conn.c "${objs[@]}" \
     -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lssl -lcrypto -lpcre2-8 \
-    -ldl -lpthread -lm -o "$out/fuzz_http_conn"
+    -ldl -lpthread -lm -o "$out/fuzz_$name"
 }
+build_http_conn() { build_conn http_conn; }
+build_h2_conn() { build_conn h2_conn -DFUZZ_H2; }
 
 for h in "${harnesses[@]}"; do
   echo "fuzz.sh: building fuzz_$h"
@@ -134,6 +138,7 @@ run_opts() {
     ws_frame)   echo -max_len=4096 -timeout=10 -dict=spec/fuzz/ws.dict ;;
     resp)       echo -max_len=4096 -timeout=10 -dict=spec/fuzz/resp.dict ;;
     http_conn)  echo -max_len=4096 -timeout=20 -dict=spec/fuzz/http.dict -detect_leaks=0 -print_funcs=0 ;;
+    h2_conn)    echo -max_len=4096 -timeout=20 -dict=spec/fuzz/h2.dict -detect_leaks=0 -print_funcs=0 ;;
   esac
 }
 
@@ -180,7 +185,7 @@ run_one() {
   # one a connection, and milliseconds of waits), which runs in-process
   # and stops at its first failure.
   local mode=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
-  [ "$h" = http_conn ] && mode=()
+  case $h in http_conn|h2_conn) mode=() ;; esac
   # shellcheck disable=SC2046
   "$bin" ${mode[@]+"${mode[@]}"} -max_total_time="$secs" $(run_opts "$h") \
     -artifact_prefix="$dir/" -print_final_stats=1 ${opts[@]+"${opts[@]}"} \

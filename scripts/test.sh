@@ -237,23 +237,23 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
   echo "== scripts/fuzz.sh $FUZZ_SECONDS"
   # (fuzz.sh builds its own sanitizer build: SAN's settings stay out)
   env -u ASAN_OPTIONS -u LSAN_OPTIONS -u UBSAN_OPTIONS \
-    timeout -k 10 $(( FUZZ_SECONDS * 2 + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1
+    timeout -k 10 $(( FUZZ_SECONDS * 3 + 240 )) bash scripts/fuzz.sh "$FUZZ_SECONDS" >"$out" 2>&1
   rc=$?
-  p=$(grep -cE '^fuzz\.sh: [a-z_]+: .*, no crash$' "$out")
-  f=$(grep -cE '^fuzz\.sh: [a-z_]+: .*, FAILED ' "$out")
+  p=$(grep -cE '^fuzz\.sh: [a-z0-9_]+: .*, no crash$' "$out")
+  f=$(grep -cE '^fuzz\.sh: [a-z0-9_]+: .*, FAILED ' "$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     f=1
     abnormal scripts/fuzz.sh "$rc"
   fi
   while IFS= read -r l; do
     failures+=("scripts/fuzz.sh: ${l:0:160}")
-  done < <(grep -E '^fuzz\.sh: [a-z_]+: .*, FAILED ' "$out" | sed 's/^fuzz\.sh: //')
+  done < <(grep -E '^fuzz\.sh: [a-z0-9_]+: .*, FAILED ' "$out" | sed 's/^fuzz\.sh: //')
   if [ "$rc" -ne 0 ] && ! grep -qE ', FAILED ' "$out"; then
     failures+=("scripts/fuzz.sh: no verdict (exit $rc; see above)")
   fi
   passed=$(( passed + p ))
   failed=$(( failed + f ))
-  tail -7 "$out"
+  tail -8 "$out"
 fi
 
 if [ ${#failures[@]} -gt 0 ]; then

@@ -323,6 +323,103 @@ end)
 
 -- -- Request bodies --------------------------------------------------------------------
 
+describe("HTTP/2 idle connections", function()
+  -- Raw h2c frames from a cohost.tcp socket (this process serves them).
+  local function be(n, bytes)
+    local t = {}
+    for i = bytes, 1, -1 do
+      t[i] = string.char(n % 256)
+      n = math.floor(n / 256)
+    end
+    return table.concat(t)
+  end
+  local function frame(ty, flags, id, payload)
+    return be(#payload, 3) .. string.char(ty, flags) .. be(id, 4) .. payload
+  end
+  local function lit(name, value)   -- HPACK literal, no indexing, no Huffman
+    return string.char(0, #name) .. name .. string.char(#value) .. value
+  end
+  local function get(id)
+    return frame(1, 5, id, lit(":method", "GET") .. lit(":scheme", "http") .. lit(":path", "/")
+      .. lit(":authority", "x"))
+  end
+  -- Reads frames until stream id ends; returns its DATA.
+  local function answer(s, id)
+    local data = {}
+    while true do
+      local hd = assert(s:receive(9))
+      local len = hd:byte(1) * 65536 + hd:byte(2) * 256 + hd:byte(3)
+      local ty, fl = hd:byte(4), hd:byte(5)
+      local sid = ((hd:byte(6) % 128) * 16777216) + hd:byte(7) * 65536 + hd:byte(8) * 256 + hd:byte(9)
+      local payload = len > 0 and assert(s:receive(len)) or ""
+      if ty == 4 and fl % 2 == 0 then assert(s:send(frame(4, 1, 0, ""))) end   -- ACK SETTINGS
+      if sid == id and ty == 0 then data[#data + 1] = payload end
+      if sid == id and (ty == 0 or ty == 1) and fl % 2 == 1 then return table.concat(data) end
+    end
+  end
+
+  it("hold no coroutine, and serve their next stream when it comes", function()
+    local port = serve(function(req, res) res:send("hi " .. req.path) end)
+    cohost.sleep(0.05)
+    local before = cohost.stats()
+    local socks = {}
+    for i = 1, 50 do
+      local s = h.connect(port, 5000)
+      socks[i] = s
+      assert(s:send("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" .. frame(4, 0, 0, "") .. get(1)))
+      assert.equal("hi /", answer(s, 1))
+    end
+    h.defer(function() for _, s in ipairs(socks) do s:close() end end)
+    local after
+    h.eventually(function()
+      after = cohost.stats()
+      return after.coros - before.coros < 10
+    end, 5)
+    assert.is_true(after.coros - before.coros < 10,
+      ("live coroutines grew from %d to %d with 50 idle HTTP/2 connections"):format(before.coros, after.coros))
+    assert.is_true(after.connections - before.connections >= 50)
+    for i = 1, 50 do   -- each one serves a second stream on the same connection
+      assert(socks[i]:send(get(3)))
+      assert.equal("hi /", answer(socks[i], 3))
+    end
+  end)
+end)
+
+describe("HTTP/2 metrics", function()
+  -- cohost.metrics' series as a table: sample line (name{labels}) -> value.
+  local function samples()
+    local t = {}
+    for name, value in require("cohost.metrics").render():gmatch("\n([%w_:]+%b{}) (%S+)") do
+      t[name] = tonumber(value)
+    end
+    for name, value in require("cohost.metrics").render():gmatch("\n([%w_:]+) (%S+)") do
+      t[name] = tonumber(value)
+    end
+    return t
+  end
+
+  it("count each stream in cohost_http_requests_total and the duration histogram, as HTTP/1.1 requests", function()
+    local port = serve(function(req, res)
+      if req.path == "/missing" then res.status = 404 end
+      res:send("x")
+    end)
+    local A = 'cohost_http_requests_total{code="200",method="GET"}'
+    local B = 'cohost_http_requests_total{code="404",method="PUT"}'
+    local D = "cohost_http_request_duration_seconds_count"
+    local before = samples()
+    -- Three streams on one connection (nghttp: curl 7.88 fails to reuse
+    -- an h2c connection before it sends anything), then a PUT.
+    local base = ("http://127.0.0.1:%d"):format(port)
+    local code, _, err = h.sh(("nghttp -n %s/a %s/b %s/c"):format(base, base, base), 20)
+    assert.equal(0, code, err)
+    curl(("--http2-prior-knowledge -o /dev/null -X PUT %s/missing"):format(base))
+    local after = samples()
+    assert.equal((before[A] or 0) + 3, after[A])
+    assert.equal((before[B] or 0) + 1, after[B])
+    assert.equal((before[D] or 0) + 4, after[D])
+  end)
+end)
+
 describe("HTTP/2 request bodies", function()
   it("stream through req:chunks, larger than a window", function()
     local port = serve(function(req, res)
@@ -740,6 +837,7 @@ local cohost = require "cohost"
 local http = require "cohost.http"
 local marker, go = arg[1], arg[2]
 local l = assert(http.listen("127.0.0.1:0", function(req, res)
+  if req.path == "/fast" then return res:send("fast") end
   res:write("start ")
   io.open(marker, "w"):close()
   local t0 = cohost.monotonic()
@@ -751,10 +849,73 @@ io.write(port .. " " .. io.open("/proc/self/stat"):read("*n") .. "\n")
 io.stdout:flush()
 ]]
 
+-- A server that says "hi" and reports its port and pid.
+local HI_SERVER = [[
+local http = require "cohost.http"
+local l = assert(http.listen("127.0.0.1:0", function(req, res) res:send("hi") end))
+local _, port = l:addr()
+io.write(port .. " " .. io.open("/proc/self/stat"):read("*n") .. "\n")
+io.stdout:flush()
+]]
+
+describe("HTTP/2 past --max-connections", function()
+  it("gets SETTINGS and GOAWAY REFUSED_STREAM (last stream 0), an HTTP/1.1 client still its 503", function()
+    local p = h.start("--max-connections 1 " .. h.shell_quote(h.tmpfile(HI_SERVER)), 30)
+    h.defer(p.stop)
+    local held = h.connect(p.port, 5000)   -- the one slot
+    h.defer(function() held:close() end)
+    assert(held:send("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.equal("HTTP/1.1 200 OK", held:receive("*l"))
+    local _, out, err = h.sh(("nghttp -v http://127.0.0.1:%d/"):format(p.port), 20)
+    assert.truthy(out:find("recv SETTINGS frame", 1, true), out .. err)
+    assert.matches("recv GOAWAY frame <length=25, flags=0x00, stream_id=0>\n%s*%(last_stream_id=0, "
+      .. "error_code=REFUSED_STREAM%(0x07%), opaque_data%(17%)=%[%-%-max%-connections%]%)", out .. err)
+    local _, one = h.sh(("curl -sS -i -m 5 http://127.0.0.1:%d/"):format(p.port), 20)
+    assert.matches("^HTTP/1%.1 503 Service Unavailable\r\n", one)
+  end)
+end)
+
 describe("HTTP/2 and the drain", function()
-  it("sends GOAWAY on SIGTERM, lets the stream in flight finish, then exits", function()
+  it("keeps serving new streams after SIGTERM, and sends GOAWAY (last stream served) once idle", function()
     local marker, go = h.tmppath(), h.tmppath()
     local p = h.start(("%s %s %s"):format(h.shell_quote(h.tmpfile(DRAIN_SERVER)), marker, go), 30)
+    h.defer(p.stop)
+    local r = py([[
+import os, signal, time
+port, pid, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+c = Client(port)
+slow = c.request("/slow")
+c.until(lambda: "start" in c.text(slow))
+os.kill(pid, signal.SIGTERM)
+deadline = time.time() + 10
+while True:   # the drain began once the listener is closed
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        break
+    if time.time() > deadline:
+        raise SystemExit("no drain")
+    time.sleep(0.01)
+fast = c.request("/fast")   # a new stream on the draining connection
+c.until(lambda: c.done(fast))
+goaway_before = c.goaway is not None
+open(go, "w").close()
+c.until(lambda: c.done(slow))
+c.until(lambda: c.goaway is not None)
+out({"fast": c.text(fast), "fast_status": c.streams[fast]["status"], "slow": c.text(slow),
+     "goaway_before": goaway_before, "goaway": c.goaway, "fast_id": fast})
+]], ("%d %d %s"):format(p.port, p.pid, h.shell_quote(go)))
+    assert.equal(200, r.fast_status)
+    assert.equal("fast", r.fast)
+    assert.equal("start end", r.slow)
+    assert.is_false(r.goaway_before)   -- no GOAWAY while a stream runs
+    assert.same({ code = 0, last = r.fast_id }, r.goaway)
+    assert.are.equal(0, p.wait(15))
+  end)
+
+  it("at the drain deadline (half --shutdown-timeout) sends GOAWAY to a busy connection, lets the stream in flight finish, then exits", function()
+    local marker, go = h.tmppath(), h.tmppath()
+    local p = h.start(("--shutdown-timeout 2 %s %s %s"):format(h.shell_quote(h.tmpfile(DRAIN_SERVER)), marker, go), 30)
     h.defer(p.stop)
     local out, rc = h.tmppath(), h.tmppath()
     -- stdbuf: nghttp's frame log line by line, to watch for the GOAWAY.
@@ -772,5 +933,53 @@ describe("HTTP/2 and the drain", function()
     assert.matches("error_code=NO_ERROR", log)
     assert.matches("start ", log)
     assert.matches("end%[[^\n]*recv DATA frame <length=3, flags=0x01", log)
+  end)
+
+  -- A reload under load (issue 13): the old workers keep serving the
+  -- streams their connections open and send GOAWAY once a connection is
+  -- idle, so h2load, which does not resend streams refused after a
+  -- GOAWAY, loses none.
+  it("loses no stream of h2load across a --processes 2 reload", function()
+    local mark = h.tmppath()
+    local path = h.tmpfile([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local port, mark = tonumber(arg[1]), arg[2]
+local gen, n = "old", 0
+assert(http.listen("127.0.0.1:" .. port, function(req, res)
+  n = n + 1
+  if n == 1000 and mark then io.open(mark, "w"):close() end   -- the load is on
+  res:send(gen)
+end))
+]] .. h.REPORT_PORT)
+    local p = h.start(("--processes 2 --shutdown-timeout 20 %s %d %s"):format(h.shell_quote(path),
+      h.fixed_port(), h.shell_quote(mark)), 60)
+    h.defer(p.stop)
+    local out, rc = h.tmppath(), h.tmppath()
+    -- 8 connections, all opened at the start (on the old workers), for 5 s.
+    os.execute(("(timeout 30 h2load -c 8 -m 10 -D 5 http://127.0.0.1:%d/ >%s 2>&1; echo $? >%s) >/dev/null 2>&1 &")
+      :format(p.port, out, rc))
+    assert.is_true(h.wait_for(function() return h.try_slurp(mark) ~= nil end, 10), h.try_slurp(out))
+    h.write_file(path, (h.slurp(path):gsub('"old"', '"new"')))
+    p.signal("HUP")
+    assert.is_true(h.wait_for(function()
+      return h.slurp(p.err):find("reload: 2 new worker processes started, 2 old draining", 1, true) ~= nil
+    end, 15), h.slurp(p.err))
+    local _, _, body = h.get(p.port, "/")
+    assert.equal("new", body)
+    assert.is_true(h.wait_for(function() return h.try_slurp(rc) end, 20), h.try_slurp(out))
+    local report = h.slurp(out)
+    local total, done, ok, failed, errored = report:match(
+      "requests: (%d+) total, %d+ started, (%d+) done, (%d+) succeeded, (%d+) failed, (%d+) errored")
+    assert.truthy(total, report)
+    assert.equal("0", failed, report)
+    assert.equal("0", errored, report)
+    assert.equal(done, ok, report)
+    assert.is_true(tonumber(ok) > 1000, report)
+    -- Then the old workers, their connections closed, exit.
+    assert.is_true(h.wait_for(function()
+      local log = h.slurp(p.err)
+      return log:find("old worker process 0", 1, true) and log:find("old worker process 1", 1, true)
+    end, 15), h.slurp(p.err))
   end)
 end)

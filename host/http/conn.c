@@ -72,6 +72,7 @@ static void conn_free(struct ch_http_conn *c)
 {
   ch_unwatch_fd(&c->watch);
   ch_timer_stop(&c->timer);
+  if (c->h2) ch_h2_free(c);   /* an idle HTTP/2 connection: GOAWAY first */
   ch_stream_close(&c->s, 1);
   if (c->prev) c->prev->next = c->next;
   else if (conns == c) conns = c->next;
@@ -534,10 +535,13 @@ static void conn_main(void *arg)
   if (!c->proxied && ch_listener_proxy(c->l) && proxy_header(c) < 0) goto close;
   if (c->s.ssl && !c->tls_ready && handshake(c) < 0) goto close;
   if (c->nreq == 0) {   /* the first bytes may be HTTP/2's preface (h2.c) */
-    int h2 = ch_h2_detect(c);
+    int h2 = c->h2 ? 1 : ch_h2_detect(c);   /* c->h2: back from IDLE */
     if (h2 < 0) goto close;
     if (h2 > 0) {
-      ch_h2_serve(c);
+      if (ch_h2_serve(c) > 0) {   /* idle: no coroutine until input */
+        go_idle(c, srv->keepalive_ms);
+        return;
+      }
       goto close;
     }
   }

@@ -78,6 +78,8 @@ struct ch_http_conn {
   struct ch_coro *head_wait;      /* its coroutine while it waits for the
                                   ** rest of a head (shutdown cancels it) */
   struct ch_http_conn *prev, *next;   /* this worker's connections */
+  struct ch_h2_conn *h2;          /* its HTTP/2 state, kept while IDLE with
+                                  ** no coroutine (http/h2.c), or NULL */
   uint32_t nreq;                  /* requests served */
   uint32_t pos;                   /* parsed up to s.start + pos */
   uint8_t tls_ready;              /* its TLS handshake is done */

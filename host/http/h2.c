@@ -5,7 +5,9 @@
 ** is only ever called between two yields, so no call into the session
 ** overlaps another.
 */
+#include <assert.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include <openssl/ssl.h>
 
 #include "log.h"
+#include "proc/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
 #include "http/response.h"
@@ -31,6 +34,11 @@
 #define STREAM_WINDOW 65535       /* per stream: RFC 9113's default, and
                                   ** the most a stream buffers unread */
 #define DRAIN_MS      1000        /* shutdown notice to the real GOAWAY */
+#define DRAIN_IDLE_MS 500         /* a draining connection with no stream
+                                  ** this long gets its GOAWAY: a busy
+                                  ** client sends its next request sooner,
+                                  ** even on a loaded machine, and an idle
+                                  ** one costs the old worker half a second */
 #define LINGER_MS     2000        /* lingering close after GOAWAY */
 #define FLUSH_MS      1000        /* the writer's time to send what is left
                                   ** once the connection is over */
@@ -51,6 +59,10 @@ struct ch_h2_conn {
   uint8_t writer_alive;           /* the writer has not ended */
   uint8_t closing;                /* the reader is done: the writer sends
                                   ** what is left and ends */
+  uint8_t writer_stop;            /* the connection goes idle: the writer
+                                  ** ends (nothing is left to send) */
+  uint8_t idle;                   /* idle with no coroutine: conn.c's watch
+                                  ** brings it back (ch_h2_serve) */
   struct ch_coro *writer_parked;  /* the writer while it waits for work */
   struct ch_coro *reader_parked;  /* the reader while it waits: for input
                                   ** (with watch armed), for the writer, or
@@ -61,14 +73,22 @@ struct ch_h2_conn {
   int ntasks;                     /* streams whose coroutine runs */
   uint8_t dead;                   /* the writer ended and the streams are
                                   ** closed: no more calls into sess */
-  uint8_t draining;               /* the worker drains: GOAWAY sent */
-  struct ch_timer drain_timer;    /* the shutdown notice's second step */
+  uint8_t draining;               /* the worker drains: 1 still serving
+                                  ** new streams, 2 the notice is sent, 3
+                                  ** the final GOAWAY is */
+  struct ch_timer drain_timer;    /* while draining: the drain deadline,
+                                  ** then the notice's second step */
+  struct ch_timer idle_timer;     /* while draining: DRAIN_IDLE_MS without
+                                  ** a stream */
   double reset_tokens;            /* early resets still allowed */
   uint64_t reset_ns;              /* when reset_tokens was last refilled */
   struct ch_h2_conn *prev, *next; /* this worker's HTTP/2 connections */
 };
 
 static __thread struct ch_h2_conn *h2conns;
+static __thread uint64_t drain_end_ns;   /* this worker's drain deadline */
+
+static void drain_idle(struct ch_h2_conn *h);
 
 /* -- Detection and ALPN ---------------------------------------------------- */
 
@@ -180,6 +200,7 @@ static struct ch_h2_stream *stream_new(struct ch_h2_conn *h, int32_t id)
   if (h->streams) h->streams->prev = st;
   h->streams = st;
   h->nstreams++;
+  ch_timer_stop(&h->idle_timer);   /* a draining connection is busy again */
   return st;
 }
 
@@ -195,6 +216,7 @@ static void stream_unref(struct ch_h2_stream *st)
   free(st->hb);
   free(st->ob);
   free(st);
+  if (h->nstreams == 0 && !h->dead) drain_idle(h);
   if (h->nstreams == 0 && h->reader_parked) {   /* the teardown waits for this */
     struct ch_coro *r = h->reader_parked;
     h->reader_parked = NULL;
@@ -268,6 +290,8 @@ static void stream_main(void *arg)
   }
   ch_h2_response_finish(rq);
   ch_http_access_log(c, rq);
+  /* Counted as HTTP/1.1's serve counts a response (the same series). */
+  ch_metrics_http(rq->status, m, rq->h.method.len, (double)(ch_now_ns() - rq->start_ns) / 1e9);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
     /* A complete answer before the whole request: what is left of the
@@ -587,11 +611,14 @@ static void writer_main(void *arg)
       if (r < 0) break;
       continue;
     }
-    if (h->closing) break;
+    if (h->closing || h->writer_stop) break;
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
       wake_reader(h);
     free(buf);   /* an idle connection holds no batch buffer */
     buf = NULL;
+    /* No stream and nothing to send: the reader, parked on input, may
+    ** now let the connection go idle with no coroutine (read_loop). */
+    if (h->nstreams == 0) wake_reader(h);
     h->writer_parked = ch_current();
     int r = ch_park(-1);
     h->writer_parked = NULL;
@@ -662,28 +689,75 @@ static int feed(struct ch_h2_conn *h)
   return 0;
 }
 
-static void on_drain_timer(struct ch_timer *t)
+/* -- The drain ------------------------------------------------------------------
+**
+** A draining worker (a reload, SIGTERM) keeps serving the streams its
+** HTTP/2 connections open, as nginx does with an old worker's busy
+** connection: any GOAWAY, even RFC 9113 6.8's shutdown notice, makes a
+** client such as nghttp2's stop starting the streams it queued, and
+** h2load does not resend those on its next connection. So a connection
+** gets its GOAWAY (the last stream served, then the close) once it has
+** had no stream for DRAIN_IDLE_MS; a request that races with it is
+** refused, which a client may retry. At the drain deadline (half of
+** --shutdown-timeout: the other half is for the streams in flight) the
+** connections still busy get the two-step GOAWAY: the notice, then
+** DRAIN_MS later the last stream id. */
+
+static void final_goaway(struct ch_h2_conn *h)
 {
-  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, drain_timer));
-  if (h->dead) return;
+  h->draining = 3;
   nghttp2_submit_goaway(h->sess, NGHTTP2_FLAG_NONE,
                         nghttp2_session_get_last_proc_stream_id(h->sess), NGHTTP2_NO_ERROR,
                         NULL, 0);
   kick(h);
 }
 
+static void on_drain_timer(struct ch_timer *t)
+{
+  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, drain_timer));
+  if (h->dead) return;
+  if (h->draining == 1) {   /* the deadline: a notice first */
+    h->draining = 2;
+    nghttp2_submit_shutdown_notice(h->sess);
+    kick(h);
+    if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) == 0) return;
+  }
+  if (h->draining == 2) final_goaway(h);
+}
+
+static void on_idle_timer(struct ch_timer *t)
+{
+  struct ch_h2_conn *h = (struct ch_h2_conn *)((char *)t - offsetof(struct ch_h2_conn, idle_timer));
+  if (h->dead || h->nstreams > 0 || h->draining == 3) return;
+  ch_timer_stop(&h->drain_timer);
+  /* The session ends once this GOAWAY is out (no stream is left). */
+  h->draining = 3;
+  nghttp2_session_terminate_session2(h->sess, nghttp2_session_get_last_proc_stream_id(h->sess),
+                                     NGHTTP2_NO_ERROR);
+  kick(h);
+}
+
+/* A draining connection has no stream: its GOAWAY in DRAIN_IDLE_MS. */
+static void drain_idle(struct ch_h2_conn *h)
+{
+  if (!h->draining || h->draining == 3) return;
+  ch_timer_stop(&h->idle_timer);
+  if (ch_timer_start(&h->idle_timer, DRAIN_IDLE_MS, on_idle_timer) < 0) on_idle_timer(&h->idle_timer);
+}
+
 void ch_h2_close_idle(struct ch_worker *w)
 {
   (void)w;   /* the list is this thread's */
+  uint64_t now = ch_now_ns();
+  if (!drain_end_ns) drain_end_ns = now + (uint64_t)ch_opts.shutdown_timeout_ms * 500000u;
+  int64_t left = drain_end_ns > now ? (int64_t)((drain_end_ns - now) / 1000000u) : 0;
   for (struct ch_h2_conn *h = h2conns; h; h = h->next) {
-    if (h->dead || h->draining) continue;
+    /* An idle one is conn.c's (its drain closes it, ch_h2_free). */
+    if (h->dead || h->draining || h->idle) continue;
     h->draining = 1;
-    /* A notice first (GOAWAY with the largest id): streams the client
-    ** opens meanwhile are still served; the real GOAWAY names the last. */
-    nghttp2_submit_shutdown_notice(h->sess);
     ch_timer_stop(&h->drain_timer);
-    if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) < 0) on_drain_timer(&h->drain_timer);
-    kick(h);
+    if (ch_timer_start(&h->drain_timer, left, on_drain_timer) < 0) on_drain_timer(&h->drain_timer);
+    if (h->nstreams == 0) drain_idle(h);
   }
 }
 
@@ -693,25 +767,74 @@ static void on_readable(struct ch_watch *w, int revents)
   wake_reader(w->data);
 }
 
-/* Yields. The reader: input into nghttp2 until the connection ends. It
-** parks on a one-shot watch rather than in the stream's wait, so that the
-** writer can wake it too (the session may end on the writer's side). */
-static void read_loop(struct ch_h2_conn *h)
+/* Yields. Parks the reader until cond holds (the writer and the stream
+** tasks wake it as they end). */
+#define WAIT_UNTIL(h, cond) \
+  while (!(cond)) { \
+    (h)->reader_parked = ch_current(); \
+    int r_ = ch_park(-1); \
+    (h)->reader_parked = NULL; \
+    if (r_ == -ECANCELED) ch_yield();   /* the worker is going: they end soon */ \
+  }
+
+static int start_writer(struct ch_h2_conn *h)
+{
+  h->writer_alive = 1;
+  h->writer_stop = 0;
+  if (ch_spawn_prio(writer_main, h, ch_listener_prio(h->c->l)) >= 0) return 0;
+  h->writer_alive = 0;
+  return -1;
+}
+
+/* A connection that may go idle with no coroutine: no stream, nothing to
+** send, not ending, the worker not draining (a drain GOAWAYs it from
+** here), the input a plain POLLIN wait. */
+static int quiet(struct ch_h2_conn *h)
 {
   struct ch_http_conn *c = h->c;
-  if (feed(h) < 0) return;   /* the preface and what came with it */
+  return h->nstreams == 0 && !h->draining && !c->w->stopping && !h->closing &&
+         c->s.want_ev == POLLIN && nghttp2_session_want_read(h->sess) &&
+         !nghttp2_session_want_write(h->sess);
+}
+
+/* Yields. Ends the writer of an idle connection; 1 when the connection is
+** still idle after (no yield between its last EAGAIN and the return), 0
+** when it is not (a new writer runs then). */
+static int park_idle(struct ch_h2_conn *h)
+{
+  h->writer_stop = 1;
+  kick(h);
+  WAIT_UNTIL(h, !h->writer_alive);
+  if (quiet(h) && ch_stream_fill(&h->c->s, READ_WANT, 0) == -EAGAIN) return 1;
+  return start_writer(h) < 0 ? -1 : 0;
+}
+
+/* Yields. The reader: input into nghttp2 until the connection ends (0) or
+** goes idle (1). It parks on a one-shot watch rather than in the stream's
+** wait, so that the writer can wake it too (the session may end on the
+** writer's side). */
+static int read_loop(struct ch_h2_conn *h)
+{
+  struct ch_http_conn *c = h->c;
+  if (feed(h) < 0) return 0;   /* the preface and what came with it */
   h->watch.data = h;
   for (;;) {
-    if (!h->writer_alive) return;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess)) return;
+    if (!h->writer_alive) return 0;
+    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess)) return 0;
     ssize_t n = ch_stream_fill(&c->s, READ_WANT, 0);
     if (n > 0) {
-      if (feed(h) < 0) return;
+      if (feed(h) < 0) return 0;
       continue;
     }
-    if (n != -EAGAIN) return;   /* EOF, a read error */
+    if (n != -EAGAIN) return 0;   /* EOF, a read error */
+    if (h->writer_parked && quiet(h)) {
+      int r = park_idle(h);
+      if (r != 0) return r > 0;
+      if (feed(h) < 0) return 0;   /* input came meanwhile: it is buffered */
+      continue;
+    }
     ch_stream_release(&c->s);   /* park without a buffer */
-    if (ch_watch_fd(&h->watch, c->s.fd, c->s.want_ev, on_readable) < 0) return;
+    if (ch_watch_fd(&h->watch, c->s.fd, c->s.want_ev, on_readable) < 0) return 0;
     h->reader_parked = ch_current();
     n = ch_park(c->srv->keepalive_ms);
     h->reader_parked = NULL;
@@ -725,41 +848,37 @@ static void read_loop(struct ch_h2_conn *h)
       kick(h);
       continue;
     }
-    if (n == -ECANCELED) return;
+    if (n == -ECANCELED) return 0;
   }
 }
 
-/* Yields. Parks the reader until cond holds (the writer and the stream
-** tasks wake it as they end). */
-#define WAIT_UNTIL(h, cond) \
-  while (!(cond)) { \
-    (h)->reader_parked = ch_current(); \
-    int r_ = ch_park(-1); \
-    (h)->reader_parked = NULL; \
-    if (r_ == -ECANCELED) ch_yield();   /* the worker is going: they end soon */ \
-  }
 
-void ch_h2_serve(struct ch_http_conn *c)
+int ch_h2_serve(struct ch_http_conn *c)
 {
-  struct ch_h2_conn *h = calloc(1, sizeof *h);
-  if (!h) return;
-  h->c = c;
-  h->reset_tokens = RESET_BURST;
-  h->reset_ns = ch_now_ns();
-  if (session_new(h) < 0) {
-    if (h->sess) nghttp2_session_del(h->sess);
-    free(h);
-    return;
-  }
-  h->next = h2conns;
-  if (h2conns) h2conns->prev = h;
-  h2conns = h;
-  h->writer_alive = 1;
-  if (ch_spawn_prio(writer_main, h, ch_listener_prio(c->l)) < 0) {
-    h->writer_alive = 0;
+  struct ch_h2_conn *h = c->h2;
+  if (h) {   /* back from idle: input came */
+    h->idle = 0;
   } else {
+    if (!(h = calloc(1, sizeof *h))) return 0;
+    h->c = c;
+    h->reset_tokens = RESET_BURST;
+    h->reset_ns = ch_now_ns();
+    if (session_new(h) < 0) {
+      if (h->sess) nghttp2_session_del(h->sess);
+      free(h);
+      return 0;
+    }
+    h->next = h2conns;
+    if (h2conns) h2conns->prev = h;
+    h2conns = h;
+    c->h2 = h;
+  }
+  if (start_writer(h) == 0) {
     if (c->w->stopping) ch_h2_close_idle(c->w);
-    read_loop(h);
+    if (read_loop(h) > 0) {
+      h->idle = 1;
+      return 1;
+    }
   }
   /* Over. The writer sends what is left (a GOAWAY) and ends; only then do
   ** the streams close, since nghttp2 reads their bodies while it sends. */
@@ -787,10 +906,32 @@ void ch_h2_serve(struct ch_http_conn *c)
   /* The stream tasks point at h: wait for them. */
   WAIT_UNTIL(h, h->nstreams == 0);
   ch_timer_stop(&h->drain_timer);
+  ch_timer_stop(&h->idle_timer);
   if (h->prev) h->prev->next = h->next;
   else h2conns = h->next;
   if (h->next) h->next->prev = h->prev;
   nghttp2_session_del(h->sess);
   free(h);
+  c->h2 = NULL;
   ch_stream_linger(&c->s, LINGER_MS, 1 << 20);
+  return 0;
+}
+
+void ch_h2_free(struct ch_http_conn *c)
+{
+  struct ch_h2_conn *h = c->h2;
+  assert(h->idle && h->nstreams == 0 && !h->writer_alive);
+  /* One non-blocking try: an idle connection's send buffer is empty. */
+  nghttp2_session_terminate_session(h->sess, NGHTTP2_NO_ERROR);
+  const uint8_t *p;
+  ssize_t n = nghttp2_session_mem_send(h->sess, &p);
+  if (n > 0 && c->s.fd >= 0 && !c->s.ssl) (void)send(c->s.fd, p, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  ch_timer_stop(&h->drain_timer);
+  ch_timer_stop(&h->idle_timer);
+  if (h->prev) h->prev->next = h->next;
+  else h2conns = h->next;
+  if (h->next) h->next->prev = h->prev;
+  nghttp2_session_del(h->sess);
+  free(h);
+  c->h2 = NULL;
 }

@@ -13,6 +13,9 @@
 **            when there is nothing to send
 **   streams  one per request, running the handler on its task through
 **            the server's run callback, as an HTTP/1.1 request does
+** and none while idle (no stream, nothing to send): the writer ends and
+** conn.c parks the connection as an idle HTTP/1.1 one (ch_h2_serve's 1),
+** the session kept in c->h2, until input brings both back.
 ** Each stream is a struct ch_http_req as HTTP/1.1 has it (its head spans
 ** point into the stream's own header bytes), so req and res in
 ** lib_http.c serve both; response.c, conn.c and sendfile.c hand an HTTP/2
@@ -79,9 +82,18 @@ struct ch_h2_stream {
 ** to close (EOF, the header timeout, a drain). */
 int ch_h2_detect(struct ch_http_conn *c);
 
-/* Yields. Serves c as an HTTP/2 connection until it ends: the caller
-** closes c after. */
-void ch_h2_serve(struct ch_http_conn *c);
+/* Yields. Serves c as an HTTP/2 connection until it ends (0: the caller
+** closes c) or goes idle (1): no stream, nothing to send, the input
+** drained (its last read said EAGAIN, with no yield since). Idle, it holds
+** no coroutine: c->h2 keeps the session, and the caller parks c as an
+** idle HTTP/1.1 connection, calling ch_h2_serve again on input, or
+** ch_h2_free when it closes c. */
+int ch_h2_serve(struct ch_http_conn *c);
+
+/* Frees the HTTP/2 state of idle c (its keep-alive expired, or a drain):
+** a GOAWAY if the socket takes it at once, then the session. Never
+** yields. */
+void ch_h2_free(struct ch_http_conn *c);
 
 /* The drain: every HTTP/2 connection of this worker gets GOAWAY (a
 ** shutdown notice, then the last stream id a second later); streams in

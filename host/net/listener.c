@@ -279,19 +279,43 @@ static const char busy_reply[] =
   "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
   "Content-Length: 24\r\nConnection: close\r\n\r\n503 Service Unavailable\n";
 
+/* The same refusal to an HTTP/2 client (h2c with prior knowledge), which
+** could not parse the one above: the server's SETTINGS (empty: the
+** defaults), then GOAWAY (RFC 9113 6.8) with last stream 0 (no stream
+** was processed, so the client may retry them elsewhere), REFUSED_STREAM
+** and "--max-connections" as its debug data. Fixed bytes, as the 503 is:
+** no HTTP/2 session for a connection we refuse. */
+static const char busy_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+static const char busy_goaway[] =
+  "\0\0\0\x04\0\0\0\0\0"                 /* SETTINGS, 0 bytes, stream 0 */
+  "\0\0\x19\x07\0\0\0\0\0"               /* GOAWAY, 25 bytes, stream 0 */
+  "\0\0\0\0" "\0\0\0\x07" "--max-connections";  /* last 0, REFUSED_STREAM */
+_Static_assert(sizeof busy_goaway - 1 == 9 + 9 + 8 + 17, "busy_goaway's lengths");
+
 /* Yields. Answers a connection over --max-connections on an HTTP listener
-** with a fixed 503, without parsing anything or running Lua, and closes
-** it. The answer fits an empty send buffer, so one send does. Then a
-** lingering close (ch_stream_linger, at most BUSY_LINGER_MS and
-** BUSY_DRAIN), so that the client reads the 503 before our close. */
+** with a fixed 503 (or busy_goaway to a client whose first bytes are the
+** HTTP/2 preface), without parsing anything or running Lua, and closes
+** it. It waits up to BUSY_LINGER_MS for the first bytes to tell the two
+** apart (a client that sends nothing gets the 503 then). The answer fits
+** an empty send buffer, so one send does. Then a lingering close
+** (ch_stream_linger, at most BUSY_LINGER_MS and BUSY_DRAIN), so that the
+** client reads the answer before our close. */
 static void busy_main(void *arg)
 {
   int fd = (int)(intptr_t)arg;
-  if (ch_io_write(fd, busy_reply, sizeof busy_reply - 1, 0) > 0) {
-    struct ch_stream s;
-    ch_stream_init(&s, fd, NULL);
-    ch_stream_linger(&s, BUSY_LINGER_MS, BUSY_DRAIN);
-  }
+  struct ch_stream s;
+  ch_stream_init(&s, fd, NULL);
+  /* Reads while what came is a head of the preface, shorter than it. */
+  size_t n = 0, plen = sizeof busy_preface - 1;
+  while ((n = ch_stream_avail(&s)) < plen &&
+         memcmp(ch_stream_data(&s), busy_preface, n) == 0 &&
+         ch_stream_fill(&s, plen - n, BUSY_LINGER_MS) > 0) {}
+  int h2 = n >= plen && memcmp(ch_stream_data(&s), busy_preface, plen) == 0;
+  const char *reply = h2 ? busy_goaway : busy_reply;
+  size_t rlen = h2 ? sizeof busy_goaway - 1 : sizeof busy_reply - 1;
+  ch_stream_consume(&s, ch_stream_avail(&s));
+  ch_stream_release(&s);   /* the linger reads raw */
+  if (ch_io_write(fd, reply, rlen, 0) > 0) ch_stream_linger(&s, BUSY_LINGER_MS, BUSY_DRAIN);
   close(fd);
   busy_n--;
 }

@@ -31,6 +31,16 @@
 ** Lua coverage: the same line hook as fuzz_lua.c, installed on every
 ** lua_State the host creates (the link wraps luaL_newstate).
 ** FUZZ_DEBUG=1 prints the response stream of each input.
+**
+** Built with -DFUZZ_H2 (scripts/fuzz.sh's h2_conn), the server allows
+** HTTP/2 and an input that starts with the client preface is an HTTP/2
+** connection. Its answer is checked instead as a sequence of whole frames
+** that opens with the server's SETTINGS, whose header blocks (HEADERS +
+** CONTINUATION) decode with an HPACK decoder of their own and carry a
+** :status of 100..599 first; 500s are at most the deliberate errors (the
+** client can reset a stream, or break the connection, before its 500 is
+** out). The fd, coroutine and connection counts are checked as for
+** HTTP/1.1. An input without the preface is HTTP/1.1, checked as above.
 */
 #include <dirent.h>
 #include <errno.h>
@@ -50,6 +60,13 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+
+#ifdef FUZZ_H2
+#include <nghttp2/nghttp2.h>
+#define FUZZ_PROTO "h2"
+#else
+#define FUZZ_PROTO "h1"
+#endif
 
 #ifndef FUZZ_ROOT
 #error "FUZZ_ROOT: the repository's absolute path"
@@ -125,8 +142,9 @@ static void *host_thread(void *p)
 {
   (void)p;
   static char *argv[] = { "cohost", "--log-level", "warn",
-                          FUZZ_ROOT "/spec/fuzz/fuzz_http_conn_server.lua", sock_path, NULL };
-  int r = ch_fuzz_host_main(5, argv);
+                          FUZZ_ROOT "/spec/fuzz/fuzz_http_conn_server.lua", sock_path,
+                          FUZZ_PROTO, NULL };
+  int r = ch_fuzz_host_main(6, argv);
   fprintf(stderr, "fuzz_http_conn: the host returned %d\n", r);
   abort();
 }
@@ -345,6 +363,116 @@ static int check_responses(const char *buf, size_t len, long *first_seq, long *l
   return n500;
 }
 
+#ifdef FUZZ_H2
+/* -- Checking an HTTP/2 answer ------------------------------------------- */
+
+static uint32_t be(const unsigned char *p, int n)
+{
+  uint32_t v = 0;
+  for (int i = 0; i < n; i++) v = v << 8 | p[i];
+  return v;
+}
+
+/* Decodes one whole header block; returns the 500s in it (0 or 1). */
+static int check_block(nghttp2_hd_inflater *inf, const unsigned char *b, size_t n)
+{
+  int first = 1, status = 0;
+  for (;;) {
+    nghttp2_nv nv;
+    int flags = 0;
+    ssize_t r = nghttp2_hd_inflate_hd2(inf, &nv, &flags, b, n, 1);
+    CHECK(r >= 0, "the server's header block does not decode: %s", nghttp2_strerror((int)r));
+    b += r;
+    n -= (size_t)r;
+    if (flags & NGHTTP2_HD_INFLATE_EMIT) {
+      if (first && nv.namelen == 7 && memcmp(nv.name, ":status", 7) == 0) {
+        char v[8] = { 0 };
+        memcpy(v, nv.value, nv.valuelen < 7 ? nv.valuelen : 7);
+        status = atoi(v);
+        CHECK(nv.valuelen == 3 && status >= 100 && status <= 599, "bad :status %.*s",
+              (int)nv.valuelen, nv.value);
+      }
+      /* A trailer block has no :status; a response's has it first. */
+      CHECK(first || nv.name[0] != ':', "pseudo-header %.*s after a field", (int)nv.namelen, nv.name);
+      first = 0;
+    }
+    if (flags & NGHTTP2_HD_INFLATE_FINAL) break;
+    CHECK(r > 0 || n > 0, "the HPACK decoder stalled");
+  }
+  nghttp2_hd_inflate_end_headers(inf);
+  return status == 500;
+}
+
+/* Walks the server's frames; returns the 500s seen. */
+static int check_h2(const char *buf, size_t len)
+{
+  const unsigned char *p = (const unsigned char *)buf, *end = p + len;
+  static unsigned char block[MAX_RESP];
+  size_t blen = 0;
+  int n500 = 0, frames = 0, in_block = 0, goaway = 0;
+  nghttp2_hd_inflater *inf;
+  CHECK(nghttp2_hd_inflate_new(&inf) == 0, "no inflater");
+  while (p < end) {
+    CHECK(end - p >= 9, "a frame header cut short (%zd bytes left)", (ssize_t)(end - p));
+    uint32_t n = be(p, 3), sid = be(p + 5, 4) & 0x7fffffffu;
+    uint8_t type = p[3], flags = p[4];
+    CHECK((size_t)(end - p) >= 9 + n, "a %u-byte frame of type %u cut short", n, type);
+    const unsigned char *pl = p + 9;
+    if (frames++ == 0)
+      CHECK(type == NGHTTP2_SETTINGS && !(flags & NGHTTP2_FLAG_ACK) && sid == 0,
+            "the server's first frame is type %u, not its SETTINGS", type);
+    CHECK(!in_block || type == NGHTTP2_CONTINUATION, "frame type %u inside a header block", type);
+    CHECK(type != NGHTTP2_PUSH_PROMISE, "a PUSH_PROMISE");
+    switch (type) {
+    case NGHTTP2_HEADERS: {
+      CHECK(sid != 0 && sid % 2 == 1, "HEADERS on stream %u", sid);
+      size_t pad = 0, skip = 0;
+      if (flags & NGHTTP2_FLAG_PADDED) { CHECK(n >= 1, "padded HEADERS"); pad = pl[0]; skip = 1; }
+      if (flags & NGHTTP2_FLAG_PRIORITY) skip += 5;
+      CHECK(skip + pad <= n, "HEADERS padding past its frame");
+      memcpy(block, pl + skip, n - skip - pad);
+      blen = n - skip - pad;
+      in_block = !(flags & NGHTTP2_FLAG_END_HEADERS);
+      break;
+    }
+    case NGHTTP2_CONTINUATION:
+      CHECK(in_block, "CONTINUATION outside a header block");
+      CHECK(blen + n <= sizeof block, "header block too long");
+      memcpy(block + blen, pl, n);
+      blen += n;
+      in_block = !(flags & NGHTTP2_FLAG_END_HEADERS);
+      break;
+    case NGHTTP2_DATA:
+      CHECK(sid != 0 && sid % 2 == 1, "DATA on stream %u", sid);
+      break;
+    case NGHTTP2_SETTINGS:
+      CHECK(sid == 0 && n % 6 == 0, "SETTINGS of %u bytes on stream %u", n, sid);
+      break;
+    case NGHTTP2_GOAWAY:
+      CHECK(sid == 0 && n >= 8, "GOAWAY of %u bytes on stream %u", n, sid);
+      goaway++;
+      break;
+    case NGHTTP2_RST_STREAM:
+      CHECK(sid != 0 && n == 4, "RST_STREAM of %u bytes on stream %u", n, sid);
+      break;
+    case NGHTTP2_WINDOW_UPDATE:
+      CHECK(n == 4, "WINDOW_UPDATE of %u bytes", n);
+      break;
+    case NGHTTP2_PING:
+      CHECK(sid == 0 && n == 8, "PING of %u bytes on stream %u", n, sid);
+      break;
+    }
+    if ((type == NGHTTP2_HEADERS || type == NGHTTP2_CONTINUATION) && !in_block)
+      n500 += check_block(inf, block, blen);
+    p += 9 + n;
+  }
+  CHECK(!in_block, "the answer ends inside a header block");
+  CHECK(goaway <= 3, "%d GOAWAYs", goaway);
+  nghttp2_hd_inflate_del(inf);
+  return n500;
+}
+#endif
+
 /* -- One connection --------------------------------------------------------- */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -397,8 +525,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   close(fd);
   if (debug) fprintf(stderr, "fuzz_http_conn: %zu bytes back:\n%.*s\n", rlen, (int)rlen, resp);
 
-  long first, last;
-  int n500 = check_responses(resp, rlen, &first, &last);
+  long first = 0, last = 0;
+  int n500, h2 = 0;
+#ifdef FUZZ_H2
+  /* HTTP/2 when the server answered with something else than HTTP/1.x,
+  ** or when the bytes sent, without the markers, start with the preface
+  ** (an answer can be empty). */
+  char sent[24];
+  size_t sn = 0;
+  for (size_t i = 0; i < size && sn < sizeof sent; i++) {
+    if (size - i >= MARKER_LEN && memcmp(data + i, MARKER, MARKER_LEN) == 0) {
+      i += MARKER_LEN - 1;
+      continue;
+    }
+    sent[sn++] = (char)data[i];
+  }
+  h2 = (sn == 24 && memcmp(sent, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24) == 0)
+       || (rlen > 0 && (rlen < 7 || memcmp(resp, "HTTP/1.", 7) != 0));
+#endif
+  if (h2) {
+#ifdef FUZZ_H2
+    n500 = check_h2(resp, rlen);
+#endif
+  } else {
+    n500 = check_responses(resp, rlen, &first, &last);
+  }
 
   /* The connection's coroutine and fd go away; compare with before. The
   ** server closes asynchronously, and a stats request leaves its own
@@ -417,7 +568,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   int fds = settle_fds();
   if (fds != base_fds) list_fds();
   CHECK(fds == base_fds, "%d fds after the connection, %d before", fds, base_fds);
-  CHECK(n500 == err - err0, "%d 500s for %ld deliberate errors", n500, err - err0);
+  if (h2)
+    CHECK(n500 <= err - err0, "%d 500s for %ld deliberate errors", n500, err - err0);
+  else
+    CHECK(n500 == err - err0, "%d 500s for %ld deliberate errors", n500, err - err0);
   /* Requests the handler saw all answered, in order, except the
   ** deliberate errors' (500 without X-Seq). */
   if (last) CHECK(first == seq0 + 1, "first X-Seq %ld, expected %ld", first, seq0 + 1);

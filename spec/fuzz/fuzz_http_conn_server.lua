@@ -1,5 +1,5 @@
 -- The server of spec/fuzz/fuzz_http_conn.c: cohost.http on the unix socket
--- arg[1], with small limits so the fuzzer reaches them, and a handler
+-- arg[1] (HTTP/2 too when arg[2] is "h2"), with small limits so the fuzzer reaches them, and a handler
 -- whose answer depends on the path, to walk the server's paths:
 --   /err...     raises after setting headers (the server answers 500)
 --   /stream...  res:write in pieces, a yield between them
@@ -59,6 +59,11 @@ local function handler(req, res)
   res:header("X-Method", req.method)
   res:header("X-Version", tostring(req.version))
   if word == "sleep" then cohost.sleep(0.001) end
+  if word == "hijack" and req.version == 2 then
+    -- res:hijack() raises on HTTP/2: a 500, counted as deliberate.
+    errors = errors + 1
+    res:hijack()
+  end
   if word == "hijack" then
     local sock = res:hijack()
     sock:send("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Seq: " .. seq
@@ -82,8 +87,9 @@ local listener = assert(http.listen("unix:" .. path, handler, {
   max_body_size = 2048, max_request_line = 256, max_header_size = 512,
   header_timeout = 2, body_timeout = 2, keepalive_timeout = 5,
   keepalive_requests = 6, server = false,
-  -- The harness checks HTTP/1.x answers: a preface the fuzzer finds must
-  -- stay an HTTP/1.1 error here (HTTP/2 has no harness yet: docs/http2.md).
-  http2 = false,
+  -- arg[2] "h2" (the h2_conn harness): a preface starts HTTP/2. Else the
+  -- harness checks HTTP/1.x answers only, and a preface the fuzzer finds
+  -- must stay an HTTP/1.1 error.
+  http2 = arg[2] == "h2", http2_max_concurrent_streams = 8,
 }))
 local _ = listener

@@ -3,6 +3,8 @@
 --   spec/fuzz/corpus/resp/       (spec/fuzz/fuzz_resp.lua's format)
 --   spec/fuzz/corpus/http_conn/  (spec/fuzz/fuzz_http_conn.c's format; the
 --                                 http_parse seeds are used as well)
+--   spec/fuzz/corpus/h2_conn/    (the same harness built with -DFUZZ_H2:
+--                                 HTTP/2 connections from the preface on)
 -- Run from the repository root: build/cohost spec/fuzz/make_seeds.lua
 -- (or any LuaJIT: it needs only the bit library).
 local bit = require "bit"
@@ -205,6 +207,84 @@ local function conn_seeds()
   for name, data in pairs(cases) do write(dir, name, data) end
 end
 
+-- -- HTTP/2 connections -----------------------------------------------------
+
+local function be(n, bytes)
+  local t = {}
+  for i = bytes, 1, -1 do
+    t[i] = char(n % 256)
+    n = math.floor(n / 256)
+  end
+  return concat(t)
+end
+
+-- A frame: type, flags, stream id, payload (RFC 9113 4.1).
+local function h2frame(ty, flags, id, payload)
+  return be(#payload, 3) .. char(ty, flags) .. be(id, 4) .. payload
+end
+
+-- A header block of literal fields without indexing, no Huffman (RFC 7541
+-- 6.2.2), each name and value under 127 bytes.
+local function hpack(fields)
+  local t = {}
+  for _, f in ipairs(fields) do t[#t + 1] = char(0, #f[1]) .. f[1] .. char(#f[2]) .. f[2] end
+  return concat(t)
+end
+
+local function h2_seeds()
+  local dir = "spec/fuzz/corpus/h2_conn"
+  local PREFACE = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+  local DATA, HEADERS, PRIORITY, RST, SETTINGS, PING, GOAWAY, WU, CONT = 0, 1, 2, 3, 4, 6, 7, 8, 9
+  local ES, EH, PADDED, PRIO = 1, 4, 8, 32
+  local function req(method, path, extra)
+    local f = { { ":method", method }, { ":scheme", "http" }, { ":path", path }, { ":authority", "f" } }
+    for _, e in ipairs(extra or {}) do f[#f + 1] = e end
+    return hpack(f)
+  end
+  local function get(id, path) return h2frame(HEADERS, ES + EH, id, req("GET", path)) end
+  local start = PREFACE .. h2frame(SETTINGS, 0, 0, "")
+  local post = req("POST", "/read", { { "content-length", "10" } })
+  local cases = {
+    get = start .. get(1, "/"),
+    settings_ack = start .. T .. h2frame(SETTINGS, 1, 0, "") .. get(1, "/"),
+    settings_values = PREFACE .. h2frame(SETTINGS, 0, 0, be(1, 2) .. be(0, 4) .. be(4, 2) .. be(10, 4)
+      .. be(5, 2) .. be(16384, 4)) .. get(1, "/stream"),
+    streams = start .. get(1, "/a") .. get(3, "/stream") .. get(5, "/sleep") .. get(7, "/err")
+      .. get(9, "/hijack") .. get(11, "/close"),
+    post_read = start .. h2frame(HEADERS, EH, 1, post) .. h2frame(DATA, 0, 1, "01234") .. T
+      .. h2frame(DATA, ES, 1, "56789"),
+    post_chunks = start .. h2frame(HEADERS, EH, 1, req("POST", "/chunks"))
+      .. h2frame(DATA, PADDED, 1, char(3) .. "abcdefg" .. "\0\0\0") .. h2frame(DATA, ES, 1, "hij"),
+    body_too_large = start .. h2frame(HEADERS, EH, 1, req("POST", "/", { { "content-length", "5000" } }))
+      .. h2frame(DATA, 0, 1, ("z"):rep(3000)) .. get(3, "/"),
+    body_unread = start .. h2frame(HEADERS, EH, 1, req("POST", "/close")) .. T
+      .. h2frame(DATA, 0, 1, ("y"):rep(1000)),
+    length_mismatch = start .. h2frame(HEADERS, EH, 1, post) .. h2frame(DATA, ES, 1, "abc"),
+    trailers = start .. h2frame(HEADERS, EH, 1, req("POST", "/read")) .. h2frame(DATA, 0, 1, "abc")
+      .. h2frame(HEADERS, ES + EH, 1, hpack({ { "x-t", "1" } })),
+    continuation = start .. h2frame(HEADERS, ES, 1, req("GET", "/a"):sub(1, 20)) .. T
+      .. h2frame(CONT, EH, 1, req("GET", "/a"):sub(21)),
+    rst = start .. h2frame(HEADERS, EH, 1, post) .. h2frame(RST, 0, 1, be(8, 4)) .. get(3, "/"),
+    rst_sleep = start .. get(1, "/sleep") .. h2frame(RST, 0, 1, be(0, 4)),
+    ping_window = start .. h2frame(PING, 0, 0, "12345678") .. h2frame(WU, 0, 0, be(1000, 4))
+      .. h2frame(WU, 0, 1, be(1, 4)) .. get(1, "/stream"),
+    priority = start .. h2frame(PRIORITY, 0, 3, be(1, 4) .. char(16))
+      .. h2frame(HEADERS, ES + EH + PRIO, 1, be(0, 4) .. char(200) .. req("GET", "/")),
+    goaway = start .. get(1, "/sleep") .. h2frame(GOAWAY, 0, 0, be(1, 4) .. be(0, 4)),
+    bad_header = start .. h2frame(HEADERS, ES + EH, 1, req("GET", "/", { { "Upper", "x" } })) .. get(3, "/"),
+    big_header = start .. h2frame(HEADERS, ES + EH, 1, req("GET", "/", { { "x-a", ("a"):rep(120) },
+      { "x-b", ("b"):rep(120) }, { "x-c", ("c"):rep(120) }, { "x-d", ("d"):rep(120) },
+      { "x-e", ("e"):rep(120) } })),
+    window_zero = PREFACE .. h2frame(SETTINGS, 0, 0, be(4, 2) .. be(0, 4)) .. get(1, "/stream") .. T
+      .. h2frame(WU, 0, 1, be(100, 4)) .. h2frame(WU, 0, 0, be(100, 4)),
+    even_stream = start .. get(2, "/"),
+    preface_split = PREFACE:sub(1, 10) .. T .. PREFACE:sub(11) .. h2frame(SETTINGS, 0, 0, "") .. get(1, "/"),
+    cut = start .. h2frame(HEADERS, EH, 1, post):sub(1, 12),
+  }
+  for name, data in pairs(cases) do write(dir, name, data) end
+end
+
 ws_seeds()
 resp_seeds()
 conn_seeds()
+h2_seeds()
