@@ -358,12 +358,6 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   char err[512];
   SSL_CTX *ctx = read_tls(L, err, sizeof err);
   if (!ctx && err[0]) return fail(L, err);
-  if (ctx && o.proxy_protocol) {
-    /* The header comes before the handshake, and the stream under a TLS
-    ** connection reads through SSL. */
-    SSL_CTX_free(ctx);
-    return luaL_argerror(L, 3, "proxy_protocol is not supported with TLS");
-  }
   /* Everything that may raise comes before the listener exists. */
   struct listener_ud *lud = lua_newuserdata(L, sizeof *lud);
   lud->l = NULL;
