@@ -388,7 +388,8 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
 
 /* Yields (name lookup). listen(addr, handler [, opts]): accepts
 ** connections on addr and runs handler(sock, peer) for each on its own
-** task. opts: backlog (511), priority, ssl_cert, ssl_key, ssl_client_ca,
+** task. opts: backlog (511), priority, proxy_protocol (a PROXY header
+** first, before TLS too), ssl_cert, ssl_key, ssl_client_ca,
 ** ssl_verify_client. Returns a listener or nil, err. */
 static int l_listen(lua_State *L)
 {
