@@ -358,12 +358,6 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   char err[512];
   SSL_CTX *ctx = read_tls(L, err, sizeof err);
   if (!ctx && err[0]) return fail(L, err);
-  if (ctx && o.proxy_protocol) {
-    /* The header comes before the handshake, and the stream under a TLS
-    ** connection reads through SSL. */
-    SSL_CTX_free(ctx);
-    return luaL_argerror(L, 3, "proxy_protocol is not supported with TLS");
-  }
   /* Everything that may raise comes before the listener exists. */
   struct listener_ud *lud = lua_newuserdata(L, sizeof *lud);
   lud->l = NULL;
@@ -394,7 +388,8 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
 
 /* Yields (name lookup). listen(addr, handler [, opts]): accepts
 ** connections on addr and runs handler(sock, peer) for each on its own
-** task. opts: backlog (511), priority, ssl_cert, ssl_key, ssl_client_ca,
+** task. opts: backlog (511), priority, proxy_protocol (a PROXY header
+** first, before TLS too), ssl_cert, ssl_key, ssl_client_ca,
 ** ssl_verify_client. Returns a listener or nil, err. */
 static int l_listen(lua_State *L)
 {

@@ -65,7 +65,40 @@ function paths.coroutine()
   local function f() depth = depth + 1 return coroutine.wrap(f)() end
   return f()
 end
+-- cjson recurses in C, one level per nesting, bounded by its own depth
+-- limits (1000 by default, "raised" to 10^7 here, where LuaJIT's limit
+-- of 8000 slots on the Lua C API stack stops it first). depth is the
+-- nesting asked for.
+local cjson = require "cjson"
+local raised = cjson.new()
+raised.encode_max_depth(1e7)
+raised.decode_max_depth(1e7)
+local function nest(k) local t = {} for _ = 1, k do t = { t } end return t end
+local DEEP = 100000
+function paths.encode() depth = DEEP return cjson.encode(nest(DEEP)) end
+function paths.encoderaised() depth = DEEP return raised.encode(nest(DEEP)) end
+function paths.decode() depth = DEEP return cjson.decode(("["):rep(DEEP) .. ("]"):rep(DEEP)) end
+function paths.decoderaised() depth = DEEP return raised.decode(("["):rep(DEEP) .. ("]"):rep(DEEP)) end
+-- The same through the request: a client's deeply nested JSON body, read
+-- with req:json() (cjson.safe under it).
+local function decode_body(req, res)
+  local v, err = req:json()
+  res:send(("%s %s"):format(tostring(v ~= nil), tostring(err)))
+end
+-- A router whose middleware each call next() and go on after it (no
+-- tail call: every level keeps its frames), 10^5 of them.
+local deep_router = http.router { debug = true }
+for _ = 1, DEEP do
+  deep_router:use(function(req, res, nxt)
+    depth = depth + 1
+    nxt()
+    return
+  end)
+end
+deep_router:get("/router", function(req, res) res:send("reached") end)
 listener = http.listen("127.0.0.1:0", function(req, res)
+  if req.path == "/router" then depth = 0 return deep_router(req, res) end
+  if req.path == "/body" then return decode_body(req, res) end
   local raw, name = req.path:match("^/raw/(%a+)$"), req.path:match("(%a+)$")
   local f = paths[name]
   if not f then return res:send("ok") end
@@ -172,6 +205,41 @@ describe("Lua recursion through C", function()
     assert.matches("C stack overflow", err)
     assert.is_true(depth >= 1000, depth)
     recurse_raw("coroutine", "C stack overflow")
+  end)
+end)
+
+describe("deep JSON through cjson", function()
+  it("ends deep tables in cjson.encode with its nesting error", function()
+    local _, err = recurse("encode")
+    assert.equal("Cannot serialise, excessive nesting (1001)", err)
+    _, err = recurse("encoderaised")
+    assert.matches("^Cannot serialise, excessive nesting %(%d+%)$", err)
+  end)
+
+  it("ends deep text in cjson.decode with its nesting error", function()
+    local _, err = recurse("decode")
+    assert.equal("Found too many nested data structures (1001) at character 1001", err)
+    _, err = recurse("decoderaised")
+    assert.matches("^Found too many nested data structures %(%d+%) at character %d+$", err)
+  end)
+
+  it("refuses a client's deeply nested JSON body with an error", function()
+    local body = ('{"a":['):rep(50000) .. "1" .. ("]}"):rep(50000)
+    local r = h.request(p.port, "POST", "/body", { ["Content-Type"] = "application/json" }, body)
+    assert.is_nil(p.exited(), h.slurp(p.err))
+    assert.equal(200, r.status)
+    assert.matches("^false bad json: Found too many nested data structures %(1001%)", r.body)
+    assert.same({ 200, "ok" }, { get("/") })
+  end)
+end)
+
+describe("a deep cohost.http router middleware chain", function()
+  it("ends with LuaJIT's \"stack overflow\" answered 500 by the router, and serves on", function()
+    local status, body = get("/router")
+    assert.is_nil(p.exited(), h.slurp(p.err))
+    assert.equal(500, status)
+    assert.matches("stack overflow", body)
+    assert.same({ 200, "ok" }, { get("/") })
   end)
 end)
 

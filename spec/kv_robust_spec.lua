@@ -229,3 +229,93 @@ describe("kv's INFO", function()
     end
   end)
 end)
+
+describe("kv when the log cannot be written", function()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "typedef void (*kv_sighandler)(int); kv_sighandler signal(int, kv_sighandler);")
+  local SIGXFSZ = 25
+
+  -- The log file's bytes.
+  local function log_bytes(p)
+    return h.slurp(p.dir .. "/appendonly.aof")
+  end
+
+  it("refuses writes with -MISCONF, shows no unlogged value, and recovers when the file can grow", function()
+    -- A real write failure: RLIMIT_FSIZE on the running server (prlimit
+    -- --pid), so write(2) past the limit fails with EFBIG. SIGXFSZ is
+    -- ignored in the child (inherited through exec), as a server under a
+    -- file size limit is run; its default would kill it instead.
+    local old = ffi.C.signal(SIGXFSZ, ffi.cast("kv_sighandler", 1))   -- SIG_IGN
+    local ok, p = pcall(start)
+    ffi.C.signal(SIGXFSZ, old)
+    assert(ok, p)
+    local c = client(p.port)
+    assert.equal("OK", c:call("SET", "before", "1"))
+    -- The limit is on every file the server writes, its stderr too: the
+    -- error line must still fit, the record of a 16 KiB value must not.
+    local size = math.max(#log_bytes(p), #h.slurp(p.err))
+    h.must(("prlimit --pid %d --fsize=%d:unlimited"):format(p.pid, size + 4096))   -- soft:hard
+    -- The writer's record does not fit: its reply waits for the log.
+    local value = string.rep("v", 16384)
+    local w = client(p.port, 30000)
+    assert(w.sock:send(encode({ "SET", "big", value })))
+    local info = client(p.port)
+    assert.is_true(h.wait_for(function()
+      return info:call("INFO", "persistence"):find("aof_last_write_status:err", 1, true) ~= nil
+    end, 20), h.slurp(p.err))
+    assert.is_true(h.wait_for(function()
+      return h.slurp(p.err):find("writing [^\n]*appendonly%.aof failed: [^\n]*File too large") ~= nil
+    end, 10), h.slurp(p.err))
+    -- Writes are refused at once, with Redis's error.
+    local other = client(p.port)
+    local r = other:call("SET", "x", "1")
+    assert.matches("^MISCONF Errors writing to the AOF file", r.err)
+    r = other:call("INCR", "before")
+    assert.matches("^MISCONF", r.err)
+    -- A reader asks for the value that is not in the log: its reply may
+    -- only come once the record is written.
+    local reader = client(p.port, 30000)
+    assert(reader.sock:send(encode({ "GET", "big" })))
+    assert.is_nil(log_bytes(p):find(value, 1, true))
+    h.must(("prlimit --pid %d --fsize=unlimited:unlimited"):format(p.pid))
+    assert.equal(value, reader:read())
+    assert.truthy(log_bytes(p):find(value, 1, true), "GET answered before the record was in the log")
+    assert.equal("OK", w:read())
+    assert.is_true(h.wait_for(function()
+      return info:call("INFO", "persistence"):find("aof_last_write_status:ok", 1, true) ~= nil
+    end, 20))
+    assert.is_true(h.wait_for(function()
+      return h.slurp(p.err):find("writing [^\n]*appendonly%.aof works again") ~= nil
+    end, 10), h.slurp(p.err))
+    assert.equal("OK", other:call("SET", "x", "2"))
+    -- Everything acknowledged is in the log; the refused writes are not.
+    p.signal("KILL")
+    p.wait(5)
+    local q = start({ dir = p.dir })
+    local d = client(q.port)
+    assert.equal(value, d:call("GET", "big"))
+    assert.equal("1", d:call("GET", "before"))
+    assert.equal("2", d:call("GET", "x"))
+  end)
+
+  it("exits when the log writer itself fails, with no write acknowledged or kept", function()
+    -- KV_FAULT=writer (aof.lua) makes the writer raise, as a bug or the
+    -- CPU watchdog would; without its guard the task would end alone and
+    -- every write after hang unanswered.
+    pcall(ffi.cdef, "int setenv(const char *, const char *, int); int unsetenv(const char *);")
+    ffi.C.setenv("KV_FAULT", "writer", 1)
+    local ok, p = pcall(start)
+    ffi.C.unsetenv("KV_FAULT")
+    assert(ok, p)
+    local c = client(p.port, 20000)
+    local r, err = c:call("SET", "k", "v")
+    assert.is_nil(r)
+    assert.equal("closed", err)
+    assert.equal(1, (p.wait(20)))
+    assert.matches("the log writer failed: [^\n]*injected fault %(KV_FAULT=writer%); exiting", h.slurp(p.err))
+    local q = start({ dir = p.dir })
+    local d = client(q.port)
+    assert.equal(NULL, d:call("GET", "k"))
+    assert.equal("OK", d:call("SET", "k", "w"))
+  end)
+end)

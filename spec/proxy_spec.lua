@@ -77,14 +77,165 @@ describe("PROXY protocol on http.listen", function()
     assert.truthy(data:find("peer=203.0.113.9:1", 1, true), data)
   end)
 
-  it("is refused with TLS", function()
-    local dir = h.tmpdir()
-    h.tls_ca(dir, "ca")
+end)
+
+-- TLS after the header (HAProxy's send-proxy in front of SSL passthrough):
+-- one server process with both listeners, so its log can be read.
+local TLS_SERVER = h.server_script [[
+local http = require "cohost.http"
+local cert, key, http_port = arg[1], arg[2], tonumber(arg[3])
+local tls = { proxy_protocol = true, ssl_cert = cert, ssl_key = key }
+listener = assert(cohost.listen("127.0.0.1:0", function(sock, peer)
+  local ip, pport = sock:getpeername()
+  sock:send(peer .. " " .. ip .. " " .. pport .. " " .. tostring(sock:receive("*l")) .. "\n")
+end, tls))
+assert(http.listen("127.0.0.1:" .. http_port, function(req, res) res:send("peer=" .. req.peer) end, tls))
+]]
+
+describe("PROXY protocol before TLS", function()
+  local dir, ca, srv, http_port
+  setup(function()
+    -- Kept for every test of the block (h.tmpdir's goes after the first).
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. h.shell_quote(dir)) == 0)
+    ca = h.tls_ca(dir, "ca")
     local cert, key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=DNS:localhost")
-    local ok, err = pcall(http.listen, "127.0.0.1:0", function() end,
-      { proxy_protocol = true, ssl_cert = cert, ssl_key = key })
-    assert.is_false(ok)
-    assert.truthy(tostring(err):find("proxy_protocol is not supported with TLS", 1, true), tostring(err))
+    http_port = h.fixed_port()
+    srv = h.start(("%s %s %s %d"):format(h.shell_quote(h.tmpfile(TLS_SERVER)), h.shell_quote(cert),
+      h.shell_quote(key), http_port))
+    h.wait_port(http_port, srv.err)
+  end)
+  teardown(function()
+    srv.stop()
+    os.execute("rm -rf " .. h.shell_quote(dir))
+  end)
+
+  -- Sends header in clear, then handshakes (verifying the certificate)
+  -- and sends bytes through TLS; returns what came back to the close, or
+  -- nil and the handshake's error.
+  local function tls_exchange(port, header, bytes)
+    local s = h.dial(port, 3000)
+    assert(s:send(header))
+    local sess, err = s:sslhandshake(nil, "localhost", true, nil, { ca_file = ca })
+    if not sess then
+      s:close()
+      return nil, err
+    end
+    assert(s:send(bytes))
+    local data, rerr, partial = s:receive("*a")
+    s:close()
+    return data or partial, rerr
+  end
+
+  it("gives cohost.listen's handler the peer of a v1 or v2 header, then runs TLS", function()
+    local data = tls_exchange(srv.port, v1("203.0.113.9", 4711), "hello\n")
+    assert.equal("203.0.113.9:4711 203.0.113.9 4711 hello\n", data)
+    data = tls_exchange(srv.port, v2(192, 0, 2, 200, 60000), "again\n")
+    assert.equal("192.0.2.200:60000 192.0.2.200 60000 again\n", data)
+  end)
+
+  it("gives http.listen's req.peer from a v1 or v2 header, then serves HTTPS", function()
+    local data = tls_exchange(http_port, v2(198, 51, 100, 7, 5555), GET)
+    assert.truthy(data:find("^HTTP/1.1 200") and data:find("\r\n\r\npeer=198.51.100.7:5555$"), data)
+    data = tls_exchange(http_port, v1("203.0.113.1", 80), GET)
+    assert.truthy(data:find("\r\n\r\npeer=203.0.113.1:80$"), data)
+  end)
+
+  it("hands the bytes read past the header to TLS (header and ClientHello in one write, Python's ssl)", function()
+    -- The ClientHello is made in memory (ssl.MemoryBIO) and sent with the
+    -- header in one sendall: the server's first read takes both.
+    local code, out, err = h.python([[
+import socket, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+raw = socket.create_connection(("127.0.0.1", port), timeout=5)
+addrs = bytes([203, 0, 113, 50, 10, 0, 0, 1, 0x1f, 0x90, 0, 80])
+header = b"\r\n\r\n\0\r\nQUIT\n" + bytes([0x21, 0x11, 0, len(addrs)]) + addrs
+ctx = ssl.create_default_context(cafile=ca)
+inc, outg = ssl.MemoryBIO(), ssl.MemoryBIO()
+tls = ctx.wrap_bio(inc, outg, server_hostname="localhost")
+first = True
+def pump():
+    global first
+    data = outg.read()
+    if first:
+        data, first = header + data, False
+    if data:
+        raw.sendall(data)
+def more():
+    b = raw.recv(65536)
+    if not b:
+        raise SystemExit("closed by the server")
+    inc.write(b)
+while True:
+    try:
+        tls.do_handshake()
+        break
+    except ssl.SSLWantReadError:
+        pump()
+        more()
+pump()
+tls.write(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+pump()
+data = b""
+while True:
+    try:
+        b = tls.read(4096)
+        if not b:
+            break
+        data += b
+    except ssl.SSLWantReadError:
+        b = raw.recv(65536)
+        if not b:
+            break
+        inc.write(b)
+    except ssl.SSLZeroReturnError:
+        break
+sys.stdout.write(tls.version() + "\n" + data.decode())
+]], ("%d %s"):format(http_port, h.shell_quote(ca)))
+    assert.equal(0, code, err)
+    assert.truthy(out:find("\r\n\r\npeer=203.0.113.50:8080$"), out)
+  end)
+
+  it("closes a TLS connection without a valid header, logs why, and serves the next", function()
+    -- A client that starts TLS at once: its ClientHello is no header.
+    local data, err = tls_exchange(http_port, "", GET)
+    assert.is_nil(data)
+    assert.truthy(err, "handshake failed")
+    data, err = tls_exchange(srv.port, "PROXY TCP4 nonsense\r\n", "x\n")
+    assert.is_nil(data)
+    assert.truthy(err)
+    assert.is_true(h.wait_for(function()
+      local _, n = h.slurp(srv.err):gsub("proxy protocol: 127%.0%.0%.1:%d+: no valid PROXY header; connection closed", "")
+      return n >= 2
+    end, 10), h.slurp(srv.err))
+    data = tls_exchange(srv.port, v1("198.51.100.1", 2), "ok\n")
+    assert.equal("198.51.100.1:2 198.51.100.1 2 ok\n", data)
+  end)
+
+  it("takes the client from Debian's HAProxy (mode tcp, send-proxy-v2, TLS passed through)", function()
+    local front = h.fixed_port()
+    local cfg = h.tmpfile(([[
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 10s
+  timeout server 10s
+frontend tls_in
+  bind 127.0.0.1:%d
+  default_backend nodes
+backend nodes
+  server n1 127.0.0.1:%d send-proxy-v2
+]]):format(front, http_port))
+    local hpid, hlog = h.spawn(("exec timeout 60 haproxy -db -f %s"):format(h.shell_quote(cfg)))
+    defer(function() h.stop_pid(hpid); os.remove(hlog) end)
+    h.wait_port(front, hlog)
+    -- curl connects from 127.0.0.5: HAProxy's own connection comes from
+    -- 127.0.0.1, so the address in req.peer can only be the header's.
+    local code, out, err = h.sh(("curl -sS --interface 127.0.0.5 --cacert %s --resolve localhost:%d:127.0.0.1 "
+      .. "https://localhost:%d/"):format(h.shell_quote(ca), front, front))
+    assert.equal(0, code, err .. h.try_slurp(hlog))
+    assert.truthy(out:match("^peer=127%.0%.0%.5:%d+$"), out)
   end)
 end)
 

@@ -106,13 +106,19 @@ local function durable()
 end
 M.durable = durable
 
--- Yields. Returns once record number seq is written (and synced with
--- always); sema is the caller's own semaphore.
+local failures = 0           -- times the log went from good to failing
+
+-- Yields. Returns true once record number seq is written (and synced
+-- with always), or false if the log fails to be written meanwhile (the
+-- caller may then wait for less: server.lua); sema is the caller's own
+-- semaphore.
 function M.wait(seq, sema)
-  if durable() >= seq then return end
+  if durable() >= seq then return true end
+  local seen = failures
   wtail = wtail + 1
   wseq[wtail], wsema[wtail] = seq, sema
-  repeat sema:wait(1e6) until durable() >= seq
+  repeat sema:wait(1e6) until durable() >= seq or failures ~= seen
+  return durable() >= seq
 end
 
 local function wake_waiters()
@@ -138,10 +144,26 @@ local function write_batch(batch)
   return nil, err
 end
 
+-- Every waiter wakes when the log starts failing: one whose batch only
+-- had refusals waits for less then (server.lua), the others wait again.
+local function wake_all()
+  for i = whead, wtail do
+    local sema = wsema[i]
+    wseq[i], wsema[i] = nil, nil
+    sema:post()
+  end
+  whead, wtail = 1, 0
+end
+
 local function fail(err)
-  if not last_error then log(cohost.ERR, "writing ", path, " failed: ", err, "; retrying every second") end
-  last_error = err
   R.write_error = "-MISCONF Errors writing to the AOF file: " .. err .. "\r\n"
+  if not last_error then
+    log(cohost.ERR, "writing ", path, " failed: ", err, "; retrying every second")
+    failures = failures + 1
+    last_error = err
+    wake_all()
+  end
+  last_error = err
 end
 
 local function recovered()
@@ -169,12 +191,18 @@ local function sync(upto)
   return true
 end
 
+-- Fault injection for the specs (spec/kv_robust_spec.lua): with
+-- KV_FAULT=writer in the environment the log writer raises at its first
+-- batch, as a bug, the CPU watchdog or an out-of-memory error would.
+local FAULT = os.getenv("KV_FAULT")
+
 local function flush_forever()
   while true do
     while nbuf == 0 or paused do
       wake_posted = false
       wake:wait(1e6)
     end
+    if FAULT == "writer" then error("injected fault (KV_FAULT=writer)") end
     local batch, upto = buf, M.seq
     buf, nbuf = {}, 0
     flushing = true

@@ -177,6 +177,13 @@ local notify = require "kv.notify"
 local notify_name
 local function notify_one(k) notify.changed(notify_name, k) end
 
+-- Commands whose replies show no stored value: while the log cannot be
+-- written their replies need not wait for it (PING and INFO keep working
+-- for health checks and monitoring; INFO's keyspace counts are the one
+-- thing they tell of the data).
+local DATA_FREE = { ping = true, echo = true, quit = true, select = true, time = true, info = true,
+                    config = true, command = true, hello = true, client = true, reset = true }
+
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
   local cmd = commands[name]
@@ -198,6 +205,7 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   end
   if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n) end
   if cmd.write and R.write_error then return put(out, n, R.write_error) end
+  if not DATA_FREE[cmd.name] then c.shows = true end
   stats.commands = stats.commands + 1
   c.last_cmd = cmd.name
   if cmd.write then
@@ -298,7 +306,8 @@ local function loop(c, sock)
       if c.killed then break end
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
-      local own = aof.seq   -- raised below to the last record this batch logged
+      local own = c.own or 0   -- raised below to the last record this batch logged
+      c.shows = false          -- set by dispatch: a command that may show data ran
       while pos <= len do
         local argc, nxt, x, bs, bl, bn
         if partial then
@@ -364,12 +373,19 @@ local function loop(c, sock)
       -- (and synced with always), its own and others': a reader must not
       -- see a value a crash could still take back (Redis sends replies
       -- after its beforeSleep has written the AOF, the same rule). While
-      -- the log cannot be written (MISCONF, retried every second) only a
-      -- client's own records hold its replies, so reads go on.
+      -- the log cannot be written (MISCONF, retried every second) writes
+      -- are refused, and a batch of refusals and data-free commands waits
+      -- only for the client's own records, so refusals go out at once;
+      -- any other still waits for every record: what the failed batch
+      -- stored is seen by nobody before it is in the file.
+      c.own = own
       if n > 0 then
         if logging then
-          local upto = R.write_error and own or aof.seq
-          if upto > aof.durable() then aof.wait(upto, c.aof_sema or c:make_aof_sema()) end
+          local all = aof.seq
+          while true do   -- again when the log failed meanwhile: maybe less to wait for
+            local upto = (R.write_error and not c.shows) and own or all
+            if upto <= aof.durable() or aof.wait(upto, c.aof_sema or c:make_aof_sema()) then break end
+          end
         end
         n = c:flush(out, n)
       end

@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "net/proxy.h"
+#include "net/tls.h"
 
 #define V1_MAX 107   /* the longest v1 line, CRLF included (the spec's) */
 #define V2_HEAD 16   /* signature, version and command, family, length */
@@ -92,7 +93,8 @@ long ch_proxy_parse(const char *p, size_t n, union ch_addr *peer)
   return -EPROTO;
 }
 
-int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
+/* The read loop of ch_proxy_read, on a plain stream. */
+static int read_header(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
 {
   for (;;) {
     long r = ch_proxy_parse(ch_stream_data(s), ch_stream_avail(s), peer);
@@ -105,6 +107,28 @@ int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
     if (got == 0) return -ECONNRESET;
     if (got < 0) return (int)got;
   }
+}
+
+int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
+{
+  /* On a TLS connection the header comes before the handshake, in clear
+  ** (HAProxy's send-proxy in front of SSL passthrough): the stream reads
+  ** it as a plain one, and the bytes it read past the header (the start
+  ** of the ClientHello) go to the SSL, whose reads take them first. */
+  SSL *ssl = s->ssl;
+  s->ssl = NULL;
+  int r = read_header(s, peer, timeout_ms);
+  if (!ssl) return r;
+  if (s->fd < 0) {   /* closed meanwhile: the close saw no SSL to free */
+    ch_tls_free(ssl, 0);
+    return r < 0 ? r : -EBADF;
+  }
+  s->ssl = ssl;
+  if (r == 0 && ch_stream_avail(s)) {
+    r = ch_tls_unread(ssl, ch_stream_data(s), ch_stream_avail(s));
+    ch_stream_consume(s, ch_stream_avail(s));
+  }
+  return r;
 }
 
 void ch_proxy_log_bad(const char *who, int r)

@@ -1,9 +1,10 @@
 /*
 ** The PROXY protocol (HAProxy's, versions 1 and 2) on accepted
 ** connections: a load balancer in front says who the client is in a
-** header before the first byte of the real protocol. A client of
-** net/stream.c: the header is read through the connection's stream, and
-** what follows it stays buffered for the protocol.
+** header before the first byte of the real protocol, and of TLS. A client
+** of net/stream.c: the header is read through the connection's stream,
+** and what follows it stays buffered for the protocol (or goes to the
+** SSL).
 */
 #ifndef CH_PROXY_H
 #define CH_PROXY_H
@@ -11,12 +12,14 @@
 #include "net/addr.h"
 #include "net/stream.h"
 
-/* Yields. Reads the PROXY header at the start of plain stream s (each
-** wait at most timeout_ms), consumes it, and sets *peer to the client it
-** names; a LOCAL (v2) or UNKNOWN (v1) header, a health check of the
-** balancer's own, leaves *peer as it was. Returns 0, -EPROTO for bytes
-** that are no valid header, 0 bytes' EOF as -ECONNRESET, or the read's
-** -errno (-ETIMEDOUT). */
+/* Yields. Reads the PROXY header at the start of stream s (each wait at
+** most timeout_ms), consumes it, and sets *peer to the client it names;
+** a LOCAL (v2) or UNKNOWN (v1) header, a health check of the balancer's
+** own, leaves *peer as it was. A TLS stream must not have started its
+** handshake: the header comes in clear before it, and the bytes read past
+** the header go to the SSL. Returns 0, -EPROTO for bytes that are no
+** valid header, 0 bytes' EOF as -ECONNRESET, or the read's -errno
+** (-ETIMEDOUT, -ENOMEM). */
 int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms);
 
 /* Logs (a warning) that the connection from who (its socket's peer, as

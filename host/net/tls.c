@@ -245,9 +245,44 @@ static int bio_fd(BIO *b)
   return (int)(intptr_t)BIO_get_data(b);
 }
 
+/* Bytes of the connection read before its SSL took over (a PROXY header's
+** read ran on into the ClientHello, net/proxy.c): the BIO's reads give
+** them first. Held in the BIO's ex_data, so a BIO without any pays one
+** NULL look-up per read. */
+struct pre {
+  size_t off, n;            /* given so far, of n at p */
+  char p[];
+};
+static int pre_idx = -1;    /* the BIO ex_data index of a struct pre */
+
+static void pre_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+                     void *argp)
+{
+  (void)parent; (void)ad; (void)idx; (void)argl; (void)argp;
+  free(ptr);
+}
+
+/* Gives n bytes from b's struct pre (n > 0); frees it once emptied. */
+static size_t pre_take(BIO *b, struct pre *pr, char *buf, size_t n)
+{
+  size_t k = pr->n - pr->off < n ? pr->n - pr->off : n;
+  memcpy(buf, pr->p + pr->off, k);
+  pr->off += k;
+  if (pr->off == pr->n) {
+    BIO_set_ex_data(b, pre_idx, NULL);
+    free(pr);
+  }
+  return k;
+}
+
 static int bio_read(BIO *b, char *buf, size_t n, size_t *got)
 {
   BIO_clear_retry_flags(b);
+  struct pre *pr = pre_idx >= 0 && n ? BIO_get_ex_data(b, pre_idx) : NULL;
+  if (pr) {
+    *got = pre_take(b, pr, buf, n);
+    return 1;
+  }
   ssize_t r = ch_io_read(bio_fd(b), buf, n, 0);
   if (r >= 0) {
     *got = (size_t)r;
@@ -306,6 +341,7 @@ static void bio_method_init(void)
   if (m && BIO_meth_set_read_ex(m, bio_read) && BIO_meth_set_write_ex(m, bio_write) &&
       BIO_meth_set_ctrl(m, bio_ctrl) && BIO_meth_set_create(m, bio_create))
     bio_method = m;
+  pre_idx = BIO_get_ex_new_index(0, NULL, NULL, NULL, pre_free);
 }
 
 SSL *ch_tls_new(SSL_CTX *ctx, int fd, int server)
@@ -324,6 +360,23 @@ SSL *ch_tls_new(SSL_CTX *ctx, int fd, int server)
   if (server) SSL_set_accept_state(ssl);
   else SSL_set_connect_state(ssl);
   return ssl;
+}
+
+int ch_tls_unread(SSL *ssl, const void *p, size_t n)
+{
+  BIO *b = SSL_get_rbio(ssl);
+  if (n == 0) return 0;
+  if (pre_idx < 0 || !b || BIO_get_ex_data(b, pre_idx)) return -EINVAL;   /* once, first */
+  struct pre *pr = malloc(sizeof *pr + n);
+  if (!pr) return -ENOMEM;
+  pr->off = 0;
+  pr->n = n;
+  memcpy(pr->p, p, n);
+  if (!BIO_set_ex_data(b, pre_idx, pr)) {
+    free(pr);
+    return -ENOMEM;
+  }
+  return 0;
 }
 
 void ch_tls_free(SSL *ssl, int notify)

@@ -36,6 +36,12 @@ SSL_CTX *ch_tls_ctx_client(const char *ca_file, const char *cert, const char *ke
 ** server mode, or NULL (no memory). */
 SSL *ch_tls_new(SSL_CTX *ctx, int fd, int server);
 
+/* Gives ssl, before its first step, n bytes already read from its fd
+** (what a PROXY header's read took past the header): its reads return
+** them before reading the fd. 0, -ENOMEM, or -EINVAL (bytes given
+** before). */
+int ch_tls_unread(SSL *ssl, const void *p, size_t n);
+
 /* Frees ssl; with notify, first sends close_notify once without waiting. */
 void ch_tls_free(SSL *ssl, int notify);
 
