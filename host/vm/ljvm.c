@@ -18,6 +18,7 @@
 #error "host/ljvm.c needs -fexceptions: LuaJIT's error unwinding must run ch_ljvm_wrap's cleanup"
 #endif
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +93,13 @@ void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L)
 ** system unwinder on x64) included. */
 static void unmark(struct ch_ljvm_mark *m)
 {
-  if (m->L) ((struct ch_ljvm_coro *)ch_coro_udata(ch_current()))->top = m->prev;
+  if (!m->L) return;   /* not linked */
+  /* The chain is still the running coroutine's: its udata stays the
+  ** task's while one of the task's C functions runs (tasks run one after
+  ** another on a coroutine, never nested: task.c). */
+  struct ch_ljvm_coro *v = ch_coro_udata(ch_current());
+  assert(v && v->top == m);
+  v->top = m->prev;
 }
 
 /* Whether c (running v) is to raise "C stack overflow" here: less than
