@@ -77,10 +77,11 @@ static struct ch_shared *shared_of(struct ch_sched *s, size_t size, int *err)
 ** differ, then those words. A Lua connection parked in receiveany (656
 ** bytes, 82 words) differs from its reference in 23 or 24 words: a
 ** 211-byte delta instead of the 656-byte image (docs/stacks.md). Cost per
-** save: one compare of the image against the reference, on top of the
-** copy; per load, the copy of the reference and the patch. An image that
-** the delta would not shrink by a quarter, or of another length when
-** every reference slot is taken, is stored whole. */
+** save: one pass over the image against the reference, on top of the
+** copy; per load, the copy of the reference and the patch. Stored whole:
+** the image of a coroutine that yielded (it runs again soon), one the
+** delta would not shrink by a quarter, and one of another length when
+** every reference slot is taken. */
 #define REF_MAX 4096    /* bytes: deeper images are rare and stored whole */
 
 /* Words read and written on the stack, which holds anything. */
@@ -92,12 +93,12 @@ struct ch_coro_ref {
   uint64_t w[];         /* the len / 8 words; never change */
 };
 
-/* The heap image at c->saved. */
+/* The heap image at c->saved when c->saved_delta (else c->saved holds the
+** stack's bytes, as they were). */
 struct image {
-  struct ch_coro_ref *ref;  /* NULL: w holds the whole image; else the
-                            ** bitmap (one bit a word, set if it differs
-                            ** from ref's), then the differing words */
-  uint64_t w[];
+  struct ch_coro_ref *ref;  /* what it is a delta against */
+  uint64_t w[];             /* the bitmap (one bit a word, set if it
+                            ** differs from ref's), then the differing words */
 };
 
 /* The reference image for len bytes on sh, made from the image at sp if
@@ -122,13 +123,11 @@ static struct ch_coro_ref *ref_for(struct ch_sched *s, struct ch_shared *sh,
   return r;
 }
 
-/* Drops the image's use of its reference, freeing the reference with its
+/* Drops the delta's use of its reference, freeing the reference with its
 ** last user. */
 static void ref_drop(struct ch_sched *s, struct ch_shared *sh, struct image *img)
 {
   struct ch_coro_ref *r = img->ref;
-  if (!r) return;
-  img->ref = NULL;
   if (--r->users) return;
   for (int i = 0; i < CH_CORO_REFS; i++)
     if (sh->refs[i] == r) sh->refs[i] = NULL;
@@ -148,11 +147,38 @@ static int may_delta(void)
 #endif
 }
 
+/* A delta of the n words at sp against ref's: bits gets one bit a word,
+** set where they differ, and out the differing words in order; returns
+** how many. Branch-free: every word is stored at out[k] and k moves on
+** only past a differing one, so out needs room for n words. */
+static size_t encode(const word *sp, const uint64_t *ref, size_t n, uint64_t *bits,
+                     uint64_t *out)
+{
+  size_t k = 0;
+  for (size_t b = 0; b * 64 < n; b++) {
+    size_t base = b * 64, end = n - base < 64 ? n - base : 64;
+    uint64_t m = 0;
+    for (size_t j = 0; j < end; j++) {
+      uint64_t v = sp[base + j], d = v != ref[base + j];
+      out[k] = v;
+      k += d;
+      m |= d << j;
+    }
+    bits[b] = m;
+  }
+  return k;
+}
+
+/* The delta being made, before its size is known: bitmap and words of an
+** image of up to REF_MAX bytes. */
+static __thread uint64_t scratch[REF_MAX / 8 / 64 + 1 + REF_MAX / 8];
+
 /* Copies the occupant's used stack, [ctx.sp, top), to its heap image.
 ** Nothing below the saved sp is live: the switch that stored it was a
 ** call, and the x86-64 red zone (128 bytes below rsp) belongs only to leaf
 ** functions, which make no call; AArch64 has no red zone. Cost: one
-** compare and one copy of the used bytes, plus a malloc when the image
+** delta pass (compare and store, into scratch) and one copy of the
+** result or of the used bytes, plus a malloc when the image
 ** outgrows its buffer or uses less than half of it (buffers follow use
 ** both ways). */
 static void save(struct ch_sched *s, struct ch_coro *c)
@@ -165,14 +191,18 @@ static void save(struct ch_sched *s, struct ch_coro *c)
   const word *sp = c->ctx.sp;
   size_t n = len / 8, nb = (n + 63) / 64, differ = 0;
   struct ch_coro_ref *r = NULL;
-  if (len % 8 == 0 && len <= REF_MAX && may_delta() &&
+  /* Only a parked coroutine's image is worth the delta pass: one that
+  ** yielded (READY) runs again within the batch, and two that take turns
+  ** would pay the pass at every switch (a ch_yield with a 1 KiB frame
+  ** went from ~80 to ~350 ns with it). */
+  if (c->state != CH_CORO_READY && len % 8 == 0 && len <= REF_MAX && may_delta() &&
       (r = ref_for(s, c->shared, sp, len))) {
-    for (size_t i = 0; i < n; i++) differ += sp[i] != r->w[i];
+    differ = encode(sp, r->w, n, scratch, scratch + nb);
     /* A new reference is this image (nothing differs); an old one has
     ** users, so dropping it here frees nothing. */
     if ((nb + differ) * 8 > len / 4 * 3) r = NULL;   /* saves too little */
   }
-  size_t need = sizeof(struct image) + (r ? (nb + differ) * 8 : len);
+  size_t need = r ? sizeof(struct image) + (nb + differ) * 8 : len;
   if (need > c->saved_cap || need < c->saved_cap / 2) {
     free(c->saved);
     s->saved_alloc -= c->saved_cap;
@@ -183,19 +213,14 @@ static void save(struct ch_sched *s, struct ch_coro *c)
     s->saved_alloc += need;
   }
   if (s->saved_alloc > s->saved_peak) s->saved_peak = s->saved_alloc;
-  struct image *img = c->saved;
-  img->ref = r;
+  c->saved_delta = r != NULL;
   if (r) {
+    struct image *img = c->saved;
+    img->ref = r;
     r->users++;
-    uint64_t *bits = img->w, *out = img->w + nb;
-    memset(bits, 0, nb * 8);
-    for (size_t i = 0; i < n; i++)
-      if (sp[i] != r->w[i]) {
-        bits[i / 64] |= 1ull << (i % 64);
-        *out++ = sp[i];
-      }
+    memcpy(img->w, scratch, (nb + differ) * 8);
   } else {
-    memcpy(img->w, sp, len);
+    memcpy(c->saved, sp, len);   /* at the buffer's start: aligned as malloc's */
   }
   c->saved_len = (uint32_t)len;
   s->saved_bytes += len;
@@ -205,11 +230,11 @@ static void save(struct ch_sched *s, struct ch_coro *c)
 /* Puts c's saved image back at ctx.sp, exactly as it was saved. */
 static void restore(struct ch_sched *s, struct ch_coro *c)
 {
-  struct image *img = c->saved;
   size_t len = c->saved_len;
   STACK_WRITABLE(c->ctx.sp, len);
-  struct ch_coro_ref *r = img->ref;
-  if (r) {
+  if (c->saved_delta) {
+    struct image *img = c->saved;
+    struct ch_coro_ref *r = img->ref;
     word *sp = c->ctx.sp;
     size_t n = len / 8, nb = (n + 63) / 64;
     const uint64_t *bits = img->w, *in = img->w + nb;
@@ -218,8 +243,9 @@ static void restore(struct ch_sched *s, struct ch_coro *c)
       for (uint64_t m = bits[b]; m; m &= m - 1)
         sp[b * 64 + (size_t)__builtin_ctzll(m)] = *in++;
     ref_drop(s, c->shared, img);
+    c->saved_delta = 0;
   } else {
-    memcpy(c->ctx.sp, img->w, len);
+    memcpy(c->ctx.sp, c->saved, len);
   }
   s->saved_bytes -= len;
   s->copied_bytes += len;
@@ -314,7 +340,7 @@ void ch_coro_free(struct ch_coro *c)
   struct ch_sched *s = c->sched;
   if (c->shared) {
     if (c->shared->occupant == c) c->shared->occupant = NULL;
-    if (c->saved_len) ref_drop(s, c->shared, c->saved);
+    if (c->saved_len && c->saved_delta) ref_drop(s, c->shared, c->saved);
     s->saved_bytes -= c->saved_len;
     s->saved_alloc -= c->saved_cap;
     free(c->saved);

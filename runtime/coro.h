@@ -45,6 +45,8 @@ struct ch_coro {
   uint8_t cancelled;        /* ch_cancel was called */
   uint8_t uncancellable;    /* current park ignores ch_cancel */
   uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
+  uint8_t saved_delta;      /* COPY: saved is a delta against a reference
+                            ** image (coro.c), not the bytes themselves */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
   /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
