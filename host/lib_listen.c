@@ -77,11 +77,14 @@ struct conn {
 };
 
 /* conn_main's first part: the handler's task, with handler, socket and
-** peer pushed on its thread and, on a TLS listener, the handshake done
+** peer pushed on its thread above a second reference to the socket in
+** slot 1, which keeps it past the handler (ch_task_run keeps what lies
+** below the function; a registry ref would cost a registry slot per
+** connection) and, on a TLS listener, the handshake done
 ** (a failed one closes quietly; the reason is logged at info). Returns -1
 ** when no task could be made (the connection is closed and counted off
 ** then), 0 when the handshake failed, 1 when the handler is to run. */
-static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **tp, int *refp)
+static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **tp)
 {
   struct ch_listener *l = c->l;
   struct ch_task *t = ch_task_new(ch_worker_self, "handler");
@@ -98,7 +101,7 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
   SSL *ssl = ctx ? ch_tls_new(ctx, c->fd, 1) : NULL;
   struct ch_stream *s = ch_socket_push_conn(T, c->fd, ssl, NULL, 0);
   lua_pushvalue(T, -1);
-  *refp = luaL_ref(T, LUA_REGISTRYINDEX);   /* keeps the socket past the handler */
+  lua_insert(T, 1);   /* slot 1: the socket, below handler and arguments */
   *tp = t;
   if (ch_listener_proxy(l)) {
     char from[CH_ADDR_TEXT];
@@ -129,13 +132,9 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
 
 /* conn_main's last part: closes the socket if the handler left it open
 ** (tasks it spawned that still use it see "closed"). */
-static __attribute__((noinline)) void conn_close(struct ch_listener *l, struct ch_task *t, int ref)
+static __attribute__((noinline)) void conn_close(struct ch_listener *l, struct ch_task *t)
 {
-  lua_State *T = t->T;
-  lua_rawgeti(T, LUA_REGISTRYINDEX, ref);
-  ch_socket_close_at(T, -1);
-  lua_pop(T, 1);
-  luaL_unref(T, LUA_REGISTRYINDEX, ref);
+  ch_socket_close_at(t->T, 1);
   ch_listener_conn_end(l);
   ch_task_release(t);
 }
@@ -150,11 +149,10 @@ static void conn_main(void *arg)
   struct conn *c = arg;
   struct ch_listener *l = c->l;
   struct ch_task *t;
-  int ref;
-  int ok = conn_open(c, &t, &ref);
+  int ok = conn_open(c, &t);
   if (ok < 0) return;
   if (ok) ch_task_run(t, 2);
-  conn_close(l, t, ref);
+  conn_close(l, t);
 }
 
 /* The admit of a Lua handler's listener: a coroutine per connection, in

@@ -169,11 +169,12 @@ static int l_wait(lua_State *L)
     for (int i = 1; i <= n; i++) {
       struct ch_task *t = check_handle(L, i)->t;
       if (!t) continue;
-      if (t->nwaiters == (int)(sizeof t->waiters / sizeof t->waiters[0])) room = 0;
+      if (!t->waiters && !(t->waiters = malloc(CH_TASK_WAITERS * sizeof *t->waiters))) room = 0;
+      else if (t->nwaiters == CH_TASK_WAITERS) room = 0;
       else t->waiters[t->nwaiters++] = self;
     }
-    /* More waiters than slots on one thread: poll at 1 ms rather than
-    ** fail; rare, and documented. */
+    /* More waiters than slots on one thread (or no memory for the
+    ** slots): poll at 1 ms rather than fail; rare, and documented. */
     int r = ch_park(room ? -1 : 1);
     for (int i = 1; i <= n; i++) {
       struct ch_task *t = check_handle(L, i)->t;

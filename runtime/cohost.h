@@ -395,8 +395,9 @@ struct ch_stats {
   uint64_t stack_mode;     /* CH_STACK_SEPARATE or CH_STACK_COPY */
   uint64_t saved_bytes;    /* COPY: stack bytes of parked coroutines saved
                            ** to the heap now (their idle stack memory) */
-  uint64_t saved_alloc;    /* COPY: heap bytes held by save buffers (>=
-                           ** saved_bytes: buffers shrink at half use) */
+  uint64_t saved_alloc;    /* COPY: heap bytes held by save buffers and
+                           ** reference images (below saved_bytes when
+                           ** images are deltas: runtime/coro.c) */
   uint64_t copied_bytes;   /* COPY: total bytes copied out and back in */
   uint64_t io_backend;     /* CH_IO_EPOLL or CH_IO_URING */
   uint64_t ring_inflight;  /* URING: ring operations not yet completed */

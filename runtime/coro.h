@@ -30,7 +30,8 @@ struct ch_coro {
   struct ch_shared *shared; /* COPY mode: the shared stack it runs on;
                             ** NULL: stack owns its own mapping */
   void *saved;              /* COPY: heap image of [ctx.sp, top) while
-                            ** swapped out; owned */
+                            ** swapped out, maybe a delta against a
+                            ** reference (coro.c); owned */
   struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
                             ** for it (the caller's copies are on its
                             ** stack, which the loop cannot reach) */
@@ -44,11 +45,14 @@ struct ch_coro {
   uint8_t cancelled;        /* ch_cancel was called */
   uint8_t uncancellable;    /* current park ignores ch_cancel */
   uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
+  uint8_t saved_delta;      /* COPY: saved is a delta against a reference
+                            ** image (coro.c), not the bytes themselves */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
   /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
   ** bytes, one malloc chunk of 256 per coroutine, not 272. */
-  uint32_t saved_len;       /* COPY: bytes in saved; 0 while on the stack */
+  uint32_t saved_len;       /* COPY: bytes of stack saved; 0 while on the
+                            ** stack */
   uint32_t saved_cap;       /* COPY: bytes allocated at saved */
 };
 
@@ -61,6 +65,9 @@ struct ch_coro *ch_coro_new(struct ch_sched *s, void (*fn)(void *), void *arg,
 ** free list. */
 void ch_coro_free(struct ch_coro *c);
 
+/* COPY mode: reference images per shared stack (coro.c, "Images"). */
+#define CH_CORO_REFS 8
+
 /* COPY mode: the stack shared by coroutines of stack size size, mapped on
 ** first use (with the same guard as any stack). */
 struct ch_shared {
@@ -69,6 +76,9 @@ struct ch_shared {
   struct ch_coro *occupant; /* whose frames are on it now; NULL: nobody's */
   void (*entry)(void *);    /* first function of its coroutines (the
                             ** scheduler's), for the frame forged at load */
+  struct ch_coro_ref *refs[CH_CORO_REFS]; /* images others are stored
+                            ** against, one per length; owned, each freed
+                            ** with its last user */
 };
 
 /* COPY mode: puts c's frames on its shared stack, saving the occupant's

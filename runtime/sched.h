@@ -63,7 +63,8 @@ struct ch_sched {
   struct ch_coro *handoff;      /* COPY: the coroutine the loop is to load
                                 ** and switch to next; NULL: none */
   uint64_t saved_bytes;         /* COPY: sum of saved_len, for stats */
-  uint64_t saved_alloc;         /* COPY: sum of saved_cap, for stats */
+  uint64_t saved_alloc;         /* COPY: sum of saved_cap and of the
+                                ** reference images, for stats */
   uint64_t copied_bytes;        /* COPY: bytes copied out and in, total */
   uint64_t saved_peak;          /* COPY: most saved_alloc since the last
                                 ** image trim (see trim_images) */

@@ -768,3 +768,41 @@ describe("cohost.udp", function()
     u:close()
   end)
 end)
+
+describe("parked handlers' memory", function()
+  -- Copy-stack mode keeps a parked handler's C stack on the heap; handlers
+  -- parked through the same calls are stored as deltas against one
+  -- reference image (runtime/coro.c), so each keeps a fraction of its
+  -- stack's bytes. A child cohost in copy mode, whatever mode this suite
+  -- runs in.
+  it("keeps under 400 heap bytes of stack per handler parked in receiveany in copy mode", function()
+    local rc, out, err = h.run_script([[
+local cohost = require "cohost"
+local N, parked = 200, 0
+local l = assert(cohost.listen("127.0.0.1:0", function(sock)
+  parked = parked + 1
+  sock:receiveany(16)             -- parks until its client closes
+end))
+local _, port = l:addr()
+local clients = {}
+for i = 1, N do
+  local s = cohost.tcp()
+  assert(s:connect("127.0.0.1", port))
+  clients[i] = s
+end
+while parked < N do cohost.sleep(0.01) end
+cohost.sleep(0.05)                -- each has run into its receiveany
+local t = cohost.stats()
+print(t.saved_bytes, t.saved_alloc, t.waiting)
+for i = 1, N do clients[i]:close() end
+l:close()
+]], "--stack-mode copy")
+    assert.equal(0, rc, err)
+    local bytes, alloc, waiting = out:match("^(%d+)%s+(%d+)%s+(%d+)")
+    bytes, alloc, waiting = tonumber(bytes), tonumber(alloc), tonumber(waiting)
+    assert.is_true(waiting >= 200, out)
+    -- Every handler's image counts in saved_bytes at its full length.
+    assert.is_true(bytes / 200 > 400, out)
+    assert.is_true(alloc / 200 < 400, out)
+  end)
+end)

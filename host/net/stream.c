@@ -217,18 +217,35 @@ static __attribute__((noinline)) ssize_t wait_input(struct ch_stream *s, size_t 
   return n;
 }
 
+/* Yields. ch_stream_fill's park on epoll: gives the empty buffer back
+** (an idle connection holds none) and waits for what the last read waits
+** for. Out of line and ending in a tail call, so that none of it stays on
+** the stack under a parked fill: the fill keeps fd and undoes filling
+** itself, which leaves its own frame at four registers (48 bytes, not 80;
+** COPY mode saves it for every idle connection). */
+static __attribute__((noinline)) int fill_park(struct ch_stream *s, int fd, int timeout_ms)
+{
+  ch_stream_release(s);
+  s->filling++;
+  return ch_io_wait(fd, s->want_ev, timeout_ms);
+}
+
 ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
 {
+  if (timeout_ms == 0) return fill_once(s, want);   /* never waits */
   for (;;) {
     ssize_t n = fill_once(s, want);
-    if (n != -EAGAIN || timeout_ms == 0) return n;
-    ch_stream_release(s);   /* park without a buffer */
+    if (n != -EAGAIN) return n;
     if (!s->ssl && ch_sched_io_backend(NULL) == CH_IO_URING) {
+      ch_stream_release(s);   /* park without a buffer */
       n = wait_input(s, want, timeout_ms);
       if (n != -EAGAIN) return n;
       continue;
     }
-    int r = ch_stream_wait(s, timeout_ms);
+    int fd = s->fd;   /* >= 0: fill_once said EAGAIN */
+    int r = fill_park(s, fd, timeout_ms);
+    s->filling--;
+    if (s->fd != fd) return -EBADF;   /* closed meanwhile */
     if (r < 0) return r;
   }
 }

@@ -18,6 +18,7 @@
 #error "host/ljvm.c needs -fexceptions: LuaJIT's error unwinding must run ch_ljvm_wrap's cleanup"
 #endif
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,9 +76,11 @@ static char *gstate(lua_State *L) { return CH_LJVM_FIELD(L, CH_LJVM_L_GLREF, cha
 /* Lives on the C frame of ch_ljvm_wrap; the chain runs innermost first. */
 struct ch_ljvm_mark {
   struct ch_ljvm_mark *prev;   /* enclosing classic C call on this coroutine */
-  struct ch_ljvm_coro *v;      /* whose chain this is */
-  lua_State *L;                /* thread the C function runs on */
+  lua_State *L;                /* thread the C function runs on; NULL: not
+                               ** linked (whose chain: the running
+                               ** coroutine's, 32 bytes in all) */
   void *cframe;                /* L->cframe when it was called */
+  unsigned hits;               /* the coroutine's ch_cancel_hits then */
 };
 
 void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L)
@@ -90,7 +93,13 @@ void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L)
 ** system unwinder on x64) included. */
 static void unmark(struct ch_ljvm_mark *m)
 {
-  m->v->top = m->prev;
+  if (!m->L) return;   /* not linked */
+  /* The chain is still the running coroutine's: its udata stays the
+  ** task's while one of the task's C functions runs (tasks run one after
+  ** another on a coroutine, never nested: task.c). */
+  struct ch_ljvm_coro *v = ch_coro_udata(ch_current());
+  assert(v && v->top == m);
+  v->top = m->prev;
 }
 
 /* Whether c (running v) is to raise "C stack overflow" here: less than
@@ -116,27 +125,47 @@ int ch_ljvm_stack_low(void)
   return v ? stack_low(c, v) : 0;
 }
 
-int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
+/* ch_ljvm_wrap's first part: links m on the running task's chain, or
+** returns 0 when no Lua task runs here (nothing to mark). Raises "C stack
+** overflow" when too little stack is left. Out of line, so that what it
+** needs is not in ch_ljvm_wrap's frame, which lies under every parked C
+** function (COPY mode saves it for each parked connection: 64 bytes, not
+** 96). */
+static __attribute__((noinline)) int mark(struct ch_ljvm_mark *m, lua_State *L)
 {
   struct ch_coro *c = ch_current();
   struct ch_ljvm_coro *v = c ? ch_coro_udata(c) : NULL;
-  if (!v) return f(L);   /* not a Lua task: nothing to mark */
+  m->L = NULL;   /* not linked (yet) */
+  if (!v) return 0;
   if (__builtin_expect(stack_low(c, v), 0)) {
     lua_pushliteral(L, "C stack overflow");
     lua_error(L);
   }
-  struct ch_ljvm_mark m __attribute__((cleanup(unmark))) =
-    { v->top, v, L, CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *) };
-  v->top = &m;
-  unsigned hits = ch_cancel_hits(c);
-  int n = f(L);
-  /* A cancelled wait inside f came back to f as a timeout (the hooks can
-  ** only say what libc says); f has returned, so raise the cancellation
-  ** here, where a Lua error may start. */
-  if (ch_cancel_hits(c) != hits) {
-    lua_pushliteral(L, "cancelled");
-    lua_error(L);
+  m->prev = v->top;
+  m->L = L;
+  m->cframe = CH_LJVM_FIELD(L, CH_LJVM_L_CFRAME, void *);
+  m->hits = ch_cancel_hits(c);
+  v->top = m;
+  return 1;
+}
+
+/* A cancelled wait inside the C function came back to it as a timeout
+** (the hooks can only say what libc says); it has returned, so the
+** cancellation is raised here, where a Lua error may start. */
+static __attribute__((noinline)) void check_cancelled(struct ch_ljvm_mark *m)
+{
+  if (ch_cancel_hits(ch_current()) != m->hits) {
+    lua_pushliteral(m->L, "cancelled");
+    lua_error(m->L);
   }
+}
+
+int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
+{
+  struct ch_ljvm_mark m __attribute__((cleanup(unmark)));
+  if (!mark(&m, L)) return f(L);   /* not a Lua task: nothing marked */
+  int n = f(L);
+  check_cancelled(&m);
   return n;
 }
 

@@ -37,10 +37,12 @@ struct ch_ljvm_coro {
   struct ch_ljvm_mark *top;    /* innermost classic C call or NULL; owner: ljvm */
   int refused;                 /* enum ch_ljvm_why of the last decision; owner: ljvm */
   int trace;                   /* vmstate at a TRACE or BUSY refusal */
+  const char *name;            /* for logs ("handler", "main"); owner: task.c */
+  /* The two flags share the last word (40 bytes, not 48: a parked
+  ** connection's task record is one malloc size class smaller). */
   uint8_t in_pcall;            /* inside the task's own lua_pcall: the only
                                ** place the Lua memory cap may refuse
                                ** (lua_alloc.c); owner: task.c */
-  const char *name;            /* for logs ("handler", "main"); owner: task.c */
   uint8_t overflowed;          /* a "C stack overflow" error is on its way:
                                ** its handlers get half the margin more;
                                ** owner: ljvm */

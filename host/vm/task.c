@@ -84,10 +84,14 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
   return t;
 }
 
+_Static_assert(sizeof(struct ch_task) <= 120, "a task record is one 128-byte malloc chunk");
+
 static void task_free(struct ch_task *t)
 {
   struct ch_worker *w = t->w;
   unlink_task(w, t);   /* a task that never ran is still linked */
+  free(t->waiters);   /* spares are zeroed when reused */
+  t->waiters = NULL;
   lua_settop(t->T, 0);
   if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
     int cap = w->idle_cap ? w->idle_cap * 2 : 64;

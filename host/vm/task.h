@@ -16,23 +16,30 @@
 
 enum ch_task_status { CH_TASK_NEW, CH_TASK_RUNNING, CH_TASK_DONE, CH_TASK_FAILED, CH_TASK_KILLED };
 
+/* Every parked Lua connection holds one, so it is kept to 120 bytes (one
+** 128-byte malloc chunk; it was 160, a 176-byte chunk): the waiters'
+** slots are allocated by the first cohost.wait on the task. */
+#define CH_TASK_WAITERS 4       /* waiting coroutines per task; more poll */
+
 struct ch_task {
   struct ch_ljvm_coro vm;       /* first: the yield check reads it from
                                 ** ch_coro_udata */
   struct ch_worker *w;          /* owner */
   struct ch_coro *coro;         /* NULL until it runs and after it ends */
   lua_State *T;                 /* its Lua thread */
+  struct ch_coro **waiters;     /* CH_TASK_WAITERS slots for coroutines in
+                                ** cohost.wait on it, NULL until the first
+                                ** wait; owned */
+  const char *name;             /* for logs: "handler", "thread", "main" */
+  struct ch_task *prev, *next;  /* the worker's live list */
   int ref;                      /* registry ref anchoring T */
   int nargs;                    /* arguments pushed above the function */
+  int refs;                     /* the runner, plus a Lua handle if any */
+  int nresults;                 /* results (or the error) left on T */
   uint8_t status;               /* enum ch_task_status */
   uint8_t daemon;               /* cancelled as soon as shutdown starts */
   uint8_t waited;               /* results handed to a waiter already */
-  int refs;                     /* the runner, plus a Lua handle if any */
-  int nresults;                 /* results (or the error) left on T */
-  struct ch_coro *waiters[4];   /* coroutines in cohost.wait on it */
-  int nwaiters;
-  const char *name;             /* for logs: "handler", "thread", "main" */
-  struct ch_task *prev, *next;  /* the worker's live list */
+  uint8_t nwaiters;             /* used slots of waiters */
 };
 
 /* Makes a task with a Lua thread from w's pool. Must run on a coroutine

@@ -59,6 +59,10 @@
 #                        ch ch_copy nginx tarantool"; *_copy: --stack-mode
 #                        copy / CH_STACK_MODE=copy)
 #   BENCH_IDLE_REPS      idle runs per server (default 3, quick 1)
+#   BENCH_IDLE_HTTP_PEERS  idle_http servers (default "cohost cohost_copy
+#                        nginxlua")
+#   BENCH_IDLE_HTTP_WARM requests on one connection before idle_http's first
+#                        reading (default 2000)
 #   BENCH_HTTP_CONNS, BENCH_HTTP_SECS, BENCH_HTTP_REPS   wrk connection
 #                        counts (default "50 1000"), seconds, runs per server
 #   BENCH_HTTP_PEERS     HTTP servers, in table order (default "cohost
@@ -104,7 +108,7 @@ base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http http2 prio kv"}
-COHOST_PEERS="lua lua_copy cohost"  # peers that run $COHOST: base twins
+COHOST_PEERS="lua lua_copy cohost cohost_copy"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
 ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
@@ -116,7 +120,9 @@ IDLE_CONNS=${BENCH_IDLE_CONNS:-15000}
 IDLE_HTTP_CONNS=${BENCH_IDLE_CONNS:-10000}
 IDLE_PER_CLIENT=2500            # connections per idle_clients process
 HTTP_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_HTTP_PEERS:-cohost cohost_uring nginxlua nginx})  # table and run order
-IDLE_HTTP_PEERS=$(with_base "$COHOST_PEERS" cohost nginxlua)
+# shellcheck disable=SC2086
+IDLE_HTTP_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_IDLE_HTTP_PEERS:-cohost cohost_copy nginxlua})
+IDLE_HTTP_WARM=${BENCH_IDLE_HTTP_WARM:-2000}   # requests before the first reading
 HTTP_SCRIPT=${BENCH_HTTP_SCRIPT:-examples/hello.lua}
 
 if [ "$QUICK" = 1 ]; then

@@ -22,6 +22,13 @@ http_start_cohost_uring() {
   start_server http_cohost_uring "$COHOST" -w 1 --io-backend uring "$HTTP_SCRIPT" "$1"
 }
 
+# The same in copy-stack mode (docs/stacks.md), for section idle_http.
+http_start_cohost_copy() {
+  PEER_LABEL="cohost, copy stacks"
+  [ -x "$COHOST" ] || { log "$COHOST is missing (make all)"; return 1; }
+  start_server http_cohost_copy "$COHOST" -w 1 --stack-mode copy "$HTTP_SCRIPT" "$1"
+}
+
 http_start_nginxlua() {
   PEER_LABEL="nginx+lua (content_by_lua)"
   nginx_start nginx_http_lua nginx_http_lua.conf "$1"

@@ -20,14 +20,15 @@ idle_count() {
   [ "$IDLE_K" -le 250 ] || { log "idle: too many client processes"; return 1; }
 }
 
-# status_json PORT: saved_bytes=N lua_bytes=N from the totals of cohost's
-# GET /status (docs/stats.md), empty fields if it does not answer.
+# status_json PORT: saved_bytes=N saved_alloc=N lua_bytes=N from the
+# totals of cohost's GET /status (docs/stats.md), empty fields if it does
+# not answer.
 status_json() {
   curl -s -m 5 "http://127.0.0.1:$1/status" 2>/dev/null | python3 -c '
 import json, sys
 try:
     t = json.load(sys.stdin)["totals"]
-    print("saved_bytes=%d lua_bytes=%d" % (t["saved_bytes"], t["lua_bytes"]))
+    print("saved_bytes=%d saved_alloc=%d lua_bytes=%d" % (t["saved_bytes"], t["saved_alloc"], t["lua_bytes"]))
 except Exception:
     pass' 2>/dev/null
 }
@@ -36,7 +37,11 @@ except Exception:
 # idle_http (KIND http). Starts PEER (peer_start) and takes the first
 # connection's one-time allocations (Lua state warm-up, nginx's request
 # pools) out of the count: echo, one echo on a connection of its own, held
-# a second and let go; http, one GET / (http_check). Then opens N
+# a second and let go; http, one GET / (http_check), then IDLE_HTTP_WARM
+# more on one keep-alive connection, so that a garbage-collected heap has
+# grown to its steady size (cohost's Lua heap rose by ~250 KiB over the
+# first few hundred requests, a one-time cost that was 0.25 KiB "per
+# connection" at 1,000). Then opens N
 # connections from K idle_clients processes (source addresses 127.0.0.2,
 # .3, ...): echo, each with one echo round trip behind it (after
 # PEER_INIT), so every handler is parked in its next read; http (-R), each
@@ -48,8 +53,8 @@ except Exception:
 # IR_FDS (descriptors gained), IR_SPLIT (1 if the started process is not
 # the measured one, nginx's master) and IR_MASTER0/1 (the started
 # process's VmRSS then, else empty); for cohost's Lua echo peers
-# (lua*), which serve their figures on a status port, IR_SAVED0/1 (saved
-# stack images, copy mode) and IR_LUA0/1 (Lua heap, garbage not yet
+# (lua*), which serve their figures on a status port, IR_SAVED0/1 (heap
+# held by saved stack images, saved_alloc, copy mode) and IR_LUA0/1 (Lua heap, garbage not yet
 # collected included), else those are empty. False if the server did not
 # start.
 idle_run() {
@@ -76,12 +81,13 @@ idle_run() {
     [ -n "$PEER_INIT" ] && args=(-i "$PEER_INIT")
   else
     http_check "$port" || note "  $peer: GET / did not answer \"hello\""
+    curl -s -m 60 "http://127.0.0.1:$port/?[1-$IDLE_HTTP_WARM]" > /dev/null 2>&1
     args=(-R)
   fi
   # The status request comes before the first reading and after the
   # second, so its own allocations are in neither difference.
   if [ -n "$sport" ]; then
-    line=$(status_json "$sport"); IR_SAVED0=$(kv saved_bytes "$line"); IR_LUA0=$(kv lua_bytes "$line")
+    line=$(status_json "$sport"); IR_SAVED0=$(kv saved_alloc "$line"); IR_LUA0=$(kv lua_bytes "$line")
   fi
   sleep 0.5                      # let start-up allocations settle
   IR_RSS0=$(rss_kib "$mpid"); IR_ANON0=$(status_kib "$mpid" RssAnon); IR_PSS0=$(pss_kib "$mpid")
@@ -113,7 +119,7 @@ idle_run() {
   [ -n "$IR_SPLIT" ] && IR_MASTER1=$(rss_kib "$pid")
   IR_FDS=$(( $(fd_count "$mpid") - fd0 ))
   if [ -n "$sport" ]; then
-    line=$(status_json "$sport"); IR_SAVED1=$(kv saved_bytes "$line"); IR_LUA1=$(kv lua_bytes "$line")
+    line=$(status_json "$sport"); IR_SAVED1=$(kv saved_alloc "$line"); IR_LUA1=$(kv lua_bytes "$line")
   fi
   IR_HELD=0; IR_SECS=0
   for i in $(seq 0 $(( k - 1 ))); do
@@ -225,11 +231,12 @@ section_idle() {
       -v s="$saved" -v l="$lua" 'BEGIN { printf "%.0f", k * 1024 - s - l }')"
     result "idle.$peer.saved_bytes_per_conn" "$saved"; result "idle.$peer.lua_bytes_per_conn" "$lua"
   done
-  note "(saved C stack: copy mode's stack images; Lua heap: lua_bytes, some garbage"
+  note "(saved C stack: heap held by copy mode's stack images, saved_alloc; Lua heap: lua_bytes, some garbage"
   note "included; other: coroutine, task, malloc headers, fd table, stack pages)"
-  # Issue 7's targets for a raw TCP handler parked in receive.
+  # Targets for a raw TCP handler parked in receive: issue 7 (separate
+  # stacks, under 10 KiB) and issue 15 (copy stacks, under 1.5 KiB).
   local v want
-  for peer in lua_copy:2 lua:10; do
+  for peer in lua_copy:1.5 lua:10; do
     v=$(median ${KIB[${peer%%:*}]:-}); want=${peer#*:}
     [ "$v" = - ] && continue
     note "target ${LABEL[${peer%%:*}]}: under $want KiB/conn: $(awk -v v="$v" -v w="$want" \
@@ -289,6 +296,7 @@ section_idle_http() {
     fi
   done
   note "KiB/conn = (VmRSS after - before) / connections; anon = RssAnon only;"
-  note "pss = Pss (smaps_rollup); kernel socket buffers are in none of them."
+  note "pss = Pss (smaps_rollup); kernel socket buffers are in none of them;"
+  note "every server had $IDLE_HTTP_WARM requests on one connection first."
   LOG_PREFIX=""
 }
