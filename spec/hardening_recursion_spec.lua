@@ -253,4 +253,21 @@ describe("Lua recursion with a small --stack-size", function()
     assert.equal(200, status)
     assert.matches("^%d+ false C stack overflow$", body)
   end)
+
+  it("refuses a client's 1,000-deep JSON body on 64 KiB stacks instead of hitting the guard", function()
+    -- cjson's own limit (1,000 levels, ~90 bytes each) does not fit in
+    -- 64 KiB: req:json() bounds the depth by the stack left.
+    local small = h.start("-w 1 --stack-size 64K " .. q(h.tmpfile(h.server_script(SERVER))), 60)
+    local body = ("["):rep(1000) .. ("]"):rep(1000)
+    local r = h.request(small.port, "POST", "/body", { ["Content-Type"] = "application/json" }, body)
+    local ok = h.request(small.port, "POST", "/body", { ["Content-Type"] = "application/json" },
+                         ("["):rep(100) .. ("]"):rep(100))
+    local alive = small.exited() == nil
+    small.stop()
+    assert.is_true(alive)
+    assert.equal(200, r.status)
+    assert.matches("^false bad json: Found too many nested data structures", r.body)
+    assert.equal(200, ok.status)
+    assert.equal("true nil", ok.body)
+  end)
 end)

@@ -125,6 +125,13 @@ int ch_ljvm_stack_low(void)
   return v ? stack_low(c, v) : 0;
 }
 
+size_t ch_ljvm_stack_left(void)
+{
+  struct ch_coro *c = ch_current();
+  size_t size;
+  return c ? ch_coro_stack_left(c, &size) : SIZE_MAX;
+}
+
 /* ch_ljvm_wrap's first part: links m on the running task's chain, or
 ** returns 0 when no Lua task runs here (nothing to mark). Raises "C stack
 ** overflow" when too little stack is left. Out of line, so that what it

@@ -84,6 +84,12 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
 ** 0 outside a task. Exported (cohost links with -rdynamic) for ffi.C. */
 int ch_ljvm_stack_low(void);
 
+/* Bytes of C stack left to the running task (SIZE_MAX outside a task), for
+** Lua code that calls C which recurses on its own (cjson, ~90 bytes a
+** nesting level) and bounds that recursion to fit. Does not yield;
+** exported for ffi.C. */
+size_t ch_ljvm_stack_left(void);
+
 /* The yield check (ch_set_yield_check): non-zero when c may park here,
 ** i.e. c runs no Lua at all, or its innermost marked classic C function
 ** is the top frame, the VM is in C and not on a trace, in no finalizer or

@@ -13,6 +13,9 @@
 -- req:read / req:body ("too large", "timeout", "closed", "bad request").
 local ffi = require "ffi"
 local cjson = require("cjson.safe").new()   -- our own settings, not the app's
+ffi.cdef "size_t ch_ljvm_stack_left(void);"
+local stack_left = ffi.C.ch_ljvm_stack_left
+local MAX_JSON_DEPTH = 1000    -- cjson's own default nesting limit
 
 local M = {}
 
@@ -416,6 +419,15 @@ function M.json(req)
   end
   local body, err = req:body()
   if not body then return nil, err end
+  -- cjson recurses in C, about 90 bytes a nesting level: on a small
+  -- coroutine stack (--stack-size 64K) its own limit of 1,000 levels runs
+  -- past the guard and a client's body would end the process. Bound the
+  -- depth by the stack left (128 bytes a level, 16 KiB kept for the
+  -- rest): 1,000 from about 144 KiB up.
+  local left = tonumber(stack_left())
+  local depth = left > 16384 + 128 * MAX_JSON_DEPTH and MAX_JSON_DEPTH
+                or math.max(1, math.floor((left - 16384) / 128))
+  cjson.decode_max_depth(depth)
   local value, jerr = cjson.decode(body)
   if value == nil then return nil, "bad json: " .. tostring(jerr) end
   return value
