@@ -370,7 +370,7 @@ static void unqueue(struct ch_sched *s, struct ch_coro *c)
 static __attribute__((noinline)) int batch_goes_on(struct ch_sched *s)
 {
   uint32_t b = s->batch;
-  if (b >= s->fair_switches) return 0;
+  if (b >= s->fair_switches || s->stopping) return 0;
   if (s->fair_ticks && ticks() - s->batch_tick >= s->fair_ticks) return 0;
   uint32_t next = s->fair_ticks ? b + (b < CLOCK_STRIDE ? b : CLOCK_STRIDE) : s->fair_switches;
   s->batch_stop = next < s->fair_switches ? next : s->fair_switches;
@@ -852,7 +852,11 @@ int ch_run(void)
 void ch_stop(void)
 {
   struct ch_sched *s = ch_sched_tls;
-  if (s) s->stopping = 1;
+  if (!s) return;
+  s->stopping = 1;
+  /* End the batch at the next switch (batch_goes_on sees stopping): with
+  ** no switch limit, a busy queue would otherwise run on for its budget. */
+  s->batch_stop = s->batch;
 }
 
 /* -- Hooks' view ---------------------------------------------------------- */
