@@ -43,7 +43,7 @@
 #
 # Environment:
 #   BENCH_QUICK=1        about two minutes instead of about fifteen (http:
-#                        3 x 3 s at 50 connections instead of 3 x 10 s at 50
+#                        3 x 3 s at 50 connections instead of 3 x 10 s at 50,
 #                        1000 and 10000)
 #   BENCH_SECTIONS="..." sections to run, in order, separated by spaces or
 #                        commas (default: switch spawn echo idle http
