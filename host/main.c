@@ -50,7 +50,7 @@ struct ch_options ch_opts = {
   .threads = 1,
   .shutdown_timeout_ms = 10000,
   .log_level = CH_LOG_NOTICE,
-  .fair_switches = 64,
+  .fair_switches = 1000000,      /* no switch limit to speak of: the time rules */
   .fair_usec = 1000,
   .stack_mode = -1,
   .io_backend = -1,
@@ -131,7 +131,7 @@ static void usage(FILE *f)
     "                             or of the CPUs allowed to the process (default: off)\n"
     "      --fair-switches N      a coroutine that keeps yielding lets I/O and timers\n"
     "      --fair-usec US         in after N switches or US microseconds, whichever\n"
-    "                             first (default 64 and 1000; 0 US: no time limit)\n"
+    "                             first (default 1000000 and 1000; 0 US: no time limit)\n"
     "      --status-addr ADDR     serve GET /status (JSON) and /metrics (Prometheus)\n"
     "                             on ADDR, e.g. 127.0.0.1:9100 (default: off)\n"
     "      --lua-memory-limit SIZE  Lua heap cap per worker, K/M/G suffix (default 1G;\n"

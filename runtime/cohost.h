@@ -60,13 +60,14 @@ int ch_coro_priority(const struct ch_coro *c);
 /* Fairness of this thread's scheduler: coroutines that keep yielding
 ** without blocking switch straight to each other in batches, and between
 ** batches the scheduler expires timers and polls epoll (timeout 0). A
-** batch ends after `switches` direct switches or once it has run `usec`
-** microseconds, whichever comes first; 0 usec lifts the time limit (and its
-** clock reads, about 1 ns per switch here). Defaults: 64 switches, 1000 us.
-** The time is read at a batch's switches 1, 2, 4, 8, ..., so a batch of
-** even slices overshoots by 2x at most; a coroutine that never yields is
-** not interrupted. Returns 0, or -EINVAL for switches outside 1..1000000 or
-** usec over 10000000. */
+** batch ends when no coroutine is ready, after `switches` direct switches
+** or once it has run `usec` microseconds, whichever comes first; 0 usec
+** lifts the time limit (and its clock reads). Defaults: 1000000 switches
+** (the time budget rules), 1000 us. The time is read at a batch's switches
+** 1, 2, 4, ..., 64 and then every 64, so a batch overshoots by 2x or by
+** 64 slices at most; a coroutine that never yields is not interrupted.
+** Returns 0, or -EINVAL for switches outside 1..1000000 or usec over
+** 10000000. */
 int ch_sched_set_fairness(unsigned switches, unsigned usec);
 
 /* Runs this thread's scheduler until no coroutine and no timer is left, or

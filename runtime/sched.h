@@ -18,11 +18,13 @@
 #include "timer.h"
 
 /* Fairness defaults (see ch_sched_set_fairness): the loop polls epoll and
-** expires timers after at most this many direct switches, or once a batch
-** has run this long, whichever comes first. */
-#define CH_SCHED_SWITCHES 64
-#define CH_SCHED_USEC 1000
+** expires timers when the ready queue runs dry, once a batch has run
+** CH_SCHED_USEC, or after CH_SCHED_SWITCHES direct switches, whichever
+** comes first. The switch limit defaults to the setter's maximum, so the
+** time budget rules: a cheap switch is no reason to poll. */
 #define CH_SCHED_SWITCHES_MAX 1000000u   /* setter limits, see cohost.h */
+#define CH_SCHED_SWITCHES CH_SCHED_SWITCHES_MAX
+#define CH_SCHED_USEC 1000
 #define CH_SCHED_USEC_MAX 10000000u      /* 10 s */
 
 /* Starvation guard: a normal or low class with ready coroutines waits

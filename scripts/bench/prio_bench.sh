@@ -11,7 +11,9 @@
 # 2. Affinity: examples/hello.lua on --workers 2, unpinned and with
 #    --cpu-affinity auto, under wrk -t2 -c100 (nothing pinned but the
 #    workers: on two CPUs wrk shares them); requests per server CPU-second
-#    (utime + stime of the server over the run) and p99.
+#    (utime + stime of the server over the run) and p99; against nginx +
+#    OpenResty's Lua module with 2 workers, unpinned and with
+#    worker_cpu_affinity auto, in the same rounds (issue 15).
 #
 # Every figure is the median of PRIO_REPS runs; the two variants of each
 # benchmark alternate, so drift hits both alike.
@@ -142,8 +144,24 @@ section_health() {
 
 # -- 2. Affinity -------------------------------------------------------------------
 
+# affinity_measure PORT PID...: warm-up, then one wrk run against PORT; prints
+# "p99_us req_s req_per_cpu_s", the CPU time being the PIDs' (utime + stime).
+affinity_measure() {
+  local port=$1 t0 t1 out line p q
+  shift
+  wrk -t2 -c100 -d1s "http://127.0.0.1:$port/" > /dev/null 2>&1   # warm-up
+  t0=$(cpu_ticks "$@")
+  out=$(wrk -t2 -c100 -d"${SECS}s" --latency "http://127.0.0.1:$port/" 2>&1)
+  t1=$(cpu_ticks "$@")
+  echo "$out" >> "$LOGS/prio_wrk.log"
+  line=$(wrk_figures <<< "$out")
+  read -r p q _ <<< "$line"
+  echo "$p $q $(awk -v q="$q" -v s="$SECS" -v t=$(( t1 - t0 )) -v hz="$HZ" \
+    'BEGIN { if (t > 0) printf "%.0f", q * s / (t / hz) }')"
+}
+
 affinity_run() {   # MODE SUFFIX -> "p99_us req_s req_per_cpu_s" or nothing
-  local mode=$1 port pid t0 t1 out opts=""
+  local mode=$1 port pid opts=""
   [ "$mode" = pinned ] && opts="--cpu-affinity auto"
   port=$(free_port)
   quiet
@@ -153,17 +171,31 @@ affinity_run() {   # MODE SUFFIX -> "p99_us req_s req_per_cpu_s" or nothing
   if ! wait_http "$port" "$pid"; then
     log "hello server did not start (see $LOGS/prio_hello$2.log)"; stop_server "$pid"; return
   fi
-  wrk -t2 -c100 -d1s "http://127.0.0.1:$port/" > /dev/null 2>&1   # warm-up
-  t0=$(cpu_ticks "$pid")
-  out=$(wrk -t2 -c100 -d"${SECS}s" --latency "http://127.0.0.1:$port/" 2>&1)
-  t1=$(cpu_ticks "$pid")
-  echo "$out" >> "$LOGS/prio_wrk.log"
-  local line
-  line=$(wrk_figures <<< "$out")
-  read -r p q _ <<< "$line"
-  echo "$p $q $(awk -v q="$q" -v s="$SECS" -v t=$(( t1 - t0 )) -v hz="$HZ" \
-    'BEGIN { if (t > 0) printf "%.0f", q * s / (t / hz) }')"
+  affinity_measure "$port" "$pid"
   stop_server "$pid"
+}
+
+# The peer of issue 15: nginx + OpenResty's Lua module with 2 workers
+# (nginx_http_lua.conf, worker_processes 2), started on every CPU; pinned
+# means worker_cpu_affinity auto, as --cpu-affinity auto pins cohost's.
+# Both workers' CPU time counts.
+affinity_nginx_run() {   # MODE -> "p99_us req_s req_per_cpu_s" or nothing
+  local mode=$1 port workers="" _ aff=""
+  [ "$mode" = pinned ] && aff=" worker_cpu_affinity auto;"
+  port=$(free_port)
+  quiet
+  if ! SRV_CPU=0-$(( $(nproc) - 1 )) nginx_start nginx_w2 nginx_http_lua.conf "$port" \
+       -e "s|^worker_processes 1;|worker_processes 2;$aff|"; then
+    log "nginx+lua did not start (see $LOGS/nginx_w2.log)"; return
+  fi
+  for _ in $(seq 100); do
+    workers=$(cat "/proc/$SRV_PID/task/$SRV_PID/children" 2>/dev/null)
+    [ "$(wc -w <<< "$workers")" -ge 2 ] && break
+    sleep 0.05
+  done
+  # shellcheck disable=SC2086
+  if wait_http "$port" "$SRV_PID"; then affinity_measure "$port" $workers; fi
+  stop_peer "$SRV_PID" "$(tr ' ' , <<< "$workers")"
 }
 
 section_affinity() {
@@ -181,6 +213,12 @@ section_affinity() {
         read -r p q c <<< "$line"
         P99[$k]+=" $p"; RATE[$k]+=" $q"; PERCPU[$k]+=" $c"
       done
+      command -v nginx > /dev/null || continue
+      log "affinity nginx+lua $mode, run $r/$REPS"
+      line=$(affinity_nginx_run "$mode")
+      [ -n "$line" ] || continue
+      read -r p q c <<< "$line"
+      P99[nginx_$mode]+=" $p"; RATE[nginx_$mode]+=" $q"; PERCPU[nginx_$mode]+=" $c"
     done
   done
   local mode_label
@@ -201,6 +239,19 @@ section_affinity() {
   for v in $VARIANTS; do
     v=${v#.}
     row "pinned/unpinned${v:+ (base)}" "$(ratio "$(median ${PERCPU[pinned$v]:-})" "$(median ${PERCPU[unpinned$v]:-})" 1)" "x" "per server CPU-second"
+  done
+  [ -n "${PERCPU[nginx_unpinned]:-}${PERCPU[nginx_pinned]:-}" ] || return 0
+  for mode in unpinned pinned; do
+    k=nginx_$mode
+    mode_label="nginx+lua, 2 workers, $mode"
+    [ "$mode" = pinned ] && mode_label="nginx+lua, 2 workers, pinned (auto)"
+    row "$mode_label" "$(fmt "$(median ${PERCPU[$k]:-})" 0)" "req/CPU-s" \
+      "p99 $(fmt "$(median ${P99[$k]:-})" 0) us, $(fmt "$(median ${RATE[$k]:-})" 0) req/s"
+    result "prio.affinity.$k.req_per_cpu_s" "$(median ${PERCPU[$k]:-})"
+    result "prio.affinity.$k.p99_us" "$(median ${P99[$k]:-})"
+    result "prio.affinity.$k.req_s" "$(median ${RATE[$k]:-})"
+    row "cohost/nginx+lua, $mode" "$(ratio "$(median ${PERCPU[$mode]:-})" "$(median ${PERCPU[$k]:-})" 2)" "x" \
+      "per CPU-s; $(ratio "$(median ${RATE[$mode]:-})" "$(median ${RATE[$k]:-})" 2)x req/s, $(ratio "$(median ${P99[$mode]:-})" "$(median ${P99[$k]:-})" 2)x p99 (ratios of medians)"
   done
 }
 

@@ -8,9 +8,10 @@
 
 #include "helpers.h"
 
-/* Every test leaves the thread's scheduler with the default fairness. */
+/* Every test leaves the thread's scheduler with the default fairness
+** (runtime/sched.h: no switch limit to speak of, 1 ms). */
 static int prio_teardown(void **state) {
-  ch_sched_set_fairness(64, 1000);
+  ch_sched_set_fairness(1000000, 1000);
   return th_teardown(state);
 }
 
@@ -256,6 +257,7 @@ struct fair {
   int slice_us;             /* busy time per spinner run */
   int max_spins;            /* bound, so ch_run always ends */
   int write_after;          /* spinner run at which it writes the pipe */
+  double write_ms, wake_ms; /* th_now_ms() at the write and the wakeup */
 };
 
 static void busy_us(int us) {
@@ -270,6 +272,7 @@ static void fair_spinner(void *arg) {
   for (f->spins = 0; f->spins < f->max_spins && f->spins_at_wake < 0; f->spins++) {
     if (f->spins == f->write_after) {
       f->spins_at_write = f->spins;
+      f->write_ms = th_now_ms();
       CHECK_EQ(write(f->pipe[1], "x", 1), 1);
     }
     if (f->slice_us) busy_us(f->slice_us);
@@ -283,6 +286,7 @@ static void fair_reader(void *arg) {
   int r = ch_io_wait(f->pipe[0], POLLIN, 10000);
   CHECK(r > 0);
   f->spins_at_wake = f->spins;
+  f->wake_ms = th_now_ms();
 }
 
 static void fair_run(struct fair *f) {
@@ -319,6 +323,59 @@ static void test_a_yielding_coroutine_lets_a_ready_fd_in_within_the_time_budget(
   fair_run(&f);
   assert_true(f.spins_at_wake >= 0);
   assert_true(f.spins_at_wake - f.spins_at_write <= 100);
+}
+
+static void test_by_default_a_coroutine_yielding_in_a_loop_lets_a_ready_fd_in_within_the_time_budget(void **state) {
+  (void)state;
+  /* Default fairness: cheap yields (tens of ns), so only the 1 ms budget
+  ** ends the spinner's batch; the reader must still be served. 250 ms is
+  ** the generous bound for a loaded machine; without the budget the
+  ** spinner would run its 50 million yields (seconds) first. */
+  struct fair f = { .slice_us = 0, .max_spins = 50000000, .write_after = 100 };
+  fair_run(&f);
+  assert_true(f.spins_at_wake >= 0);
+  assert_true(f.wake_ms - f.write_ms < 250);
+}
+
+/* Counts the loop's turns: a 0 ms timer expires once per turn and arms
+** itself again until the spinner is done. */
+struct turns {
+  struct ch_timer t;        /* first: the callback casts back */
+  int turns;                /* loop turns seen */
+  int done;                 /* set by the spinner when it ends */
+};
+
+static void count_turn(struct ch_timer *t) {
+  struct turns *x = (struct turns *)(void *)t;
+  if (x->done) return;
+  x->turns++;
+  CHECK_EQ(ch_timer_start(t, 0, count_turn), 0);
+}
+
+#define CHEAP_YIELDS 200000
+
+/* Yields. CHEAP_YIELDS yields with no work between them. */
+static void cheap_spinner(void *arg) {
+  struct turns *x = arg;
+  for (int i = 0; i < CHEAP_YIELDS; i++) ch_yield();
+  x->done = 1;
+}
+
+static void test_by_default_cheap_yields_are_not_cut_into_batches_of_a_fixed_count(void **state) {
+  (void)state;
+  /* The loop polls when the queue runs dry or the time budget is spent,
+  ** not every 64 switches (the old rule, which cut a busy queue into many
+  ** small epoll_waits): 200,000 yields take a few ms here, so a few turns.
+  ** The bound, batches of 256 switches on average, allows 780 ms of wall
+  ** time (a loaded machine); a fixed count of 64 fails it 4x over. */
+  struct turns x = { .turns = 0, .done = 0 };
+  memset(&x.t, 0, sizeof x.t);
+  assert_int_equal(ch_timer_start(&x.t, 0, count_turn), 0);
+  assert_true(ch_spawn(cheap_spinner, &x) > 0);
+  th_run();
+  assert_true(x.done);
+  assert_true(x.turns >= 1);
+  assert_true((long)x.turns * 256 < CHEAP_YIELDS);
 }
 
 static void test_without_a_time_budget_a_slow_batch_holds_the_fd_back(void **state) {
@@ -390,6 +447,8 @@ int main(void) {
     PRIO_TEST(test_a_coroutine_that_lowers_its_class_yields_to_the_others),
     PRIO_TEST(test_a_yielding_coroutine_lets_a_ready_fd_in_within_the_switch_budget),
     PRIO_TEST(test_a_yielding_coroutine_lets_a_ready_fd_in_within_the_time_budget),
+    PRIO_TEST(test_by_default_a_coroutine_yielding_in_a_loop_lets_a_ready_fd_in_within_the_time_budget),
+    PRIO_TEST(test_by_default_cheap_yields_are_not_cut_into_batches_of_a_fixed_count),
     PRIO_TEST(test_without_a_time_budget_a_slow_batch_holds_the_fd_back),
     PRIO_TEST(test_a_timer_fires_within_a_few_ms_despite_a_yielding_coroutine),
     PRIO_TEST(test_set_fairness_refuses_zero_switches_and_huge_values),
