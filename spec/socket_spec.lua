@@ -776,6 +776,9 @@ describe("parked handlers' memory", function()
   -- stack's bytes. A child cohost in copy mode, whatever mode this suite
   -- runs in.
   it("keeps under 400 heap bytes of stack per handler parked in receiveany in copy mode", function()
+    -- A sanitizer build (make test SAN=..., which sets ASAN_OPTIONS) has
+    -- no copy-stack mode.
+    if os.getenv("ASAN_OPTIONS") then return pending("no copy-stack mode under ASan") end
     local rc, out, err = h.run_script([[
 local cohost = require "cohost"
 local N, parked = 200, 0
@@ -791,7 +794,7 @@ for i = 1, N do
   clients[i] = s
 end
 while parked < N do cohost.sleep(0.01) end
-cohost.sleep(0.05)                -- each has run into its receiveany
+while cohost.stats().waiting < N do cohost.sleep(0.01) end   -- all in receiveany
 local t = cohost.stats()
 print(t.saved_bytes, t.saved_alloc, t.waiting)
 for i = 1, N do clients[i]:close() end

@@ -495,6 +495,7 @@ static int read_head(struct ch_http_conn *c, struct ch_http_req *rq, int idle_ms
   struct ch_http_head *h = &rq->h;
   ch_http_head_init(h);
   uint64_t deadline = 0;
+  int drain_waited = 0;
   c->pos = 0;
   for (;;) {
     int r = ch_http_head_parse(h, ch_stream_data(&c->s), ch_stream_avail(&c->s), &srv->lim);
@@ -510,7 +511,19 @@ static int read_head(struct ch_http_conn *c, struct ch_http_req *rq, int idle_ms
       /* ch_stream_fill says -EAGAIN for TLS only after SSL_read found
       ** nothing decrypted either; this states it. */
       assert(!c->s.ssl || SSL_pending(c->s.ssl) == 0);
-      if (c->w->stopping) return -1;   /* draining: idle is over */
+      if (c->w->stopping) {
+        /* Draining, and this connection's last answer may have said
+        ** keep-alive (the drain began after it was decided): its client
+        ** may be sending the next request now, and a close with it unread
+        ** resets the connection (a write error in wrk, seen under ASan).
+        ** Wait for it as ch_http_close_idle's idle connections do; it is
+        ** served with Connection: close. */
+        if (drain_waited) return -1;
+        drain_waited = 1;
+        int w = ch_stream_wait(&c->s, DRAIN_IDLE_MS);
+        if (w < 0) return -1;   /* no request came (or an error): close */
+        continue;
+      }
       go_idle(c, idle_ms);
       return 0;
     }
