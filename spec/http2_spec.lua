@@ -291,6 +291,39 @@ out({"statuses": [c.streams[i]["status"] for i in ids], "reset": c.streams[ids[2
     assert.matches("400 succeeded, 0 failed, 0 errored", out)
   end)
 
+  it("cancel a handler parked outside req/res when the client resets its stream; its cleanup runs, the others go on", function()
+    local started, finished = sema.new(0), sema.new(0)
+    local seen
+    local port = serve(function(req, res)
+      if req.path == "/sleep" then
+        started:post()
+        local ok, e = pcall(cohost.sleep, 30)
+        seen = ok and "slept" or tostring(e)
+        finished:post()
+        return
+      end
+      if req.path == "/started" then
+        assert(started:wait(10), "the sleeper never started")
+        return res:send("started")
+      end
+      assert(finished:wait(10), "the sleeper was not cancelled")
+      res:send(seen)
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/sleep")
+s = c.request("/started")
+c.until(lambda: c.done(s))
+c.c.reset_stream(a, error_code=8)
+c.flush()
+b = c.request("/seen")
+c.until(lambda: c.done(b))
+out({"seen": c.text(b), "status": c.streams[b]["status"], "reset_id": a})
+]], tostring(port))
+    assert.are.equal(200, r.status)
+    assert.are.equal("cancelled", r.seen)
+  end)
+
   it("answer a handler error with 500 on that stream only; the connection lives on", function()
     local port = serve(function(req, res)
       if req.path == "/err" then error("boom") end
