@@ -285,6 +285,7 @@ out([rpc("unary_unary", "/t.S/Raise", b""), rpc("unary_unary", "/t.S/Return", b"
     assert.are.equal(cjson.null, w.trailers)
     assert.are.same({ 5, "n%C3%B6 such thing: 100%25" }, { raw_status(w) })
     assert.are.equal("application/grpc", w.headers["content-type"])
+    assert.is_nil(w.headers["content-length"])   -- not in gRPC's Trailers-Only
   end)
 
   it("give a handler the request metadata and send the metadata it sets, -bin values in base64", function()
@@ -424,6 +425,30 @@ out(rpc("unary_unary", "/t.S/Echo", b"still"))
     assert(h.eventually(function() return state.err end, 10), "the handler never ended")
     assert.are.equal("closed", state.err)
     assert.is_true(state.sent >= 3)
+  end)
+
+  it("cancel a handler parked outside the stream when its client cancels; its cleanup runs", function()
+    local state = {}
+    local srv = grpc.server():service("t.S", {
+      Sleep = { server_stream = function(_, stream)
+        stream:send("first")
+        local ok, err = pcall(cohost.sleep, 30)
+        state.err = ok and "slept" or tostring(err)
+        if not ok then error(err, 0) end
+      end },
+      Seen = function()
+        assert(h.eventually(function() return state.err end, 10), "the sleeper was not cancelled")
+        return state.err
+      end,
+    })
+    local port = serve(srv)
+    local r = py(port, [[
+it = ch.unary_stream("/t.S/Sleep")(b"", timeout=None)
+first = next(it)
+it.cancel()
+out(rpc("unary_unary", "/t.S/Seen", b""))
+]])
+    assert.are.same({ 0, "cancelled" }, { r.code, r.reply })
   end)
 
   it("parse grpc-timeout into ctx.deadline and ctx:remaining()", function()

@@ -572,6 +572,27 @@ out({"body": c.text(a), "trailers": c.streams[a]["trailers"]})
     assert.are.same({ ["grpc-status"] = "0", ["x-checksum"] = "abc" }, r.trailers)
   end)
 
+  it("without a body but with trailers are trailers-only: one HEADERS frame, no content-length", function()
+    local port = serve(function(req, res)
+      res:header("content-type", "application/grpc")
+      if req.path == "/only" then res:trailer("grpc-status", "5") end
+      res:send("")
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/only")
+b = c.request("/empty")
+c.until(lambda: c.done(a) and c.done(b))
+out({"a": c.streams[a]["headers"], "a_trailers": c.streams[a]["trailers"],
+     "b": c.streams[b]["headers"]})
+]], tostring(port))
+    assert.are.equal("5", r.a["grpc-status"])
+    assert.is_nil(r.a["content-length"])
+    assert.are.equal(require("cjson").null, r.a_trailers)   -- no second HEADERS frame
+    assert.are.equal("0", r.b["content-length"])   -- an ordinary empty response keeps it
+    assert.is_nil(r.b["grpc-status"])
+  end)
+
   it("carry trailers after a chunked HTTP/1.1 body too", function()
     local port = serve(function(_, res)
       res:write("abc")
