@@ -473,6 +473,20 @@ static int res_trailer(lua_State *L)
   return 1;
 }
 
+/* res:reset([code]): ends the response unfinished, quietly (an info
+** line, no handler error): HTTP/2 resets the stream with RST_STREAM code
+** (default 2, INTERNAL_ERROR, as a handler error in the middle of a body),
+** HTTP/1.1 closes the connection. Returns res. */
+static int res_reset(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  lua_Integer code = luaL_optinteger(L, 2, NGHTTP2_INTERNAL_ERROR);
+  luaL_argcheck(L, code >= 0 && code <= 0xffffffffLL, 2, "an HTTP/2 error code expected");
+  if (ch_http_response_reset(rq, (uint32_t)code) < 0) return luaL_error(L, "response already sent");
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* res:sent() -> whether the response has started. */
 static int res_sent(lua_State *L)
 {
@@ -771,6 +785,7 @@ static const luaL_Reg res_methods[] = {
   { "sendfile", res_sendfile },
   { "sent", res_sent },
   { "trailer", res_trailer },
+  { "reset", res_reset },
   { "hijack", res_hijack },
   { NULL, NULL }
 };

@@ -344,6 +344,50 @@ out({"a": c.streams[a]["status"], "b": c.streams[b]["status"], "body": c.text(b)
     assert.is_false(r.goaway)
   end)
 
+  it("end with res:reset(code): RST_STREAM code, an info line, no handler error; HTTP/1.1 closes without a response", function()
+    local script = h.tmpfile([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+assert(http.listen("127.0.0.1:" .. arg[1], function(req, res)
+  if req.path == "/reset" then
+    if not req.query.early then res:write("part") end
+    res:reset(tonumber(req.query.code))
+    local ok, err = pcall(res.write, res, "more")
+    cohost.log(cohost.NOTICE, "after reset: ", tostring(ok), " ", tostring(err))
+    return
+  end
+  res:send("fine")
+end))
+]])
+    local port = h.free_port()
+    local pid, log = h.spawn(("exec timeout 60 %s --log-level info %s %d"):format(h.COHOST, script, port))
+    h.defer(function() h.stop_pid(pid); os.remove(log) end)
+    h.wait_port(port, log)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/reset?code=8")
+d = c.request("/reset")
+b = c.request("/ok")
+c.until(lambda: c.done(a) and c.done(b) and c.done(d))
+out({"a": c.streams[a]["reset"], "d": c.streams[d]["reset"], "b": c.text(b)})
+]], tostring(port))
+    assert.are.same({ a = 8, d = 2, b = "fine" }, r)   -- queued body bytes may go unsent
+    -- HTTP/1.1: no response (the head was never sent), the connection closed.
+    local code, out = h.sh(("curl -sS --max-time 10 http://127.0.0.1:%d/reset?early=1"):format(port), 20)
+    assert.are.equal(52, code)   -- curl: empty reply from server
+    assert.are.equal("", out)
+    local text
+    assert(h.eventually(function()
+      text = h.slurp(log)
+      local _, n = text:gsub("after reset: false", "")
+      return n == 3 and text
+    end, 10), "the handlers did not go on after res:reset")
+    assert.matches("the handler reset stream %d+ of 127%.0%.0%.1:%d+ %(code 8%)", text)
+    assert.matches("the handler reset its response to 127%.0%.0%.1:%d+: connection closed", text)
+    assert.matches("response already sent", text)
+    assert.is_nil(text:find("error", 1, true), text)
+  end)
+
   it("refuse res:hijack() with a clear error", function()
     local port = serve(function(_, res)
       local ok, err = pcall(res.hijack, res)

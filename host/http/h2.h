@@ -119,6 +119,9 @@ int ch_h2_response_write(struct ch_http_req *rq, const char *body, size_t n);
 int ch_h2_response_head(struct ch_http_req *rq, int64_t clen);
 int ch_h2_response_finish(struct ch_http_req *rq);
 
+/* ch_http_response_reset for a stream: RST_STREAM code. Never yields. */
+int ch_h2_response_reset(struct ch_http_req *rq, uint32_t code);
+
 /* Yields. The bytes [off, off + left) of file fd as the body after
 ** ch_h2_response_head (sendfile.c's send_body for a stream). */
 int ch_h2_send_file(struct ch_http_req *rq, int fd, int64_t off, int64_t left);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "http/h2.h"
 #include "http/response.h"
 
@@ -345,6 +346,22 @@ int ch_h2_send_file(struct ch_http_req *rq, int fd, int64_t off, int64_t left)
     resume(st);
   }
   end_body(st);
+  return 0;
+}
+
+int ch_h2_response_reset(struct ch_http_req *rq, uint32_t code)
+{
+  struct ch_h2_stream *st = rq->h2;
+  if (rq->finished) return -EALREADY;
+  rq->started = 1;   /* finish adds nothing: no 500, no END_STREAM */
+  rq->finished = 1;
+  if (st->local_done || !ch_h2_session(st)) return 0;   /* already over on the wire */
+  char peer[80];
+  ch_http_peer(rq->c, peer, sizeof peer);
+  ch_log(CH_LOG_INFO, "http2: the handler reset stream %d of %s (code %u)", (int)st->id, peer, code);
+  nghttp2_submit_rst_stream(ch_h2_session(st), NGHTTP2_FLAG_NONE, st->id, code);
+  st->local_done = 1;
+  ch_h2_kick(st);
   return 0;
 }
 

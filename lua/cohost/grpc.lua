@@ -264,8 +264,11 @@ local function conclude(call, ok, code, message)
   local e = code
   if call.expired then   -- whatever the killed handler did after the deadline
     -- Half a message queued cannot be followed by trailers: the stream
-    -- is reset instead (an error after the body started).
-    if call.writing then error("grpc: deadline exceeded in the middle of a message", 0) end
+    -- is reset instead (RST_STREAM INTERNAL_ERROR, an info line).
+    if call.writing then
+      call.res:reset()
+      return
+    end
     return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded")
   end
   if ok then return finish(call, code, message) end
