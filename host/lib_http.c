@@ -8,6 +8,7 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,6 +577,19 @@ static int l_current(lua_State *L)
   return 2;
 }
 
+/* req:settimeout(ms): how long each wait for more of the body may last,
+** instead of the listener's body_timeout (0 or nil: no limit), for
+** long-lived streams such as gRPC's. Returns req. */
+static int req_settimeout(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  lua_Number ms = luaL_optnumber(L, 2, 0);
+  luaL_argcheck(L, ms >= 0, 2, "a timeout in ms (>= 0) expected");
+  rq->body_ms = ms == 0 ? -1 : ms < 1 ? 1 : ms > INT_MAX ? -1 : (int)ms;
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* Yields. The server's run callback: handler(req, res) for request rq on
 ** a task. Everything that needs Lua happens here, before any later wait:
 ** once the handler has returned, the server touches the Lua thread no
@@ -772,6 +786,7 @@ static int l_listen(lua_State *L)
 static const luaL_Reg req_methods[] = {
   { "body", req_body },
   { "read", req_read },
+  { "settimeout", req_settimeout },
   { "header", req_header },
   { "conninfo", req_conninfo },
   { NULL, NULL }

@@ -549,6 +549,34 @@ out({"ok": c.text(ok), "stalled": stalled, "up": c.text(up)})
     assert.are.equal("300000", r.up)
   end)
 
+  it("wait past body_timeout for a handler that lifts it with req:settimeout (0: no limit, or ms)", function()
+    local port = serve(function(req, res)
+      local t = req.query.t
+      if t then req:settimeout(tonumber(t)) end
+      local d, err = req:read()
+      res:send(tostring(d) .. " " .. tostring(err))
+    end, { body_timeout = 0.3 })
+    local r = py([[
+c = Client(int(sys.argv[1]))
+hs = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost")]
+ids = {}
+for path in ("/default", "/lifted?t=0", "/longer?t=30000"):
+    sid = c.c.get_next_available_stream_id()
+    c.c.send_headers(sid, hs + [(":path", path)])
+    c.streams[sid] = {"status": None, "headers": {}, "data": b"", "trailers": None, "ended": False, "reset": None}
+    ids[path] = sid
+c.flush()
+c.until(lambda: c.done(ids["/default"]))
+for path in ("/lifted?t=0", "/longer?t=30000"):
+    c.c.send_data(ids[path], b"late", end_stream=True)
+c.flush()
+c.until(lambda: all(c.done(s) for s in ids.values()))
+out({p: c.text(s) for p, s in ids.items()})
+]], tostring(port))
+    assert.are.same({ ["/default"] = "nil timeout", ["/lifted?t=0"] = "late nil",
+                      ["/longer?t=30000"] = "late nil" }, r)
+  end)
+
   it("past max_body_size get 413", function()
     local port = serve(function(req, res)
       local b, err = req:body()

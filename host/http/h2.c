@@ -319,7 +319,6 @@ static void stream_main(void *arg)
 int ch_h2_body_more(struct ch_http_req *rq, int discard)
 {
   struct ch_h2_stream *st = rq->h2;
-  struct ch_http_server *srv = rq->c->srv;
   if (rq->body_status) return -rq->body_status;
   if (discard) rq->plen = 0;
   for (;;) {
@@ -342,7 +341,7 @@ int ch_h2_body_more(struct ch_http_req *rq, int discard)
       return 0;
     }
     if (st->closed) return -ECONNRESET;
-    int r = ch_h2_wait(st, srv->body_ms);
+    int r = ch_h2_wait(st, ch_http_body_ms(rq));
     if (r < 0) return r;
   }
 }

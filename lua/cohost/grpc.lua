@@ -357,6 +357,11 @@ local function serve(srv, fallback, req, res)
     return finish(call, status.UNIMPLEMENTED, "unknown method " .. path)
   end
   call.reader = frame.reader(function(n) return req:read(n) end, srv.max_recv)
+  -- A client or bidi stream may idle between messages for as long as the
+  -- call lives: the listener's body_timeout is lifted (the deadline, if
+  -- any, bounds the call; a client gone ends it through the connection).
+  local kind = call.method.kind
+  if kind == "client_stream" or kind == "bidi" then req:settimeout(0) end
   if not ctx.deadline then return conclude(call, xpcall(body, traced(call), call)) end
   if ctx:remaining() <= 0 then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
   return conclude(call, run_with_deadline(call, body))
