@@ -8,6 +8,7 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,6 +474,20 @@ static int res_trailer(lua_State *L)
   return 1;
 }
 
+/* res:reset([code]): ends the response unfinished, quietly (an info
+** line, no handler error): HTTP/2 resets the stream with RST_STREAM code
+** (default 2, INTERNAL_ERROR, as a handler error in the middle of a body),
+** HTTP/1.1 closes the connection. Returns res. */
+static int res_reset(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  lua_Integer code = luaL_optinteger(L, 2, NGHTTP2_INTERNAL_ERROR);
+  luaL_argcheck(L, code >= 0 && code <= 0xffffffffLL, 2, "an HTTP/2 error code expected");
+  if (ch_http_response_reset(rq, (uint32_t)code) < 0) return luaL_error(L, "response already sent");
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* res:sent() -> whether the response has started. */
 static int res_sent(lua_State *L)
 {
@@ -560,6 +575,19 @@ static int l_current(lua_State *L)
   lua_rawgeti(L, -1, 1);
   lua_rawgeti(L, -2, 2);
   return 2;
+}
+
+/* req:settimeout(ms): how long each wait for more of the body may last,
+** instead of the listener's body_timeout (0 or nil: no limit), for
+** long-lived streams such as gRPC's. Returns req. */
+static int req_settimeout(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  lua_Number ms = luaL_optnumber(L, 2, 0);
+  luaL_argcheck(L, ms >= 0, 2, "a timeout in ms (>= 0) expected");
+  rq->body_ms = ms == 0 ? -1 : ms < 1 ? 1 : ms > INT_MAX ? -1 : (int)ms;
+  lua_settop(L, 1);
+  return 1;
 }
 
 /* Yields. The server's run callback: handler(req, res) for request rq on
@@ -758,6 +786,7 @@ static int l_listen(lua_State *L)
 static const luaL_Reg req_methods[] = {
   { "body", req_body },
   { "read", req_read },
+  { "settimeout", req_settimeout },
   { "header", req_header },
   { "conninfo", req_conninfo },
   { NULL, NULL }
@@ -771,6 +800,7 @@ static const luaL_Reg res_methods[] = {
   { "sendfile", res_sendfile },
   { "sent", res_sent },
   { "trailer", res_trailer },
+  { "reset", res_reset },
   { "hijack", res_hijack },
   { NULL, NULL }
 };

@@ -245,6 +245,44 @@ out([rpc("stream_unary", "/t.S/Join", iter([b"a", b"b", b"c"])),
     assert.are.same({ 0, { "X", "YZ" } }, { r[2].code, r[2].reply })
   end)
 
+  it("let a bidi stream idle past the listener's body_timeout between messages", function()
+    local srv = grpc.server({
+      fallback = function(req, res)   -- the witness: a body that never comes
+        local _, err = req:body()
+        res:send(tostring(err))
+      end,
+    }):service("t.S", {
+      Upper = { bidi = function(stream)
+        for msg in stream:messages() do stream:send(msg:upper()) end
+      end },
+    })
+    local port = serve(srv, { body_timeout = 0.3 })
+    local r = py(port, [[
+import socket, threading
+first = threading.Event()
+witness = []
+def requests():
+    yield b"a"
+    first.wait(10)
+    # An HTTP/1.1 request whose body never comes: its answer proves the
+    # body_timeout passed since this stream's last message.
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+    s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+    witness.append(s.recv(4096).decode("latin-1").split("\r\n\r\n")[-1])
+    yield b"b"
+got = []
+try:
+    for m in ch.stream_stream("/t.S/Upper")(requests(), timeout=20):
+        got.append(m.decode())
+        first.set()
+    out({"code": 0, "got": got, "witness": witness})
+except grpc.RpcError as e:
+    out({"code": e.code().value[0], "details": e.details(), "got": got, "witness": witness})
+]])
+    assert.are.same({ "timeout" }, r.witness)
+    assert.are.same({ 0, { "A", "B" } }, { r.code, r.got }, r.details)
+  end)
+
   it("are full duplex: a bidi handler answers each message before the client sends the next", function()
     local srv = grpc.server():service("t.S", {
       Ping = { bidi = function(stream)
@@ -285,6 +323,7 @@ out([rpc("unary_unary", "/t.S/Raise", b""), rpc("unary_unary", "/t.S/Return", b"
     assert.are.equal(cjson.null, w.trailers)
     assert.are.same({ 5, "n%C3%B6 such thing: 100%25" }, { raw_status(w) })
     assert.are.equal("application/grpc", w.headers["content-type"])
+    assert.is_nil(w.headers["content-length"])   -- not in gRPC's Trailers-Only
   end)
 
   it("give a handler the request metadata and send the metadata it sets, -bin values in base64", function()
@@ -424,6 +463,30 @@ out(rpc("unary_unary", "/t.S/Echo", b"still"))
     assert(h.eventually(function() return state.err end, 10), "the handler never ended")
     assert.are.equal("closed", state.err)
     assert.is_true(state.sent >= 3)
+  end)
+
+  it("cancel a handler parked outside the stream when its client cancels; its cleanup runs", function()
+    local state = {}
+    local srv = grpc.server():service("t.S", {
+      Sleep = { server_stream = function(_, stream)
+        stream:send("first")
+        local ok, err = pcall(cohost.sleep, 30)
+        state.err = ok and "slept" or tostring(err)
+        if not ok then error(err, 0) end
+      end },
+      Seen = function()
+        assert(h.eventually(function() return state.err end, 10), "the sleeper was not cancelled")
+        return state.err
+      end,
+    })
+    local port = serve(srv)
+    local r = py(port, [[
+it = ch.unary_stream("/t.S/Sleep")(b"", timeout=None)
+first = next(it)
+it.cancel()
+out(rpc("unary_unary", "/t.S/Seen", b""))
+]])
+    assert.are.same({ 0, "cancelled" }, { r.code, r.reply })
   end)
 
   it("parse grpc-timeout into ctx.deadline and ctx:remaining()", function()

@@ -291,6 +291,39 @@ out({"statuses": [c.streams[i]["status"] for i in ids], "reset": c.streams[ids[2
     assert.matches("400 succeeded, 0 failed, 0 errored", out)
   end)
 
+  it("cancel a handler parked outside req/res when the client resets its stream; its cleanup runs, the others go on", function()
+    local started, finished = sema.new(0), sema.new(0)
+    local seen
+    local port = serve(function(req, res)
+      if req.path == "/sleep" then
+        started:post()
+        local ok, e = pcall(cohost.sleep, 30)
+        seen = ok and "slept" or tostring(e)
+        finished:post()
+        return
+      end
+      if req.path == "/started" then
+        assert(started:wait(10), "the sleeper never started")
+        return res:send("started")
+      end
+      assert(finished:wait(10), "the sleeper was not cancelled")
+      res:send(seen)
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/sleep")
+s = c.request("/started")
+c.until(lambda: c.done(s))
+c.c.reset_stream(a, error_code=8)
+c.flush()
+b = c.request("/seen")
+c.until(lambda: c.done(b))
+out({"seen": c.text(b), "status": c.streams[b]["status"], "reset_id": a})
+]], tostring(port))
+    assert.are.equal(200, r.status)
+    assert.are.equal("cancelled", r.seen)
+  end)
+
   it("answer a handler error with 500 on that stream only; the connection lives on", function()
     local port = serve(function(req, res)
       if req.path == "/err" then error("boom") end
@@ -309,6 +342,50 @@ out({"a": c.streams[a]["status"], "b": c.streams[b]["status"], "body": c.text(b)
     assert.are.equal(200, r.b)
     assert.are.equal("ok", r.body)
     assert.is_false(r.goaway)
+  end)
+
+  it("end with res:reset(code): RST_STREAM code, an info line, no handler error; HTTP/1.1 closes without a response", function()
+    local script = h.tmpfile([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+assert(http.listen("127.0.0.1:" .. arg[1], function(req, res)
+  if req.path == "/reset" then
+    if not req.query.early then res:write("part") end
+    res:reset(tonumber(req.query.code))
+    local ok, err = pcall(res.write, res, "more")
+    cohost.log(cohost.NOTICE, "after reset: ", tostring(ok), " ", tostring(err))
+    return
+  end
+  res:send("fine")
+end))
+]])
+    local port = h.free_port()
+    local pid, log = h.spawn(("exec timeout 60 %s --log-level info %s %d"):format(h.COHOST, script, port))
+    h.defer(function() h.stop_pid(pid); os.remove(log) end)
+    h.wait_port(port, log)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/reset?code=8")
+d = c.request("/reset")
+b = c.request("/ok")
+c.until(lambda: c.done(a) and c.done(b) and c.done(d))
+out({"a": c.streams[a]["reset"], "d": c.streams[d]["reset"], "b": c.text(b)})
+]], tostring(port))
+    assert.are.same({ a = 8, d = 2, b = "fine" }, r)   -- queued body bytes may go unsent
+    -- HTTP/1.1: no response (the head was never sent), the connection closed.
+    local code, out = h.sh(("curl -sS --max-time 10 http://127.0.0.1:%d/reset?early=1"):format(port), 20)
+    assert.are.equal(52, code)   -- curl: empty reply from server
+    assert.are.equal("", out)
+    local text
+    assert(h.eventually(function()
+      text = h.slurp(log)
+      local _, n = text:gsub("after reset: false", "")
+      return n == 3 and text
+    end, 10), "the handlers did not go on after res:reset")
+    assert.matches("the handler reset stream %d+ of 127%.0%.0%.1:%d+ %(code 8%)", text)
+    assert.matches("the handler reset its response to 127%.0%.0%.1:%d+: connection closed", text)
+    assert.matches("response already sent", text)
+    assert.is_nil(text:find("error", 1, true), text)
   end)
 
   it("refuse res:hijack() with a clear error", function()
@@ -472,6 +549,34 @@ out({"ok": c.text(ok), "stalled": stalled, "up": c.text(up)})
     assert.are.equal("300000", r.up)
   end)
 
+  it("wait past body_timeout for a handler that lifts it with req:settimeout (0: no limit, or ms)", function()
+    local port = serve(function(req, res)
+      local t = req.query.t
+      if t then req:settimeout(tonumber(t)) end
+      local d, err = req:read()
+      res:send(tostring(d) .. " " .. tostring(err))
+    end, { body_timeout = 0.3 })
+    local r = py([[
+c = Client(int(sys.argv[1]))
+hs = [(":method", "POST"), (":scheme", "http"), (":authority", "localhost")]
+ids = {}
+for path in ("/default", "/lifted?t=0", "/longer?t=30000"):
+    sid = c.c.get_next_available_stream_id()
+    c.c.send_headers(sid, hs + [(":path", path)])
+    c.streams[sid] = {"status": None, "headers": {}, "data": b"", "trailers": None, "ended": False, "reset": None}
+    ids[path] = sid
+c.flush()
+c.until(lambda: c.done(ids["/default"]))
+for path in ("/lifted?t=0", "/longer?t=30000"):
+    c.c.send_data(ids[path], b"late", end_stream=True)
+c.flush()
+c.until(lambda: all(c.done(s) for s in ids.values()))
+out({p: c.text(s) for p, s in ids.items()})
+]], tostring(port))
+    assert.are.same({ ["/default"] = "nil timeout", ["/lifted?t=0"] = "late nil",
+                      ["/longer?t=30000"] = "late nil" }, r)
+  end)
+
   it("past max_body_size get 413", function()
     local port = serve(function(req, res)
       local b, err = req:body()
@@ -537,6 +642,27 @@ out({"body": c.text(a), "trailers": c.streams[a]["trailers"]})
 ]], tostring(port))
     assert.are.equal("part1 part2", r.body)
     assert.are.same({ ["grpc-status"] = "0", ["x-checksum"] = "abc" }, r.trailers)
+  end)
+
+  it("without a body but with trailers are trailers-only: one HEADERS frame, no content-length", function()
+    local port = serve(function(req, res)
+      res:header("content-type", "application/grpc")
+      if req.path == "/only" then res:trailer("grpc-status", "5") end
+      res:send("")
+    end)
+    local r = py([[
+c = Client(int(sys.argv[1]))
+a = c.request("/only")
+b = c.request("/empty")
+c.until(lambda: c.done(a) and c.done(b))
+out({"a": c.streams[a]["headers"], "a_trailers": c.streams[a]["trailers"],
+     "b": c.streams[b]["headers"]})
+]], tostring(port))
+    assert.are.equal("5", r.a["grpc-status"])
+    assert.is_nil(r.a["content-length"])
+    assert.are.equal(require("cjson").null, r.a_trailers)   -- no second HEADERS frame
+    assert.are.equal("0", r.b["content-length"])   -- an ordinary empty response keeps it
+    assert.is_nil(r.b["grpc-status"])
   end)
 
   it("carry trailers after a chunked HTTP/1.1 body too", function()

@@ -363,6 +363,22 @@ describe("http server request body", function()
     assert.is_true(got.took >= 0.3 and got.took < 4, "took " .. got.took)
   end)
 
+  it("waits past body_timeout for a handler that lifts it with req:settimeout(0)", function()
+    local port = serve(function(req, res)
+      if req.path == "/lifted" then req:settimeout(0) end
+      local body, err = req:body()
+      res:send(tostring(body) .. " " .. tostring(err))
+    end, { body_timeout = 0.3 })
+    local lifted = connect(port, 5000)
+    assert(lifted:send("POST /lifted HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab"))
+    -- The witness: started after, its stalled body times out first.
+    local witness = connect(port, 5000)
+    assert(witness:send("POST /default HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nab"))
+    assert.equal("nil timeout", read_response(witness).body)
+    assert(lifted:send("cd"))
+    assert.equal("abcd nil", read_response(lifted).body)
+  end)
+
   it("skips a body the handler left unread and serves the request pipelined behind it", function()
     local port = serve(function(req, res) res:send("saw " .. req.method) end)
     local s = connect(port)

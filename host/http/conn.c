@@ -274,13 +274,18 @@ int ch_http_body_more(struct ch_http_req *rq, int discard)
       c->s.end = c->s.start + h->head_len;
       c->pos = h->head_len;
     }
-    ssize_t n = ch_stream_fill(&c->s, 1, c->srv->body_ms);
+    ssize_t n = ch_stream_fill(&c->s, 1, ch_http_body_ms(rq));
     if (n > 0) continue;
     if (n == 0) return -ECONNRESET;
     if (n == -EBADF) return -ECONNRESET;
     return (int)n;   /* -ETIMEDOUT, -ECANCELED, -ENOMEM, a read error */
   }
   return rq->body_total > before ? 1 : 0;
+}
+
+int ch_http_body_ms(const struct ch_http_req *rq)
+{
+  return rq->body_ms ? rq->body_ms : rq->c->srv->body_ms;
 }
 
 const char *ch_http_body_error(int r)

@@ -105,6 +105,9 @@ struct ch_http_req {
   uint64_t body_total;            /* decoded bytes so far */
   int body_status;                /* 413 or 400 once the body failed */
   uint8_t continue_sent;
+  int body_ms;                    /* req:settimeout: each body wait's limit
+                                  ** in ms; 0: the server's body_timeout,
+                                  ** < 0: none */
   /* Response (http/response.c) */
   uint8_t started;                /* head written (or buffered) */
   uint8_t finished;               /* the whole response is out */
@@ -133,6 +136,10 @@ struct ch_http_req {
                                   ** is no path (400) */
   char err[1024];                 /* the error, for debug 500s */
 };
+
+/* How long rq's next body wait may last in ms (< 0: no limit): its
+** req:settimeout, else the server's body_timeout. */
+int ch_http_body_ms(const struct ch_http_req *rq);
 
 /* The bytes of rq's head (s.start of its connection's buffer). */
 const char *ch_http_req_base(const struct ch_http_req *rq);

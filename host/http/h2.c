@@ -225,13 +225,17 @@ static void stream_unref(struct ch_h2_stream *st)
 }
 
 /* The stream is over for nghttp2 (or the connection went): no more I/O on
-** it; its handler, if parked, wakes to find it closed. */
+** it; its handler, if parked on req/res, wakes to find it closed. A close
+** before the response is done (the client's RST_STREAM, a cancelled gRPC
+** call) also cancels the handler's task, so a handler parked elsewhere
+** (cohost.sleep, a cosocket) stops too: its wait raises "cancelled". */
 static void stream_closed(struct ch_h2_stream *st, uint32_t code)
 {
   if (st->closed) return;
   st->closed = 1;
   st->close_code = code;
   ch_h2_wake(st);
+  if (st->handler && !st->local_done) ch_cancel(st->handler);
   stream_unref(st);
 }
 
@@ -282,7 +286,9 @@ static void stream_main(void *arg)
     rq->status = st->head_status;
     rq->body_status = st->head_status;   /* finish answers it */
   } else if (!st->closed) {
+    st->handler = ch_current();
     srv->run(srv, rq);
+    st->handler = NULL;
     if (rq->failed < 0) {   /* a target that is no path */
       rq->failed = 0;
       rq->body_status = 400;
@@ -313,7 +319,6 @@ static void stream_main(void *arg)
 int ch_h2_body_more(struct ch_http_req *rq, int discard)
 {
   struct ch_h2_stream *st = rq->h2;
-  struct ch_http_server *srv = rq->c->srv;
   if (rq->body_status) return -rq->body_status;
   if (discard) rq->plen = 0;
   for (;;) {
@@ -336,7 +341,7 @@ int ch_h2_body_more(struct ch_http_req *rq, int discard)
       return 0;
     }
     if (st->closed) return -ECONNRESET;
-    int r = ch_h2_wait(st, srv->body_ms);
+    int r = ch_h2_wait(st, ch_http_body_ms(rq));
     if (r < 0) return r;
   }
 }

@@ -72,6 +72,9 @@ struct ch_h2_stream {
                                   ** connection ended: no more I/O */
   uint32_t close_code;            /* its error code (0: NO_ERROR) */
   struct ch_coro *waiter;         /* the handler, while parked on it */
+  struct ch_coro *handler;        /* the stream's coroutine while its
+                                  ** handler runs (cancelled by a close
+                                  ** before the response is done), or NULL */
   struct ch_h2_stream *prev, *next;   /* the connection's streams */
 };
 
@@ -115,6 +118,9 @@ int ch_h2_response_send(struct ch_http_req *rq, const char *body, size_t n);
 int ch_h2_response_write(struct ch_http_req *rq, const char *body, size_t n);
 int ch_h2_response_head(struct ch_http_req *rq, int64_t clen);
 int ch_h2_response_finish(struct ch_http_req *rq);
+
+/* ch_http_response_reset for a stream: RST_STREAM code. Never yields. */
+int ch_h2_response_reset(struct ch_http_req *rq, uint32_t code);
 
 /* Yields. The bytes [off, off + left) of file fd as the body after
 ** ch_h2_response_head (sendfile.c's send_body for a stream). */

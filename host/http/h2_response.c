@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "http/h2.h"
 #include "http/response.h"
 
@@ -233,7 +234,9 @@ static void end_body(struct ch_h2_stream *st)
 /* Submits the response's HEADERS: status, Server, Date, the handler's
 ** headers, Content-Type (default_ctype) and Content-Length (clen >= 0).
 ** With body (and a response that may have one) a data source follows,
-** else the HEADERS end the stream. */
+** else the HEADERS end the stream. Without body but with trailers the
+** response is trailers-only: the trailers join this one HEADERS frame and
+** there is no Content-Length (gRPC's Trailers-Only has none). */
 static int submit_head(struct ch_http_req *rq, int64_t clen, int default_ctype, int body)
 {
   struct ch_h2_stream *st = rq->h2;
@@ -255,9 +258,11 @@ static int submit_head(struct ch_http_req *rq, int64_t clen, int default_ctype, 
   r |= nv_lines(&a, rq->hdrs, rq, 0, 0);
   if (default_ctype && !nobody && !ch_http_header_get(rq, "content-type", 12, &had))
     r |= nv_add(&a, "content-type", 12, "text/plain; charset=utf-8", 25);
+  int trailers_only = !body && rq->trl_len > 0;
   if (nobody) clen = 0;
-  else if (clen >= 0 && !ch_http_header_get(rq, "content-length", 14, &had))
+  else if (clen >= 0 && !trailers_only && !ch_http_header_get(rq, "content-length", 14, &had))
     r |= nv_add(&a, "content-length", 14, cl, (size_t)snprintf(cl, sizeof cl, "%lld", (long long)clen));
+  if (trailers_only) r |= nv_lines(&a, rq->trl, rq, 1, rq->trl_len);
   if (r < 0) {
     nv_free(&a);
     return -ENOMEM;
@@ -286,7 +291,7 @@ int ch_h2_response_send(struct ch_http_req *rq, const char *body, size_t n)
   if (!rq->started) {
     int64_t uclen = user_clen(rq);
     if (uclen >= 0 && uclen != (int64_t)n && !rq->head_only) return -ERANGE;
-    if ((r = submit_head(rq, (int64_t)n, 1, n > 0 || rq->trl_len > 0)) < 0) return r;
+    if ((r = submit_head(rq, (int64_t)n, 1, n > 0)) < 0) return r;
   } else if (rq->clen >= 0 && !rq->head_only && rq->sent + n > (uint64_t)rq->clen) {
     return -EMSGSIZE;
   }
@@ -341,6 +346,22 @@ int ch_h2_send_file(struct ch_http_req *rq, int fd, int64_t off, int64_t left)
     resume(st);
   }
   end_body(st);
+  return 0;
+}
+
+int ch_h2_response_reset(struct ch_http_req *rq, uint32_t code)
+{
+  struct ch_h2_stream *st = rq->h2;
+  if (rq->finished) return -EALREADY;
+  rq->started = 1;   /* finish adds nothing: no 500, no END_STREAM */
+  rq->finished = 1;
+  if (st->local_done || !ch_h2_session(st)) return 0;   /* already over on the wire */
+  char peer[80];
+  ch_http_peer(rq->c, peer, sizeof peer);
+  ch_log(CH_LOG_INFO, "http2: the handler reset stream %d of %s (code %u)", (int)st->id, peer, code);
+  nghttp2_submit_rst_stream(ch_h2_session(st), NGHTTP2_FLAG_NONE, st->id, code);
+  st->local_done = 1;
+  ch_h2_kick(st);
   return 0;
 }
 

@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 
+#include "log.h"
 #include "worker.h"
 #include "http/h2.h"
 #include "http/response.h"
@@ -478,6 +480,21 @@ int ch_http_response_head(struct ch_http_req *rq, int64_t clen)
   int r = emit(rq, &head, NULL, 0);
   ob_free(&head);
   return r;
+}
+
+int ch_http_response_reset(struct ch_http_req *rq, uint32_t code)
+{
+  if (rq->h2) return ch_h2_response_reset(rq, code);
+  if (rq->finished || rq->hijacked) return -EALREADY;
+  rq->started = 1;   /* finish writes nothing and says close */
+  rq->finished = 1;
+  rq->keep = 0;
+  char peer[80];
+  ch_http_peer(rq->c, peer, sizeof peer);
+  ch_log(CH_LOG_INFO, "http: the handler reset its response to %s: connection closed", peer);
+  /* At once: the client sees the end now, not when the handler returns. */
+  if (rq->c->s.fd >= 0) shutdown(rq->c->s.fd, SHUT_RDWR);
+  return 0;
 }
 
 /* -- After the handler ------------------------------------------------------- */

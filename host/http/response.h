@@ -51,6 +51,13 @@ int ch_http_response_write(struct ch_http_req *rq, const char *body, size_t n);
 ** bytes the caller writes itself (sendfile). */
 int ch_http_response_head(struct ch_http_req *rq, int64_t clen);
 
+/* Ends the response at once without completing it (res:reset): HTTP/2
+** resets the stream with code (RST_STREAM), the connection going on;
+** HTTP/1.1 shuts the connection down (nothing more is sent, it closes
+** after the handler). Logged at info. Never yields. 0, or -EALREADY
+** once the response is finished or hijacked. */
+int ch_http_response_reset(struct ch_http_req *rq, uint32_t code);
+
 /* Yields. After the handler: answers what it left unanswered (its 500 if
 ** it failed, a 413 or 400 the body earned), ends a chunked body, and says
 ** whether the connection may be kept (1) or must close (0). */

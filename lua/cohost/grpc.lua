@@ -239,43 +239,23 @@ local function traced(call)
   end
 end
 
--- Ends the response with code and message: trailers after the messages,
--- or, when none was sent, a trailers-only response (one HEADERS frame).
+-- Ends the response with code and message as trailers: after the
+-- messages, or, when none was sent, a trailers-only response (the HTTP/2
+-- layer makes a body-less response with trailers one HEADERS frame,
+-- without content-length).
 local function finish(call, code, message)
   call.ended = true
   local res = call.res
-  local set
-  if res:sent() then
-    set = res.trailer   -- adds a field per call
-    for _, kv in ipairs(call.trailers) do
-      local v = kv[2]
-      if type(v) == "table" then
-        for i = 1, #v do res:trailer(kv[1], v[i]) end
-      else
-        res:trailer(kv[1], v)
-      end
+  for _, kv in ipairs(call.trailers) do   -- res:trailer adds a field per call
+    local v = kv[2]
+    if type(v) == "table" then
+      for i = 1, #v do res:trailer(kv[1], v[i]) end
+    else
+      res:trailer(kv[1], v)
     end
-  else
-    -- res:header replaces a name: a name set twice goes as one array.
-    set = res.header
-    local by_name, order = {}, {}
-    for _, kv in ipairs(call.trailers) do
-      local name, v = kv[1], kv[2]
-      local vals = by_name[name]
-      if not vals then
-        vals = {}
-        by_name[name], order[#order + 1] = vals, name
-      end
-      if type(v) == "table" then
-        for i = 1, #v do vals[#vals + 1] = v[i] end
-      else
-        vals[#vals + 1] = v
-      end
-    end
-    for _, name in ipairs(order) do res:header(name, by_name[name]) end
   end
-  set(res, "grpc-status", tostring(code))
-  if message and message ~= "" then set(res, "grpc-message", status.encode_message(message)) end
+  res:trailer("grpc-status", tostring(code))
+  if message and message ~= "" then res:trailer("grpc-message", status.encode_message(message)) end
   res:send("")
 end
 
@@ -284,8 +264,11 @@ local function conclude(call, ok, code, message)
   local e = code
   if call.expired then   -- whatever the killed handler did after the deadline
     -- Half a message queued cannot be followed by trailers: the stream
-    -- is reset instead (an error after the body started).
-    if call.writing then error("grpc: deadline exceeded in the middle of a message", 0) end
+    -- is reset instead (RST_STREAM INTERNAL_ERROR, an info line).
+    if call.writing then
+      call.res:reset()
+      return
+    end
     return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded")
   end
   if ok then return finish(call, code, message) end
@@ -374,6 +357,11 @@ local function serve(srv, fallback, req, res)
     return finish(call, status.UNIMPLEMENTED, "unknown method " .. path)
   end
   call.reader = frame.reader(function(n) return req:read(n) end, srv.max_recv)
+  -- A client or bidi stream may idle between messages for as long as the
+  -- call lives: the listener's body_timeout is lifted (the deadline, if
+  -- any, bounds the call; a client gone ends it through the connection).
+  local kind = call.method.kind
+  if kind == "client_stream" or kind == "bidi" then req:settimeout(0) end
   if not ctx.deadline then return conclude(call, xpcall(body, traced(call), call)) end
   if ctx:remaining() <= 0 then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
   return conclude(call, run_with_deadline(call, body))
