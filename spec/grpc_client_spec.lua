@@ -67,3 +67,35 @@ describe("grpc.channel without a server", function()
     assert.are.equal(grpc.status.UNAVAILABLE, err.code)
   end)
 end)
+
+describe("grpc.channel against a python3-grpcio server", function()
+  local port, pid, log
+  setup(function()
+    pid, log = h.spawn("/usr/bin/python3 spec/grpc_client_server.py")
+    local t0 = cohost.monotonic()
+    while not port and cohost.monotonic() - t0 < 20 do   -- it prints its port once bound
+      port = tonumber((h.try_slurp(log) or ""):match("^(%d+)\n"))
+      if not port then cohost.sleep(0.02) end
+    end
+    assert(port, "the python server did not start: " .. (h.try_slurp(log) or ""))
+  end)
+  teardown(function()
+    h.stop_pid(pid)
+    os.remove(log)
+  end)
+
+  it("makes unary, server-streaming and client-streaming calls", function()
+    local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 10000 })
+    assert.are.equal("hi", ch:unary("/pkg.Svc/Echo", "hi"))
+    local got = {}
+    for m in ch:server_stream("/pkg.Svc/Repeat", "ab") do got[#got + 1] = m end
+    assert.are.same({ "ab", "ab", "ab" }, got)
+    assert.are.equal("abc", ch:client_stream("/pkg.Svc/Join", { "a", "b", "c" }))
+  end)
+
+  it("returns the status and message the server aborted with", function()
+    local _, err = grpc.channel("127.0.0.1:" .. port):unary("/pkg.Svc/NotFound", "x")
+    assert.are.equal(grpc.status.NOT_FOUND, err.code)
+    assert.are.equal("x", err.message)
+  end)
+end)
