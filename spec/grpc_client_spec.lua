@@ -98,4 +98,11 @@ describe("grpc.channel against a python3-grpcio server", function()
     assert.are.equal(grpc.status.NOT_FOUND, err.code)
     assert.are.equal("x", err.message)
   end)
+
+  it("ends a call past its deadline with DEADLINE_EXCEEDED", function()
+    local t0 = cohost.monotonic()
+    local _, err = grpc.channel("127.0.0.1:" .. port):unary("/pkg.Svc/Slow", "x", { timeout = 300 })
+    assert.are.equal(grpc.status.DEADLINE_EXCEEDED, err.code)
+    assert.is_true(cohost.monotonic() - t0 < 2.5)   -- before the server's 3 s answer
+  end)
 end)
