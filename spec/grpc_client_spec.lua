@@ -46,6 +46,16 @@ describe("grpc.channel against examples/grpc_echo.lua", function()
     assert.are.equal("unknown method /cohost.Echo/Nope", err.message)
   end)
 
+  it("sends and receives on a bidi call, then reads its OK end", function()
+    local c = grpc.channel("127.0.0.1:" .. port, { timeout = 10000 }):bidi("/cohost.Echo/Echo")
+    assert.is_true(c:send("ping"))
+    c:close_send()
+    assert.are.equal("ping", c:recv())
+    local m, err = c:recv()
+    assert.is_nil(m)
+    assert.is_nil(err)
+  end)
+
   it("runs 50 concurrent calls from 50 tasks", function()
     local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 20000 })
     local ok, done = 0, 0
