@@ -11,9 +11,10 @@
 local cohost = require "cohost"
 local http = require "cohost.http"
 local semaphore = require "cohost.semaphore"
-local crypto = require "cohost.core.crypto"
 local frame = require "cohost.grpc.frame"
 local status = require "cohost.grpc.status"
+local metadata = require "cohost.grpc.metadata"
+local client = require "cohost.grpc.client"
 
 local format, lower = string.format, string.lower
 local monotonic = cohost.monotonic
@@ -23,13 +24,13 @@ local M = {}
 M.status = status
 M.frame = frame
 
+-- channel(url [, opts]) -> a client channel (cohost.grpc.client).
+M.channel = client.channel
+
 -- -- Status errors ------------------------------------------------------------
 
-local Error = {}
-Error.__index = Error
-Error.__tostring = function(e)
-  return format("grpc status %d (%s): %s", e.code, status.names[e.code] or "?", e.message or "")
-end
+-- One metatable for the server's and the client's status errors.
+local Error = status.Error
 
 local function check_code(code, level)
   if type(code) ~= "number" or code ~= math.floor(code) or code < 0 or code > 0xffffffff then
@@ -41,7 +42,7 @@ end
 -- that code and message, and nothing is logged. Raisable from any depth.
 function M.error(code, message)
   check_code(code, 2)
-  error(setmetatable({ code = code, message = message and tostring(message) }, Error), 0)
+  error(status.new_error(code, message and tostring(message)), 0)
 end
 
 -- is_error(v) -> true when v is a value grpc.error raised.
@@ -51,55 +52,9 @@ end
 
 -- -- Metadata ------------------------------------------------------------------
 
--- Names gRPC reserves for itself: a handler neither sees them as
--- metadata nor sets them.
-local function reserved(name)
-  return name:sub(1, 5) == "grpc-" or name == "te" or name == "content-type" or name:sub(1, 1) == ":"
-end
-
--- A "-bin" header holds base64 (padding optional): decoded for the
--- handler; a value that is not base64 is kept as sent.
-local function from_bin(v)
-  if type(v) == "table" then
-    local t = {}
-    for i = 1, #v do t[i] = crypto.decode_base64(v[i]) or v[i] end
-    return t
-  end
-  return crypto.decode_base64(v) or v
-end
-
-local function to_bin(v)
-  if type(v) == "table" then
-    local t = {}
-    for i = 1, #v do t[i] = crypto.encode_base64(v[i], true) end
-    return t
-  end
-  return crypto.encode_base64(v, true)
-end
-
--- The request's custom metadata: its headers less the reserved ones,
--- "-bin" values decoded. Built once per call (a handful of fields).
-local function request_metadata(req)
-  local md = {}
-  for name, v in pairs(req.headers) do
-    if not reserved(name) then
-      md[name] = name:sub(-4) == "-bin" and from_bin(v) or v
-    end
-  end
-  return md
-end
-
 -- Checks a metadata name and value a handler sets; returns the value
 -- as it goes on the wire.
-local function wire_value(name, value, level)
-  if type(name) ~= "string" or not name:match("^[0-9a-z_.%-]+$") then
-    error("bad metadata name (lower-case letters, digits, '-', '_', '.' expected)", level + 1)
-  end
-  if reserved(name) then error(format("metadata name %q is reserved by gRPC", name), level + 1) end
-  local t = type(value)
-  if t ~= "string" and t ~= "table" then error("bad metadata value (string or array expected)", level + 1) end
-  return name:sub(-4) == "-bin" and to_bin(value) or value
-end
+local wire_value = metadata.wire
 
 -- -- The call context ----------------------------------------------------------
 
@@ -335,7 +290,7 @@ local function serve(srv, fallback, req, res)
   res:header("content-type", "application/grpc")
   local path = req.target
   local ctx = setmetatable({
-    method = path, req = req, peer = req.peer, metadata = request_metadata(req),
+    method = path, req = req, peer = req.peer, metadata = metadata.decode(req.headers),
   }, Context)
   ctx.service, ctx.name = path:match("^/(.+)/([^/]+)$")
   local call = { srv = srv, req = req, res = res, ctx = ctx, trailers = {} }

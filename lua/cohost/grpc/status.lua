@@ -15,6 +15,26 @@ local NAMES = {
 M.names = NAMES
 for code = 0, #NAMES do M[NAMES[code]] = code end
 
+-- -- Status errors ----------------------------------------------------------
+
+-- The metatable of a status error: what grpc.error raises on the server
+-- and what a client call returns (code, message, and on a client headers
+-- and trailers). One table, so a handler can re-raise a client's error.
+local Error = {}
+Error.__index = Error
+Error.__tostring = function(e)
+  return format("grpc status %d (%s): %s", e.code, NAMES[e.code] or "?", e.message or "")
+end
+M.Error = Error
+
+-- new_error(code, message [, fields]) -> a status error; fields (a table)
+-- becomes the error itself, with code and message set.
+function M.new_error(code, message, fields)
+  local e = fields or {}
+  e.code, e.message = code, message
+  return setmetatable(e, Error)
+end
+
 -- -- grpc-message -----------------------------------------------------------
 
 -- encode_message(s) -> s percent-encoded as grpc-message wants it: every

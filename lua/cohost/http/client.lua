@@ -493,6 +493,14 @@ function Response:body()
   return read_all(reader_of(self))
 end
 
+-- Streaming only: ms (0: none on HTTP/2) for each later read of the body,
+-- in place of the request's read_timeout (a caller with a deadline for
+-- the whole response, as a gRPC stream, shortens it read by read).
+function Response:set_timeout(ms)
+  local r = reader_of(self)
+  if r.h2 then r.ms = ms else r.sock:settimeout(ms) end
+end
+
 -- Drops the connection of a streamed body not read to its end (a body
 -- read to its end has already released it). Idempotent.
 function Response:close()
