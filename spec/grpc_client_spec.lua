@@ -116,3 +116,79 @@ describe("grpc.channel against a python3-grpcio server", function()
     assert.is_true(cohost.monotonic() - t0 < 2.5)   -- before the server's 3 s answer
   end)
 end)
+
+describe("grpc.channel against a cohost gRPC server in this process", function()
+  local dir, cert, key, ca
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    h.must("mkdir " .. dir)
+    ca = h.tls_ca(dir, "cohost-grpc-ca")
+    cert, key = h.tls_cert(dir, "srv", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1")
+  end)
+  teardown(function()
+    if dir then os.execute("rm -rf " .. h.shell_quote(dir)) end
+  end)
+
+  -- A service that answers with what it was sent as metadata: the
+  -- request's x-in as the header x-head, the trailer x-tail and (binary)
+  -- x-bin-bin.
+  local function server(opts)
+    local srv = grpc.server(opts)
+    srv:service("t.Meta", {
+      Echo = function(msg, ctx)
+        ctx:set_header("x-head", "h:" .. tostring(ctx.metadata["x-in"]))
+        ctx:set_trailer("x-tail", "t:" .. tostring(ctx.metadata["x-chan"]))
+        ctx:set_trailer("x-bin-bin", "\0\1\2" .. msg)
+        return msg
+      end,
+      Fail = function() grpc.error(grpc.status.NOT_FOUND, "no such thing") end,
+    })
+    return srv
+  end
+
+  it("sends channel and call metadata and reads the reply's header and trailer metadata", function()
+    local port = h.http_serve(server(), { http2 = true })
+    local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 10000, metadata = { ["x-chan"] = "c" } })
+    local reply, err, call = ch:unary("/t.Meta/Echo", "m", { metadata = { ["x-in"] = "v1" } })
+    assert.is_nil(err)
+    assert.are.equal("m", reply)
+    assert.are.equal("h:v1", call.headers["x-head"])
+    assert.are.equal("t:c", call.trailers["x-tail"])
+    assert.are.equal("\0\1\2m", call.trailers["x-bin-bin"])
+  end)
+
+  it("reads a trailers-only error with its message", function()
+    local port = h.http_serve(server(), { http2 = true })
+    local reply, err = grpc.channel("127.0.0.1:" .. port, { timeout = 10000 }):unary("/t.Meta/Fail", "x")
+    assert.is_nil(reply)
+    assert.are.equal(grpc.status.NOT_FOUND, err.code)
+    assert.are.equal("no such thing", err.message)
+  end)
+
+  it("maps an HTTP status without grpc-status as gRPC's HTTP mapping says", function()
+    local codes = { [503] = "UNAVAILABLE", [404] = "UNIMPLEMENTED", [403] = "PERMISSION_DENIED",
+                    [401] = "UNAUTHENTICATED", [400] = "INTERNAL", [418] = "UNKNOWN" }
+    local port = h.http_serve(function(req, res)
+      res.status = tonumber(req.path:match("^/s%.Code/(%d+)$"))
+      res:send("not grpc")
+    end, { http2 = true })
+    local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 10000 })
+    for http_status, name in pairs(codes) do
+      local reply, err = ch:unary("/s.Code/" .. http_status, "x")
+      assert.is_nil(reply)
+      assert.are.equal(grpc.status[name], err.code, "HTTP " .. http_status)
+      assert.are.equal(http_status, err.http_status)
+    end
+  end)
+
+  it("calls over https:// with the server's certificate verified, and refuses an unknown CA", function()
+    local port = h.http_serve(server(), { http2 = true, ssl_cert = cert, ssl_key = key })
+    local ch = grpc.channel("https://127.0.0.1:" .. port, { timeout = 10000, ca_file = ca })
+    local reply, err = ch:unary("/t.Meta/Echo", "secure")
+    assert.is_nil(err)
+    assert.are.equal("secure", reply)
+    local _, bad = grpc.channel("https://127.0.0.1:" .. port, { timeout = 10000 }):unary("/t.Meta/Echo", "x")
+    assert.are.equal(grpc.status.UNAVAILABLE, bad.code)
+  end)
+end)
