@@ -86,6 +86,10 @@ void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b);
 /* Receives that found every provided buffer taken, for stats. */
 uint64_t ch_ring_nobufs(const struct ch_sched *s);
 
+/* Operations s's ring has taken since it was made (a write that went out
+** at once takes none), for stats and tests. */
+uint64_t ch_ring_posted(const struct ch_sched *s);
+
 /* The close hook's, before the real close: cancels the ops in flight on
 ** fd (each returns -EBADF to its caller), while the number still names
 ** the file the kernel matches them by. */
