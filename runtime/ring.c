@@ -202,16 +202,19 @@ static void prep(struct io_uring_sqe *e, int fd, const struct ch_ring_args *a,
 
 /* -- Operations --------------------------------------------------------------- */
 
+/* In COPY mode a parked coroutine's stack is another's while it waits, so
+** the kernel may not write a buffer there: the calls' own forms (whose
+** buffers may be on the stack) stay on epoll, and only the receive into a
+** provided buffer, whose pending is then on the heap, takes the ring. */
 int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch_fd *f)
 {
-  return op->form && ch_ring_takes_fd(s, f);
+  return op->form && !s->copy_mode && ch_ring_takes_fd(s, f);
 }
 
 int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f)
 {
   struct ch_ring *r = s->ring;
-  return r && f && !s->copy_mode &&
-         (f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && ours(r) &&
+  return r && f && (f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && ours(r) &&
          s->current && ch_sched_may_park(s->current) && f->ring_ops < UINT16_MAX;
 }
 
@@ -303,6 +306,31 @@ ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
   return result_of(&w);
 }
 
+/* What a completed buffer receive gives its caller (ch_ring_recv_buf). */
+static int recv_result(struct ch_sched *s, struct ch_ring *r, const struct pending *w,
+                       struct ch_ring_buf *b)
+{
+  if (w->flags & IORING_CQE_F_BUFFER) {
+    b->id = (int)(w->flags >> IORING_CQE_BUFFER_SHIFT);
+    b->data = r->bufs + (size_t)b->id * BUF_SIZE;
+    b->len = w->res > 0 ? (size_t)w->res : 0;
+    b->full = w->res == BUF_SIZE;
+    if (w->res > 0) return 1;
+    ch_ring_buf_done(s, b);   /* a buffer with nothing in it */
+  }
+  if (w->res == -ENOBUFS) {
+    r->nobufs++;
+    return -EAGAIN;
+  }
+  if (w->res == 0) {
+    b->id = -1;
+    b->len = 0;
+    return 1;   /* EOF */
+  }
+  int res = result_of(w);
+  return res < 0 ? res : -EAGAIN;
+}
+
 int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *deadline_ns,
                      struct ch_ring_buf *b)
 {
@@ -315,8 +343,15 @@ int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *d
   }
   uint64_t deadline;
   if (deadline_of(timeout_ms, deadline_ns, &deadline) < 0) return -ETIMEDOUT;
+  /* COPY mode: the pending on the heap, as the stack is not ours while
+  ** parked (complete() writes it from the loop). A malloc per wait. */
+  struct pending local, *w = &local;
+  if (s->copy_mode && !(w = malloc(sizeof *w))) return -EAGAIN;
   struct io_uring_sqe *e = entry(r);
-  if (!e) return -EAGAIN;
+  if (!e) {
+    if (w != &local) free(w);
+    return -EAGAIN;
+  }
   io_uring_prep_recv(e, fd, NULL, BUF_SIZE, 0);
   /* POLL_FIRST: the caller comes here after a read said EAGAIN (or the
   ** judgement knew it would), so the kernel skips its own first try,
@@ -326,28 +361,11 @@ int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *d
   e->ioprio |= IORING_RECVSEND_POLL_FIRST;
   e->flags |= IOSQE_BUFFER_SELECT;
   e->buf_group = BGID;
-  struct pending w = { .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
-  int r2 = post_and_park(r, e, &w, deadline);
-  if (r2 < 0) return r2;
-  if (w.flags & IORING_CQE_F_BUFFER) {
-    b->id = (int)(w.flags >> IORING_CQE_BUFFER_SHIFT);
-    b->data = r->bufs + (size_t)b->id * BUF_SIZE;
-    b->len = w.res > 0 ? (size_t)w.res : 0;
-    b->full = w.res == BUF_SIZE;
-    if (w.res > 0) return 1;
-    ch_ring_buf_done(s, b);   /* a buffer with nothing in it */
-  }
-  if (w.res == -ENOBUFS) {
-    r->nobufs++;
-    return -EAGAIN;
-  }
-  if (w.res == 0) {
-    b->id = -1;
-    b->len = 0;
-    return 1;   /* EOF */
-  }
-  int res = result_of(&w);
-  return res < 0 ? res : -EAGAIN;
+  *w = (struct pending){ .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
+  int res = post_and_park(r, e, w, deadline);
+  if (res == 0) res = recv_result(s, r, w, b);
+  if (w != &local) free(w);
+  return res;
 }
 
 void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b)

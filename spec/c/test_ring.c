@@ -309,6 +309,44 @@ static void test_ring_write_to_a_closed_peer_is_epipe(void **state) {
   ring_off();
 }
 
+/* COPY mode: a receive into a provided buffer parks on the ring (the
+** kernel writes no stack there), and its bytes arrive whole although
+** another coroutine ran on the shared stack meanwhile. */
+struct taker { int fd; int rc; char got[16]; size_t len; };
+
+static void taker_main(void *arg) {
+  struct taker *t = arg;
+  struct ch_io_input in;
+  t->rc = ch_io_wait_input(t->fd, 5000, &in);
+  if (t->rc == CH_IO_TAKEN && in.len <= sizeof t->got) {
+    memcpy(t->got, in.data, in.len);
+    t->len = in.len;
+  }
+  ch_io_input_done(&in);
+}
+
+static void test_ring_copy_mode_receive_takes_the_ring(void **state) {
+  (void)state;
+  ring_on();
+  assert_int_equal(ch_sched_set_stack_mode(CH_STACK_COPY), 0);
+  int sv[2];
+  th_socketpair(sv);
+  struct taker t = { .fd = sv[0] };
+  struct probe p = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(taker_main, &t) > 0);
+  assert_true(ch_spawn(probe_main, &p) > 0);
+  th_run();
+  assert_int_equal(ch_sched_set_stack_mode(CH_STACK_SEPARATE), 0);
+  assert_int_equal(p.inflight, 1);      /* the receive was a ring operation */
+  assert_int_equal(p.registered, 0);    /* and epoll never saw the fd */
+  assert_int_equal(t.rc, CH_IO_TAKEN);
+  assert_int_equal(t.len, 4);
+  assert_memory_equal(t.got, "ring", 4);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
 /* The hooks: a plain read() and recv(MSG_PEEK) in a coroutine are ring
 ** operations with libc's meaning. */
 struct hooked { int fd; ssize_t peek, got; char a[8], b[8]; };
@@ -472,6 +510,7 @@ int main(void) {
     TH_TEST(test_ring_write_moves_a_megabyte_in_order),
     TH_TEST(test_ring_write_to_a_closed_peer_is_epipe),
     TH_TEST(test_ring_write_with_room_goes_out_at_once),
+    TH_TEST(test_ring_copy_mode_receive_takes_the_ring),
     TH_TEST(test_ring_hooked_peek_then_read_see_the_same_bytes),
     TH_TEST(test_ring_accept_returns_a_connection),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
