@@ -315,8 +315,9 @@ static __attribute__((noinline)) ssize_t run_waitfirst(struct ch_io_op *op, int6
 
 /* Yields. The call as a ring operation (ring.c), when the scheduler has a
 ** ring that takes it; -EAGAIN sends it the readiness way. Out of line, as
-** the waits are. A ring read says nothing of what the socket still holds,
-** so the judgement is dropped: the next readiness read is made. */
+** the waits are. A ring call says nothing of what the socket still holds
+** or has room for (epoll, which would say, never sees the fd), so the
+** judgement in its direction is dropped: the next call is made. */
 static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_io_op *op,
                                                   struct ch_fd *f, int64_t timeout_ms,
                                                   uint64_t *deadline_ns)
@@ -325,14 +326,19 @@ static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_
   ssize_t n = ch_ring_run(s, op, timeout_ms, deadline_ns);
   f = ch_fd_peek(op->fd);
   if (f && op->events == POLLIN) f->in_drained = 0;
+  else if (f) f->out_full = 0;
   return n;
 }
 
 /* The engine, inline into each ch_io_* call so that op->call, a constant
 ** there, becomes a direct call: an attempt unless the socket is known
-** empty, and the waits only when it says EAGAIN; or, on a ring, the
-** operation posted there (a call that may not wait, timeout 0, is always
-** made at once). */
+** empty, and the waits only when it says EAGAIN; or, on a ring, a read
+** posted there at once and a write posted only once its attempt said
+** EAGAIN (a call that may not wait, timeout 0, is always made at once).
+** A write that goes out at once is one send(2) and no park: on the ring
+** it cost a park and a resume per message, which at 1,000 connections
+** (a cold stack each) cost more than the system call it saved
+** (docs/benchmarks.md#io_uring). */
 static inline __attribute__((always_inline))
 ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
@@ -340,7 +346,8 @@ ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
   int input = op->events == POLLIN;
   if (__builtin_expect(f && f->kind == CH_FD_WAITFIRST, 0)) return run_waitfirst(op, timeout_ms);
   struct ch_sched *s = ch_sched_tls;
-  if (__builtin_expect(s && s->ring && timeout_ms != 0, 0)) {
+  int ring = __builtin_expect(s && s->ring && timeout_ms != 0, 0);
+  if (ring && input) {
     ssize_t n = run_ring(s, op, f, timeout_ms, deadline_ns);
     if (n != -EAGAIN) return n;
   }
@@ -349,6 +356,10 @@ ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
     if (n != -EAGAIN) return n;
   }
   if (timeout_ms == 0) return -EAGAIN;
+  if (ring && !input) {   /* no room: the ring waits for it and writes */
+    ssize_t n = run_ring(s, op, f, timeout_ms, deadline_ns);
+    if (n != -EAGAIN) return n;
+  }
   return retry(op, f, input, timeout_ms, deadline_ns);
 }
 

@@ -47,6 +47,7 @@ struct ch_ring {
                               ** the kernel has none (before 5.19) */
   char *bufs;                 /* NBUFS x BUF_SIZE */
   uint64_t nobufs;            /* receives that found every buffer taken */
+  uint64_t posted;            /* operations posted since the ring was made */
   unsigned inflight;          /* operations posted, not yet completed */
   uint32_t fork_gen;          /* fork_gen when made (see on_fork) */
   uint8_t epoll_armed;        /* the multishot poll on epoll's fd is posted */
@@ -126,6 +127,10 @@ int ch_ring_new(struct ch_sched *s)
     free(r);
     return e;
   }
+  /* The ring's fd registered with this thread's io_uring context (5.18+):
+  ** each io_uring_enter then skips the fd table's lookup and reference.
+  ** Where the kernel has none the plain fd serves, as before. */
+  (void)io_uring_register_ring_fd(&r->ring);
   r->fork_gen = atomic_load(&fork_gen);
   s->ring = r;
   bufs_init(r);
@@ -197,16 +202,19 @@ static void prep(struct io_uring_sqe *e, int fd, const struct ch_ring_args *a,
 
 /* -- Operations --------------------------------------------------------------- */
 
+/* In COPY mode a parked coroutine's stack is another's while it waits, so
+** the kernel may not write a buffer there: the calls' own forms (whose
+** buffers may be on the stack) stay on epoll, and only the receive into a
+** provided buffer, whose pending is then on the heap, takes the ring. */
 int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch_fd *f)
 {
-  return op->form && ch_ring_takes_fd(s, f);
+  return op->form && !s->copy_mode && ch_ring_takes_fd(s, f);
 }
 
 int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f)
 {
   struct ch_ring *r = s->ring;
-  return r && f && !s->copy_mode &&
-         (f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && ours(r) &&
+  return r && f && (f->kind == CH_FD_SOCKET || f->kind == CH_FD_PIPE) && ours(r) &&
          s->current && ch_sched_may_park(s->current) && f->ring_ops < UINT16_MAX;
 }
 
@@ -253,6 +261,7 @@ static int post_and_park(struct ch_ring *r, struct io_uring_sqe *e, struct pendi
 {
   io_uring_sqe_set_data(e, w);
   r->inflight++;
+  r->posted++;
   ch_fd_peek(w->fd)->ring_ops++;
   int woke = ch_sched_park(deadline, 0, CH_CORO_WAITING);
   if (w->done) return 0;
@@ -297,6 +306,31 @@ ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
   return result_of(&w);
 }
 
+/* What a completed buffer receive gives its caller (ch_ring_recv_buf). */
+static int recv_result(struct ch_sched *s, struct ch_ring *r, const struct pending *w,
+                       struct ch_ring_buf *b)
+{
+  if (w->flags & IORING_CQE_F_BUFFER) {
+    b->id = (int)(w->flags >> IORING_CQE_BUFFER_SHIFT);
+    b->data = r->bufs + (size_t)b->id * BUF_SIZE;
+    b->len = w->res > 0 ? (size_t)w->res : 0;
+    b->full = w->res == BUF_SIZE;
+    if (w->res > 0) return 1;
+    ch_ring_buf_done(s, b);   /* a buffer with nothing in it */
+  }
+  if (w->res == -ENOBUFS) {
+    r->nobufs++;
+    return -EAGAIN;
+  }
+  if (w->res == 0) {
+    b->id = -1;
+    b->len = 0;
+    return 1;   /* EOF */
+  }
+  int res = result_of(w);
+  return res < 0 ? res : -EAGAIN;
+}
+
 int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *deadline_ns,
                      struct ch_ring_buf *b)
 {
@@ -309,33 +343,29 @@ int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *d
   }
   uint64_t deadline;
   if (deadline_of(timeout_ms, deadline_ns, &deadline) < 0) return -ETIMEDOUT;
+  /* COPY mode: the pending on the heap, as the stack is not ours while
+  ** parked (complete() writes it from the loop). A malloc per wait. */
+  struct pending local, *w = &local;
+  if (s->copy_mode && !(w = malloc(sizeof *w))) return -EAGAIN;
   struct io_uring_sqe *e = entry(r);
-  if (!e) return -EAGAIN;
-  io_uring_prep_recv(e, fd, NULL, BUF_SIZE, 0);
-  e->flags |= IOSQE_BUFFER_SELECT;
-  e->buf_group = BGID;
-  struct pending w = { .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
-  int r2 = post_and_park(r, e, &w, deadline);
-  if (r2 < 0) return r2;
-  if (w.flags & IORING_CQE_F_BUFFER) {
-    b->id = (int)(w.flags >> IORING_CQE_BUFFER_SHIFT);
-    b->data = r->bufs + (size_t)b->id * BUF_SIZE;
-    b->len = w.res > 0 ? (size_t)w.res : 0;
-    b->full = w.res == BUF_SIZE;
-    if (w.res > 0) return 1;
-    ch_ring_buf_done(s, b);   /* a buffer with nothing in it */
-  }
-  if (w.res == -ENOBUFS) {
-    r->nobufs++;
+  if (!e) {
+    if (w != &local) free(w);
     return -EAGAIN;
   }
-  if (w.res == 0) {
-    b->id = -1;
-    b->len = 0;
-    return 1;   /* EOF */
-  }
-  int res = result_of(&w);
-  return res < 0 ? res : -EAGAIN;
+  io_uring_prep_recv(e, fd, NULL, BUF_SIZE, 0);
+  /* POLL_FIRST: the caller comes here after a read said EAGAIN (or the
+  ** judgement knew it would), so the kernel skips its own first try,
+  ** which would fail the same way, and arms the poll at once: one
+  ** tcp_recvmsg per message instead of two. Same kernel (5.19) as the
+  ** buffer ring, which r->br says is there. */
+  e->ioprio |= IORING_RECVSEND_POLL_FIRST;
+  e->flags |= IOSQE_BUFFER_SELECT;
+  e->buf_group = BGID;
+  *w = (struct pending){ .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
+  int res = post_and_park(r, e, w, deadline);
+  if (res == 0) res = recv_result(s, r, w, b);
+  if (w != &local) free(w);
+  return res;
 }
 
 void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b)
@@ -351,6 +381,11 @@ void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b)
 uint64_t ch_ring_nobufs(const struct ch_sched *s)
 {
   return s->ring ? s->ring->nobufs : 0;
+}
+
+uint64_t ch_ring_posted(const struct ch_sched *s)
+{
+  return s->ring ? s->ring->posted : 0;
 }
 
 void ch_ring_close(int fd, struct ch_fd *f)
@@ -449,6 +484,7 @@ int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *d
 }
 void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b) { (void)s; b->id = -1; }
 uint64_t ch_ring_nobufs(const struct ch_sched *s) { (void)s; return 0; }
+uint64_t ch_ring_posted(const struct ch_sched *s) { (void)s; return 0; }
 void ch_ring_close(int fd, struct ch_fd *f) { (void)fd; (void)f; }
 int ch_ring_poll(struct ch_sched *s, int timeout_ms)
 {

@@ -1,13 +1,16 @@
 /*
 ** The io_uring backend (CH_IO_URING; built when CH_RING_LIBURING is, by
 ** the Makefile's IO_URING=1): one ring per scheduler, beside the
-** epoll instance of poll.c, which it does not replace. Reads, writes and
-** accepts of a parked-capable coroutine in SEPARATE mode are submitted as
-** ring operations on the caller's own buffers and complete with no
-** system call of their own: the loop's one io_uring_enter submits what a
-** batch queued and reaps what the kernel finished. Everything that waits
-** for readiness (connect, poll and select hooks, watches, COPY mode, the
-** other threads' wakeup eventfd) stays on epoll, whose instance the ring
+** epoll instance of poll.c, which it does not replace. Reads, accepts,
+** and writes that found no room (a write is first tried at once, io.c),
+** of a parked-capable coroutine in SEPARATE mode are submitted as ring
+** operations on the caller's own buffers and complete with no system
+** call of their own: the loop's one io_uring_enter submits what a batch
+** queued and reaps what the kernel finished. A plain stream's receive
+** into a provided buffer takes the ring in COPY mode too (the kernel
+** writes no stack there). Everything that waits for readiness (connect,
+** poll and select hooks, watches, the other calls in COPY mode, the other
+** threads' wakeup eventfd) stays on epoll, whose instance the ring
 ** watches with a multishot poll, so the loop blocks in one place.
 **
 ** Built without liburing (IO_URING=0 in the Makefile), every entry point
@@ -49,8 +52,8 @@ unsigned ch_ring_inflight(const struct ch_sched *s);
 ** the calls on fds the user made non-blocking straight to libc.) */
 int ch_ring_takes(struct ch_sched *s, const struct ch_io_op *op, const struct ch_fd *f);
 
-/* ch_ring_takes without the op: whether fd's calls may go through the
-** ring now. */
+/* ch_ring_takes without the op, and in COPY mode too: whether a receive
+** into a provided buffer (ch_ring_recv_buf) may go through the ring now. */
 int ch_ring_takes_fd(struct ch_sched *s, const struct ch_fd *f);
 
 /* Yields. Runs op on s's ring: submitted with the next loop turn, the
@@ -85,6 +88,10 @@ void ch_ring_buf_done(struct ch_sched *s, struct ch_ring_buf *b);
 
 /* Receives that found every provided buffer taken, for stats. */
 uint64_t ch_ring_nobufs(const struct ch_sched *s);
+
+/* Operations s's ring has taken since it was made (a write that went out
+** at once takes none), for stats and tests. */
+uint64_t ch_ring_posted(const struct ch_sched *s);
 
 /* The close hook's, before the real close: cancels the ops in flight on
 ** fd (each returns -EBADF to its caller), while the number still names

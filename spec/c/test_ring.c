@@ -235,6 +235,59 @@ static void test_ring_write_moves_a_megabyte_in_order(void **state) {
   ring_off();
 }
 
+/* A write with room goes out at once, taking no ring operation; one that
+** finds the socket full parks on the ring (not on epoll) for the rest. */
+struct filler { int fd; ssize_t small; uint64_t posted_small; size_t sent; ssize_t err; };
+
+static void filler_main(void *arg) {
+  struct filler *x = arg;
+  static char data[BULK];
+  uint64_t before = ch_ring_posted(ch_sched_tls);
+  x->small = ch_io_write(x->fd, "now", 3, 5000);
+  x->posted_small = ch_ring_posted(ch_sched_tls) - before;
+  while (x->sent < BULK) {
+    ssize_t n = ch_io_write(x->fd, data + x->sent, BULK - x->sent, 5000);
+    if (n <= 0) { x->err = n; return; }
+    x->sent += (size_t)n;
+  }
+}
+
+struct drainer { int fd, peer; unsigned inflight; int registered; size_t got; };
+
+static void drainer_main(void *arg) {
+  struct drainer *d = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  d->inflight = ch_ring_inflight(ch_sched_tls);
+  d->registered = ch_fd_peek(d->fd)->registered;
+  char buf[65536];
+  while (d->got < BULK + 3) {
+    ssize_t n = ch_io_read(d->peer, buf, sizeof buf, 5000);
+    if (n <= 0) return;
+    d->got += (size_t)n;
+  }
+}
+
+static void test_ring_write_with_room_goes_out_at_once(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct filler w = { .fd = sv[0] };
+  struct drainer d = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(filler_main, &w) > 0);
+  assert_true(ch_spawn(drainer_main, &d) > 0);
+  th_run();
+  assert_int_equal(w.small, 3);
+  assert_int_equal(w.posted_small, 0);  /* no ring operation for it */
+  assert_int_equal(d.inflight, 1);      /* the full socket's write was one */
+  assert_int_equal(d.registered, 0);    /* and epoll never saw the fd */
+  assert_int_equal(w.err, 0);
+  assert_int_equal(d.got, BULK + 3);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
 struct piper { int fd; ssize_t rc; };
 
 static void epipe_writer(void *arg) {
@@ -253,6 +306,44 @@ static void test_ring_write_to_a_closed_peer_is_epipe(void **state) {
   th_run();
   assert_int_equal(p.rc, -EPIPE);
   close(sv[0]);
+  ring_off();
+}
+
+/* COPY mode: a receive into a provided buffer parks on the ring (the
+** kernel writes no stack there), and its bytes arrive whole although
+** another coroutine ran on the shared stack meanwhile. */
+struct taker { int fd; int rc; char got[16]; size_t len; };
+
+static void taker_main(void *arg) {
+  struct taker *t = arg;
+  struct ch_io_input in;
+  t->rc = ch_io_wait_input(t->fd, 5000, &in);
+  if (t->rc == CH_IO_TAKEN && in.len <= sizeof t->got) {
+    memcpy(t->got, in.data, in.len);
+    t->len = in.len;
+  }
+  ch_io_input_done(&in);
+}
+
+static void test_ring_copy_mode_receive_takes_the_ring(void **state) {
+  (void)state;
+  ring_on();
+  assert_int_equal(ch_sched_set_stack_mode(CH_STACK_COPY), 0);
+  int sv[2];
+  th_socketpair(sv);
+  struct taker t = { .fd = sv[0] };
+  struct probe p = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(taker_main, &t) > 0);
+  assert_true(ch_spawn(probe_main, &p) > 0);
+  th_run();
+  assert_int_equal(ch_sched_set_stack_mode(CH_STACK_SEPARATE), 0);
+  assert_int_equal(p.inflight, 1);      /* the receive was a ring operation */
+  assert_int_equal(p.registered, 0);    /* and epoll never saw the fd */
+  assert_int_equal(t.rc, CH_IO_TAKEN);
+  assert_int_equal(t.len, 4);
+  assert_memory_equal(t.got, "ring", 4);
+  close(sv[0]);
+  close(sv[1]);
   ring_off();
 }
 
@@ -418,6 +509,8 @@ int main(void) {
     TH_TEST(test_ring_read_on_an_fd_closed_meanwhile_returns_ebadf),
     TH_TEST(test_ring_write_moves_a_megabyte_in_order),
     TH_TEST(test_ring_write_to_a_closed_peer_is_epipe),
+    TH_TEST(test_ring_write_with_room_goes_out_at_once),
+    TH_TEST(test_ring_copy_mode_receive_takes_the_ring),
     TH_TEST(test_ring_hooked_peek_then_read_see_the_same_bytes),
     TH_TEST(test_ring_accept_returns_a_connection),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),

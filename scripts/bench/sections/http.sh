@@ -168,20 +168,24 @@ section_http() {
   note "cohost \"hello\" (Content-Length), nginx+lua \"hello\\n\" (chunked:"
   note "ngx.say), nginx \"hello\\n\" (Content-Length)"
 
-  local subj=cohost other pc ms p9
-  [ -n "${PORT[$subj]:-}" ] || return 0
-  printf "\n  %-32s %6s %12s %10s %8s\n" "cohost vs" conns req/CPU-s req/s p99 >> "$TABLE"
-  for c in $HTTP_CONNS; do
-    for other in nginxlua nginx; do
-      [ -n "${PORT[$other]:-}" ] || continue
-      pc=$(fmt "$(run_ratio RUN "$subj" "$other" "$c" "$HTTP_REPS")" 2)
-      ms=$(fmt "$(run_ratio RUNRATE "$subj" "$other" "$c" "$HTTP_REPS")" 2)
-      p9=$(ratio "$(median ${P99[$subj.$c]:-})" "$(median ${P99[$other.$c]:-})")
-      printf "  %-32s %6s %11sx %9sx %7sx\n" "${LABEL[$other]}" "$c" "$pc" "$ms" \
-        "$p9" >> "$TABLE"
-      result "http.$subj.c$c.vs_$other.req_per_cpu_s" "$pc"
-      result "http.$subj.c$c.vs_$other.req_s" "$ms"
-      result "http.$subj.c$c.vs_$other.p99" "$p9"
+  # Each backend of cohost against the others, from the same runs.
+  local subj other pc ms p9
+  for subj in cohost cohost_uring; do
+    [ -n "${PORT[$subj]:-}" ] || continue
+    printf "\n  %-32s %6s %12s %10s %8s\n" "${LABEL[$subj]} vs" conns req/CPU-s req/s p99 \
+      >> "$TABLE"
+    for c in $HTTP_CONNS; do
+      for other in nginxlua nginx; do
+        [ -n "${PORT[$other]:-}" ] || continue
+        pc=$(fmt "$(run_ratio RUN "$subj" "$other" "$c" "$HTTP_REPS")" 2)
+        ms=$(fmt "$(run_ratio RUNRATE "$subj" "$other" "$c" "$HTTP_REPS")" 2)
+        p9=$(ratio "$(median ${P99[$subj.$c]:-})" "$(median ${P99[$other.$c]:-})")
+        printf "  %-32s %6s %11sx %9sx %7sx\n" "${LABEL[$other]}" "$c" "$pc" "$ms" \
+          "$p9" >> "$TABLE"
+        result "http.$subj.c$c.vs_$other.req_per_cpu_s" "$pc"
+        result "http.$subj.c$c.vs_$other.req_s" "$ms"
+        result "http.$subj.c$c.vs_$other.p99" "$p9"
+      done
     done
   done
   note "higher is better for cohost in req/CPU-s and req/s, lower in p99;"
