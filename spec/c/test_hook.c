@@ -610,7 +610,12 @@ static void reuse_driver(void *arg) {
     ch_yield();  /* r1 runs and parks in read */
     CHECK(!u->r1_done);
     CHECK_EQ(close(a[0]), 0);
-    for (int k = 0; k < 1000 && !u->r1_done; k++) ch_yield();
+    /* Until r1 is done, by time, not by a count of yields: on the io_uring
+    ** backend r1's end is the cancelled read's completion, which the loop
+    ** reaps when it polls, and a yielding loop polls once its time budget
+    ** (1 ms) is spent, not every N switches. */
+    uint64_t until = ch_now_ns() + 2000000000u;
+    while (!u->r1_done && ch_now_ns() < until) ch_yield();
     CHECK(u->r1_done);
     CHECK_EQ(u->r1_rc, -1);
     CHECK_EQ(u->r1_err, EBADF);
