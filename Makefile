@@ -8,7 +8,7 @@ OPT     ?= -O2 -g
 ARCH    ?= $(shell uname -m)
 PREFIX  ?= /usr/local
 PORT    ?= 8080
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 40
 # Sanitizers, e.g. SAN=address,undefined (docs/sanitizers.md); empty: none.
 SAN     ?=
 # Stack mode of every scheduler the tests start (docs/stacks.md): copy or
@@ -224,7 +224,7 @@ bench:
 
 # The libFuzzer harnesses (spec/fuzz/README.md: HTTP parser, WebSocket
 # frames, RESP, a whole HTTP connection) with ASan + UBSan (clang), each
-# FUZZ_SECONDS long; make test runs each for 60 s.
+# FUZZ_SECONDS long; make test runs each for 40 s.
 fuzz: deps
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)
 

@@ -228,11 +228,11 @@ for spec in "${specs[@]}"; do
 done
 
 # The libFuzzer harnesses (spec/fuzz/README.md; ASan + UBSan), each
-# FUZZ_SECONDS long (default 60; 0 skips), two at a time, seeded with their
+# FUZZ_SECONDS long (default 40; 0 skips), two at a time, seeded with their
 # corpora and the kept reproducers. One test per harness: fuzz.sh says
 # "fuzz.sh: <harness>: ..., no crash" or "..., FAILED (...)" for each; a
 # run that ends without those lines (a build failure) counts as 1 failed.
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${FUZZ_SECONDS:-40}
 if [ "$FUZZ_SECONDS" -gt 0 ]; then
   echo "== scripts/fuzz.sh $FUZZ_SECONDS"
   # (fuzz.sh builds its own sanitizer build: SAN's settings stay out)
