@@ -328,7 +328,13 @@ static void taker_main(void *arg) {
 static void test_ring_copy_mode_receive_takes_the_ring(void **state) {
   (void)state;
   ring_on();
-  assert_int_equal(ch_sched_set_stack_mode(CH_STACK_COPY), 0);
+  int r = ch_sched_set_stack_mode(CH_STACK_COPY);
+  if (r == -ENOTSUP) {   /* a sanitizer build has no copy-stack mode */
+    ring_off();
+    fprintf(stderr, "skipped: no copy-stack mode in this build\n");
+    skip();
+  }
+  assert_int_equal(r, 0);
   int sv[2];
   th_socketpair(sv);
   struct taker t = { .fd = sv[0] };
