@@ -245,12 +245,12 @@ static int submit_head(struct ch_http_req *rq, int64_t clen, int default_ctype, 
   if (!s) return -ECONNRESET;
   int nobody = rq->status == 204 || rq->status == 304 || rq->status < 200;
   rq->nobody = (uint8_t)nobody;
-  char status[8], cl[24];
-  snprintf(status, sizeof status, "%d", rq->status);
+  char status[24], cl[24];
+  size_t stl = (size_t)ch_http_utoa((uint64_t)rq->status, status);   /* 100..999 */
   struct nvs a = { .cap = NV_STACK };
   a.v = a.small;
   size_t dl, had, svl = strlen(srv->server_hdr);
-  int r = nv_add(&a, ":status", 7, status, strlen(status));
+  int r = nv_add(&a, ":status", 7, status, stl);
   if (svl > 10 && !ch_http_header_get(rq, "server", 6, &had))   /* "Server: x\r\n" */
     r |= nv_add(&a, "server", 6, srv->server_hdr + 8, svl - 10);
   const char *date = date_value(&dl);
@@ -261,7 +261,7 @@ static int submit_head(struct ch_http_req *rq, int64_t clen, int default_ctype, 
   int trailers_only = !body && rq->trl_len > 0;
   if (nobody) clen = 0;
   else if (clen >= 0 && !trailers_only && !ch_http_header_get(rq, "content-length", 14, &had))
-    r |= nv_add(&a, "content-length", 14, cl, (size_t)snprintf(cl, sizeof cl, "%lld", (long long)clen));
+    r |= nv_add(&a, "content-length", 14, cl, (size_t)ch_http_utoa((uint64_t)clen, cl));
   if (trailers_only) r |= nv_lines(&a, rq->trl, rq, 1, rq->trl_len);
   if (r < 0) {
     nv_free(&a);

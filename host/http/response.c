@@ -129,9 +129,9 @@ const char *ch_http_reason(int status)
   }
 }
 
-/* Writes the decimal digits of v at out; returns how many. printf costs
-** ~300 instructions a call, and a response head needs two numbers. */
-static int utoa(uint64_t v, char *out)
+/* printf costs ~300 instructions a call, and a response head needs two
+** numbers (h2_response.c's too). */
+int ch_http_utoa(uint64_t v, char *out)
 {
   char tmp[24];
   int n = 0;
@@ -146,7 +146,7 @@ static int status_line(int status, char *out)
   const char *r = ch_http_reason(status);
   size_t rl = strlen(r);
   memcpy(out, "HTTP/1.1 ", 9);
-  int n = 9 + utoa((uint64_t)status, out + 9);
+  int n = 9 + ch_http_utoa((uint64_t)status, out + 9);
   out[n++] = ' ';
   memcpy(out + n, r, rl);
   n += (int)rl;
@@ -324,7 +324,7 @@ static void build_head(struct ch_http_req *rq, struct obuf *out, int64_t clen, i
   } else if (clen >= 0) {
     if (hx_find(rq, "content-length", 14, 0) < 0) {
       PUT("Content-Length: ", 16);
-      p += utoa((uint64_t)clen, p);
+      p += ch_http_utoa((uint64_t)clen, p);
       PUT("\r\n", 2);
     }
   } else if (rq->h.version_minor >= 1) {

@@ -69,6 +69,9 @@ void ch_http_answer_error(struct ch_http_conn *c, int status);
 
 /* The reason phrase of status ("Not Found"), "Unknown" for others. */
 const char *ch_http_reason(int status);
+/* Writes the decimal digits of v at out (20 bytes suffice), no NUL;
+** returns how many. */
+int ch_http_utoa(uint64_t v, char *out);
 
 /* Frees rq's header lines and pending body. */
 void ch_http_req_release(struct ch_http_req *rq);
