@@ -713,7 +713,7 @@ static int tcp_setkeepalive(lua_State *L)
   if (size <= 0 || size > INT_MAX)
     return luaL_argerror(L, n, lua_pushfstring(L, "bad \"pool_size\" option value: %d", (int)size));
   struct ch_worker *w = ch_worker_self;
-  if ((w && w->stopping) || !ch_keepalive_quiet(u->s.fd) || (u->s.ssl && SSL_pending(u->s.ssl))) {
+  if ((w && w->stopping) || !ch_keepalive_quiet(u->s.fd) || (u->s.ssl && SSL_has_pending(u->s.ssl))) {
     /* Shutting down: close instead, as OpenResty does while exiting. */
     int dubious = !(w && w->stopping);
     ch_socket_finalize(u);

@@ -181,9 +181,13 @@ describe("a TLS listener", function()
     local port = tls_echo()
     local s = dial(port)
     s:send("GET / HTTP/1.0\r\n\r\n")   -- plain text to a TLS port
+    -- The close comes as a reset (bytes left unread) or a plain end of
+    -- stream (the TLS layer read them all): either way receive returns,
+    -- with at most an alert and never a plain-text answer.
     local data, err = s:receive("*a")
-    assert.is_nil(data)   -- an alert at most, then the close
-    assert.is_string(err)
+    assert.is_true(data ~= nil or type(err) == "string")
+    assert.are_not.equal("timeout", err)
+    assert.is_nil((data or ""):find("HTTP/", 1, true))
     local s2 = dial(port)
     assert(s2:sslhandshake(false, "localhost", true, nil, { ca_file = ca }))
   end)
