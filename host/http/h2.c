@@ -19,14 +19,13 @@
 #include "proc/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
+#include "http/h2_batch.h"
 #include "http/response.h"
 
 #define PREFACE       "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define PREFACE_LEN   24
 #define READ_WANT     16384       /* room asked of the stream per read: a
                                   ** full frame at the default frame size */
-#define WBUF_SIZE     32768       /* the writer's batch: frames gathered
-                                  ** into one write */
 #define CONN_WINDOW   (1 << 20)   /* connection receive window: DATA is
                                   ** acknowledged at once on the connection
                                   ** (per stream only as handlers read), so
@@ -587,40 +586,23 @@ static void writer_main(void *arg)
 {
   struct ch_h2_conn *h = arg;
   struct ch_http_conn *c = h->c;
-  size_t cap = WBUF_SIZE, len = 0;
-  char *buf = NULL;
+  struct ch_h2_batch b = { 0 };
   for (;;) {
-    if (!buf && !(buf = malloc(cap = WBUF_SIZE))) break;
-    const uint8_t *p;
-    ssize_t n = nghttp2_session_mem_send(h->sess, &p);
+    ssize_t n = ch_h2_batch_fill(&b, h->sess);
     if (n < 0) {
       ch_log(CH_LOG_INFO, "http2: %s", nghttp2_strerror((int)n));
       break;
     }
     if (n > 0) {
-      if (len + (size_t)n > cap) {   /* a rare large HEADERS: grow */
-        size_t ncap = cap;
-        while (ncap < len + (size_t)n) ncap *= 2;
-        char *b = realloc(buf, ncap);
-        if (!b) break;
-        buf = b;
-        cap = ncap;
-      }
-      memcpy(buf + len, p, (size_t)n);   /* p lasts until the next mem_send */
-      len += (size_t)n;
-      if (len < cap / 2) continue;
-    }
-    if (len) {   /* a batch, or nothing more for now: write it */
-      int r = ch_stream_write(&c->s, buf, len, c->srv->send_ms);
-      len = 0;
+      int r = ch_stream_write(&c->s, b.buf, b.len, c->srv->send_ms);
+      b.len = 0;
       if (r < 0) break;
       continue;
     }
     if (h->closing || h->writer_stop) break;
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
       wake_reader(h);
-    free(buf);   /* an idle connection holds no batch buffer */
-    buf = NULL;
+    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
     /* No stream and nothing to send: the reader, parked on input, may
     ** now let the connection go idle with no coroutine (read_loop). */
     if (h->nstreams == 0) wake_reader(h);
@@ -629,7 +611,7 @@ static void writer_main(void *arg)
     h->writer_parked = NULL;
     if (r == -ECANCELED) break;
   }
-  free(buf);
+  ch_h2_batch_release(&b);
   h->writer_alive = 0;
   wake_reader(h);   /* a write that failed ends the reader too */
 }

@@ -11,12 +11,11 @@
 
 #include "cohost.h"
 #include "log.h"
+#include "http/h2_batch.h"
 #include "http/h2_client.h"
 
 #define READ_WANT     16384       /* room asked of the stream per read: a
                                   ** full frame at the default frame size */
-#define WBUF_SIZE     32768       /* the writer's batch: frames gathered
-                                  ** into one write */
 #define WRITE_MS      60000       /* a write that makes no progress for
                                   ** this long ends the connection */
 #define FLUSH_MS      1000        /* the writer's time to send what is left
@@ -292,32 +291,16 @@ static nghttp2_session_callbacks *callbacks(void)
 static void writer_main(void *arg)
 {
   struct ch_h2c *h = arg;
-  char *buf = NULL;
-  size_t cap = WBUF_SIZE, len = 0;
+  struct ch_h2_batch b = { 0 };
   for (;;) {
-    if (!buf && !(buf = malloc(cap = WBUF_SIZE))) break;
-    const uint8_t *p;
-    ssize_t n = nghttp2_session_mem_send(h->sess, &p);
+    ssize_t n = ch_h2_batch_fill(&b, h->sess);
     if (n < 0) {
       ch_log(CH_LOG_INFO, "http2 client: %s", nghttp2_strerror((int)n));
       break;
     }
     if (n > 0) {
-      if (len + (size_t)n > cap) {   /* a rare large HEADERS: grow */
-        size_t ncap = cap;
-        while (ncap < len + (size_t)n) ncap *= 2;
-        char *b = realloc(buf, ncap);
-        if (!b) break;
-        buf = b;
-        cap = ncap;
-      }
-      memcpy(buf + len, p, (size_t)n);   /* p lasts until the next mem_send */
-      len += (size_t)n;
-      if (len < cap / 2) continue;
-    }
-    if (len) {
-      int r = ch_stream_write(&h->s, buf, len, WRITE_MS);
-      len = 0;
+      int r = ch_stream_write(&h->s, b.buf, b.len, WRITE_MS);
+      b.len = 0;
       if (r < 0) break;
       continue;
     }
@@ -325,11 +308,10 @@ static void writer_main(void *arg)
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
         h->s.fd >= 0)
       shutdown(h->s.fd, SHUT_RDWR);
-    free(buf);   /* an idle connection holds no batch buffer */
-    buf = NULL;
+    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
     if (wait_on(&h->writer_parked, -1) == -ECANCELED) break;
   }
-  free(buf);
+  ch_h2_batch_release(&b);
   h->writer_alive = 0;
   if (h->s.fd >= 0) shutdown(h->s.fd, SHUT_RDWR);   /* ends the reader's fill */
   wake(&h->reader_parked);
