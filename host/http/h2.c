@@ -8,6 +8,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,10 +181,28 @@ void ch_h2_wake(struct ch_h2_stream *st)
 
 /* -- Streams ---------------------------------------------------------------- */
 
+/* Zeroes st but for the header spans and the error text, 2.6 KB of its
+** 3: spans are written before they are read (below nheaders) and the
+** text is a C string. calloc's memset of all of it was the largest single
+** cost of a request on an h2 connection (11% of its instructions). */
+static void stream_clear(struct ch_h2_stream *st)
+{
+  char *p = (char *)st;
+  size_t spans = offsetof(struct ch_h2_stream, rq.h.name);
+  size_t after_spans = offsetof(struct ch_h2_stream, rq.h.content_length);
+  size_t err = offsetof(struct ch_h2_stream, rq.err);
+  size_t after_err = err + sizeof st->rq.err;
+  memset(p, 0, spans);
+  memset(p + after_spans, 0, err - after_spans);
+  memset(p + after_err, 0, sizeof *st - after_err);
+  st->rq.err[0] = '\0';
+}
+
 static struct ch_h2_stream *stream_new(struct ch_h2_conn *h, int32_t id)
 {
-  struct ch_h2_stream *st = calloc(1, sizeof *st);
+  struct ch_h2_stream *st = malloc(sizeof *st);
   if (!st) return NULL;
+  stream_clear(st);
   st->conn = h;
   st->id = id;
   st->refs = 1;   /* nghttp2's, until on_stream_close */
