@@ -162,6 +162,7 @@ static int slab_new(struct ch_stack_class *c, struct ch_stack_pool *p)
     st->size = c->size;
     st->slab = s;
     st->index = i;
+    st->probe_turn = 0;
     STACK_REGISTER(st->base, (char *)st->base + st->size - 1);
     STACK_ROOT(st->base, st->size);
   }
@@ -194,22 +195,36 @@ int ch_stack_new(struct ch_stack_pool *p, size_t size, struct ch_stack *st)
   return 0;
 }
 
-/* Whether a coroutine went deeper than CH_STACK_KEEP on st: one of the
-** probe words under that depth is not zero. Pages never touched (fresh
-** from mmap or given back with madvise) read zero, and a coroutine that
-** went past the probes almost surely left a frame's return address or
-** saved register in one of them; a miss only keeps pages until
-** ch_stack_trim. Eight loads; the first on a fresh stack maps the zero
-** page, which costs no memory. */
-static int went_deep(const struct ch_stack *st)
+/* Whether a coroutine went deeper than CH_STACK_KEEP on st: the probe
+** word under that depth whose turn it is is not zero. Pages never touched
+** (fresh from mmap or given back with madvise) read zero, and a coroutine
+** that went past the probes almost surely left a frame's return address
+** or saved register in one of them. One load a free, not all eight: each
+** probe sits on a page of its own, and eight TLB misses per free were 2.6%
+** of an HTTP/2 server's CPU (a coroutine per request; perf). What a deep
+** descent leaves stays until madvise, so a later free of the same stack
+** reads the other probes: the nearest (where most deep descents show)
+** first, the whole set within CH_STACK_PROBES frees. The first read of a
+** fresh page maps the zero page, which costs no memory. */
+static int probe(const struct ch_stack *st, uint32_t i)
 {
   const char *top = (const char *)st->base + st->size;
-  for (int i = 0; i < CH_STACK_PROBES; i++) {
-    const uint64_t *w = (const uint64_t *)(top - CH_STACK_KEEP - (size_t)i * CH_STACK_PROBE_STEP) - 1;
-    PROBE_DEFINED(w, sizeof *w);
-    if (*(const volatile uint64_t *)w) return 1;
+  const uint64_t *w = (const uint64_t *)(top - CH_STACK_KEEP - (size_t)i * CH_STACK_PROBE_STEP) - 1;
+  PROBE_DEFINED(w, sizeof *w);
+  return *(const volatile uint64_t *)w != 0;
+}
+
+static int went_deep(struct ch_stack *st)
+{
+  /* The first free after the stack's pages were mapped (or given back)
+  ** reads all eight, so that the zero page is mapped under each at once:
+  ** faulting one a free would refault warm stacks burst after burst. */
+  if (st->probe_turn++ == 0) {
+    for (uint32_t i = 0; i < CH_STACK_PROBES; i++)
+      if (probe(st, i)) return 1;
+    return 0;
   }
-  return 0;
+  return probe(st, st->probe_turn % CH_STACK_PROBES);
 }
 
 void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
@@ -221,8 +236,10 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
   ** CH_STACK_WATERMARK warm stacks, so give back all but the top
   ** CH_STACK_KEEP at once (a warm stack stays warm where most
   ** coroutines run). */
-  if (st->size >= CH_STACK_KEEP + CH_STACK_PROBES * CH_STACK_PROBE_STEP && went_deep(st))
+  if (st->size >= CH_STACK_KEEP + CH_STACK_PROBES * CH_STACK_PROBE_STEP && went_deep(st)) {
     madvise(st->base, st->size - CH_STACK_KEEP, MADV_DONTNEED);
+    st->probe_turn = 0;   /* the probes' pages are unmapped again */
+  }
   if (c->nfree == c->cap) {
     size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
     struct ch_stack *f = realloc(c->free, cap * sizeof *f);
@@ -241,6 +258,7 @@ static void shed(struct ch_stack_class *c, size_t n)
   while (n > 0 && c->resident > CH_STACK_WATERMARK) {
     struct ch_stack *old = &c->free[c->nfree - c->resident];
     madvise(old->base, old->size, MADV_DONTNEED);
+    old->probe_turn = 0;
     c->resident--;
     n--;
   }

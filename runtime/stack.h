@@ -23,8 +23,9 @@
 #define CH_STACK_WATERMARK  256           /* free stacks kept resident per size */
 /* A freed stack whose coroutine went deeper than CH_STACK_KEEP from its
 ** top gives the pages below back at once (madvise): 64 KiB covers a Lua
-** handler's usual depth, a few KiB to about 20. Probed at CH_STACK_PROBES
-** words CH_STACK_PROBE_STEP apart below that depth. */
+** handler's usual depth, a few KiB to about 20. Probed at one of
+** CH_STACK_PROBES words CH_STACK_PROBE_STEP apart below that depth, a
+** different one at each free of the stack. */
 #define CH_STACK_KEEP       (64 * 1024)
 #define CH_STACK_PROBES     8
 #define CH_STACK_PROBE_STEP 4096
@@ -36,6 +37,8 @@ struct ch_stack {
   size_t size;              /* usable bytes; the top is base + size */
   struct ch_slab *slab;     /* owning slab, for owner bookkeeping */
   uint32_t index;           /* position in the slab */
+  uint32_t probe_turn;      /* frees so far: which probe word the next one
+                            ** reads (stack.c's went_deep) */
 };
 
 /* Free stacks of one size, per thread. */
