@@ -405,6 +405,13 @@ static int session_new(struct ch_h2c *h)
   nghttp2_option *opt;
   if (!cbs || nghttp2_option_new(&opt) != 0) return -1;
   nghttp2_option_set_no_auto_window_update(opt, 1);
+  /* Until the server's SETTINGS arrive its stream limit is unknown, and
+  ** nghttp2 would assume 100: a burst of requests on a new connection
+  ** to a server allowing fewer would be partly refused, and a request
+  ** with a function body cannot be sent again. One stream goes at once;
+  ** the rest wait in nghttp2's queue for the SETTINGS (sent with the
+  ** server's preface, so about one round trip), then for free slots. */
+  nghttp2_option_set_peer_max_concurrent_streams(opt, 1);
   int r = nghttp2_session_client_new2(&h->sess, cbs, h, opt);
   nghttp2_option_del(opt);
   if (r != 0) return -1;
