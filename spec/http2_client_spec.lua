@@ -315,6 +315,25 @@ describe("the HTTP/2 client against cohost's server over TLS", function()
     for i = 1, 6 do assert.are.equal(2, bodies[i]) end
   end)
 
+  it("gives the tasks waiting on a dial its error: one connection attempt for all of them", function()
+    -- A TLS origin that closes after the ClientHello: the handshake fails.
+    -- The tasks spawned after the first find its dial under way.
+    local accepted = 0
+    local _, port = h.serve(function(sock)
+      accepted = accepted + 1
+      sock:settimeout(10000)
+      sock:receiveany(65536)
+      sock:close()
+    end)
+    local errs = h.run_all(4, function()
+      local res, err = http.request(("https://localhost:%d/"):format(port), { ca_file = ca, timeout = 10000 })
+      return res and res.status or err
+    end)
+    for i = 2, 4 do assert.are.equal(errs[1], errs[i]) end
+    assert.is_string(errs[1])
+    assert.are.equal(1, accepted)
+  end)
+
   it("falls back to HTTP/1.1 where ALPN does not pick h2, and http2 = false never offers it", function()
     local h2port = serve(function(req, res) res:send("v" .. req.version) end, tls())
     local h1port = serve(function(req, res) res:send("v" .. req.version) end, tls { http2 = false })
