@@ -302,6 +302,33 @@ describe("the HTTP/2 client when a connection drops", function()
   end)
 end)
 
+describe("the HTTP/2 client with prior knowledge against a server that is not HTTP/2", function()
+  it("fails every request on the connection with a clear error, at once, and never pools it", function()
+    local port = serve(function(req, res) res:send("v" .. req.version) end, { http2 = false })
+    local url = ("http://127.0.0.1:%d/"):format(port)
+    local errs, took = h.run_all(3, function()
+      local res, err = http.request(url, h2c { timeout = 60000 })
+      return res and res.status or err
+    end)
+    for i = 1, 3 do assert.are.equal("the server does not speak HTTP/2", errs[i]) end
+    assert.is_true(took < 10)   -- not the 60 s timeout
+    -- HTTP/1.1 to the same origin is unaffected.
+    assert.are.equal("v1.1", assert(http.request(url, { timeout = 10000 })).body)
+  end)
+
+  it("says so against Python's http.server too", function()
+    local port = h.free_port()
+    local pid, log = h.spawn("exec /usr/bin/python3 -m http.server --bind 127.0.0.1 " .. port)
+    h.defer(function() h.stop_pid(pid) end)
+    h.wait_port(port, log)
+    local t0 = cohost.monotonic()
+    local res, err = http.request(("http://127.0.0.1:%d/"):format(port), h2c { timeout = 60000 })
+    assert.is_nil(res)
+    assert.are.equal("the server does not speak HTTP/2", err)
+    assert.is_true(cohost.monotonic() - t0 < 10)
+  end)
+end)
+
 describe("the HTTP/2 client against cohost's server over TLS", function()
 
   it("negotiates h2 by ALPN on https, verified against ca_file", function()
