@@ -14,7 +14,8 @@
 **   st:reset(); st:close()
 ** Errors: "timeout", "closed" (the connection is gone), "refused" (the
 ** server did not process the request: it may be sent again), "reset:
-** <HTTP/2 error code>", "bad response head", "no memory".
+** <HTTP/2 error code>", "bad response head", "no memory", "the server
+** does not speak HTTP/2" (its first bytes were no SETTINGS frame).
 */
 #include <errno.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static int fail(lua_State *L, int r, const struct ch_h2c_stream *st)
   case -ECONNREFUSED: return ch_lib_fail(L, "refused");
   case -EPROTO: return ch_lib_fail(L, "bad response head");
   case -ENOMEM: return ch_lib_fail(L, "no memory");
+  case -EPROTONOSUPPORT: return ch_lib_fail(L, "the server does not speak HTTP/2");
   case -ECONNRESET:
     lua_pushnil(L);
     lua_pushfstring(L, "reset: %s", nghttp2_http2_strerror(st ? st->close_code : 0));

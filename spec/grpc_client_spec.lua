@@ -182,6 +182,68 @@ describe("grpc.channel against a cohost gRPC server in this process", function()
     end
   end)
 
+  it("cancels a call while its connection is being dialled: the dial ends, a call waiting on it dials anew", function()
+    -- The origin is a TCP relay whose first connection takes the
+    -- ClientHello and never answers (a TLS handshake that does not end);
+    -- later connections go through to a cohost gRPC server.
+    local real = h.http_serve(server(), { http2 = true, ssl_cert = cert, ssl_key = key })
+    local accepted, hello, first_closed = 0, false, false
+    local _, port = h.serve(function(sock)
+      accepted = accepted + 1
+      sock:settimeout(20000)
+      if accepted == 1 then
+        hello = sock:receiveany(65536) ~= nil
+        first_closed = sock:receiveany(65536) == nil   -- the client let go
+        return
+      end
+      local up = assert(h.connect(real))
+      cohost.spawn(function()
+        while true do
+          local d = up:receiveany(65536)
+          if not d or not sock:send(d) then break end
+        end
+        sock:close()
+      end)
+      while true do
+        local d = sock:receiveany(65536)
+        if not d or not up:send(d) then break end
+      end
+      up:close()
+    end)
+    local ch = grpc.channel("https://localhost:" .. port, { ca_file = ca, connect_timeout = 60000 })
+    local coros = cohost.stats().coros
+    local c = ch:bidi("/t.Meta/Echo")   -- its task dials now
+    -- Spawned after the call's task: it finds that dial under way and
+    -- waits for it (not for its connect_timeout: the wait below is shorter).
+    local waited
+    local waiter = cohost.spawn(function()
+      local reply, werr = ch:unary("/t.Meta/Echo", "after")
+      waited = true
+      return reply, werr
+    end)
+    assert(h.wait_for(function() return hello end, 10), "the dial never reached the server")
+    local t0 = cohost.monotonic()
+    c:cancel()
+    local msg, err = c:recv()
+    assert.is_nil(msg)
+    assert.are.equal(grpc.status.CANCELLED, err.code)
+    assert.is_true(cohost.monotonic() - t0 < 10)   -- not connect_timeout's 60 s
+    assert(h.wait_for(function() return first_closed end, 10), "the cancelled dial's connection stayed open")
+    assert(h.wait_for(function() return waited end, 10), "the call waiting on the dial is stuck")
+    local ok, reply, werr = cohost.wait(waiter)
+    assert.is_true(ok)
+    assert.is_nil(werr)
+    assert.are.equal("after", reply)
+    assert.are.equal(2, accepted)
+    assert.are.equal("again", ch:unary("/t.Meta/Echo", "again"))
+    assert.are.equal(2, accepted)   -- the waiter's connection is the origin's
+    -- The call's task ended; what is left is the new connection's reader
+    -- and writer, and the relay's and server's side of it.
+    require("cohost.http.client_h2").close_all()
+    assert(h.wait_for(function() return cohost.stats().coros <= coros end, 10),
+      "coroutines left: " .. cohost.stats().coros - coros)
+  end)
+
   it("calls over https:// with the server's certificate verified, and refuses an unknown CA", function()
     local port = h.http_serve(server(), { http2 = true, ssl_cert = cert, ssl_key = key })
     local ch = grpc.channel("https://127.0.0.1:" .. port, { timeout = 10000, ca_file = ca })

@@ -94,20 +94,62 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal(1, count(peers))
   end)
 
-  it("keeps streams past the server's SETTINGS_MAX_CONCURRENT_STREAMS waiting their turn", function()
-    local running, most = 0, 0
-    local port, peers = serve(function(_, res)
+  it("queues streams past the server's SETTINGS_MAX_CONCURRENT_STREAMS on the one connection, body writers included", function()
+    -- K slots, N = 4K + 1 requests from N tasks, each a POST whose
+    -- function body (not sent again if refused) is over the 64 KiB a
+    -- queued stream buffers, so its writer waits while the stream is
+    -- queued. The server holds each stream until its batch of K has
+    -- arrived (the last batch: until all have): only streams that wait
+    -- their turn get answers; a stream sent past the limit would be
+    -- refused, and the request would fail with "refused".
+    local K, N, PIECE, PIECES = 2, 9, 16384, 6
+    local arrived, running, most = 0, 0, 0
+    local port, peers = serve(function(req, res)
       running = running + 1
       if running > most then most = running end
-      cohost.sleep(0.02)
+      local body = assert(req:body())
+      arrived = arrived + 1
+      local full = math.min(N, math.ceil(arrived / K) * K)
+      assert(h.wait_for(function() return arrived >= full end, 10), "batch never filled")
       running = running - 1
-      res:send("ok")
-    end, { http2_max_concurrent_streams = 2 })
-    local bodies = h.run_all(8, function()
-      return assert(http.request(("http://127.0.0.1:%d/"):format(port), H2C)).body
+      res:send(req.query.n .. ":" .. #body)
+    end, { http2_max_concurrent_streams = K })
+    local bodies = h.run_all(N, function(i)
+      local sent = 0
+      local res, err = http.request(("http://127.0.0.1:%d/?n=%d"):format(port, i), h2c {
+        method = "POST",
+        body = function()
+          sent = sent + 1
+          if sent <= PIECES then return ("x"):rep(PIECE) end
+        end,
+      })
+      return res and res.body or err
     end)
-    for i = 1, 8 do assert.are.equal("ok", bodies[i]) end
-    assert.are.equal(2, most)
+    for i = 1, N do assert.are.equal(i .. ":" .. PIECE * PIECES, bodies[i]) end
+    assert.are.equal(K, most)
+    assert.are.equal(1, count(peers))
+  end)
+
+  it("times out a request while it is queued past the stream limit: it is never sent, the queue goes on", function()
+    local release, paths = false, {}
+    local port, peers = serve(function(req, res)
+      paths[#paths + 1] = req.path
+      if req.path == "/held" then assert(h.wait_for(function() return release end, 10)) end
+      res:send(req.path)
+    end, { http2_max_concurrent_streams = 1 })
+    local url = "http://127.0.0.1:" .. port
+    assert.are.equal("/first", assert(http.request(url .. "/first", H2C)).body)   -- SETTINGS in
+    local held = cohost.spawn(function() return assert(http.request(url .. "/held", H2C)).body end)
+    assert(h.wait_for(function() return #paths == 2 end, 10))
+    local res, err = http.request(url .. "/queued", h2c { timeout = 200 })
+    assert.is_nil(res)
+    assert.are.equal("timeout", err)
+    release = true
+    local ok, body = cohost.wait(held)
+    assert.is_true(ok)
+    assert.are.equal("/held", body)
+    assert.are.equal("/after", assert(http.request(url .. "/after", H2C)).body)
+    assert.are.same({ "/first", "/held", "/after" }, paths)
     assert.are.equal(1, count(peers))
   end)
 
@@ -260,6 +302,33 @@ describe("the HTTP/2 client when a connection drops", function()
   end)
 end)
 
+describe("the HTTP/2 client with prior knowledge against a server that is not HTTP/2", function()
+  it("fails every request on the connection with a clear error, at once, and never pools it", function()
+    local port = serve(function(req, res) res:send("v" .. req.version) end, { http2 = false })
+    local url = ("http://127.0.0.1:%d/"):format(port)
+    local errs, took = h.run_all(3, function()
+      local res, err = http.request(url, h2c { timeout = 60000 })
+      return res and res.status or err
+    end)
+    for i = 1, 3 do assert.are.equal("the server does not speak HTTP/2", errs[i]) end
+    assert.is_true(took < 10)   -- not the 60 s timeout
+    -- HTTP/1.1 to the same origin is unaffected.
+    assert.are.equal("v1.1", assert(http.request(url, { timeout = 10000 })).body)
+  end)
+
+  it("says so against Python's http.server too", function()
+    local port = h.free_port()
+    local pid, log = h.spawn("exec /usr/bin/python3 -m http.server --bind 127.0.0.1 " .. port)
+    h.defer(function() h.stop_pid(pid) end)
+    h.wait_port(port, log)
+    local t0 = cohost.monotonic()
+    local res, err = http.request(("http://127.0.0.1:%d/"):format(port), h2c { timeout = 60000 })
+    assert.is_nil(res)
+    assert.are.equal("the server does not speak HTTP/2", err)
+    assert.is_true(cohost.monotonic() - t0 < 10)
+  end)
+end)
+
 describe("the HTTP/2 client against cohost's server over TLS", function()
 
   it("negotiates h2 by ALPN on https, verified against ca_file", function()
@@ -271,6 +340,25 @@ describe("the HTTP/2 client against cohost's server over TLS", function()
       return assert(http.request(("https://localhost:%d/"):format(port), { ca_file = ca })).version
     end)
     for i = 1, 6 do assert.are.equal(2, bodies[i]) end
+  end)
+
+  it("gives the tasks waiting on a dial its error: one connection attempt for all of them", function()
+    -- A TLS origin that closes after the ClientHello: the handshake fails.
+    -- The tasks spawned after the first find its dial under way.
+    local accepted = 0
+    local _, port = h.serve(function(sock)
+      accepted = accepted + 1
+      sock:settimeout(10000)
+      sock:receiveany(65536)
+      sock:close()
+    end)
+    local errs = h.run_all(4, function()
+      local res, err = http.request(("https://localhost:%d/"):format(port), { ca_file = ca, timeout = 10000 })
+      return res and res.status or err
+    end)
+    for i = 2, 4 do assert.are.equal(errs[1], errs[i]) end
+    assert.is_string(errs[1])
+    assert.are.equal(1, accepted)
   end)
 
   it("falls back to HTTP/1.1 where ALPN does not pick h2, and http2 = false never offers it", function()
@@ -296,8 +384,10 @@ end)
 -- nginx (one worker) with an h2c listener on a free port: static files,
 -- a location that resets its stream (return 444 is RST_STREAM on HTTP/2),
 -- one with a trailer, and keepalive_requests requests per connection
--- (then GOAWAY). Its access log lines are "$connection $request_uri".
-local function nginx(keepalive_requests)
+-- (then GOAWAY); extra: more of the server block. Its access log lines
+-- are "$connection $request_uri"; its error log is at level info (where
+-- nginx reports a stream it refused).
+local function nginx(keepalive_requests, extra)
   local d = h.tmpdir()
   local port = h.free_port()
   h.write_file(d .. "/index.html", "hello from nginx\n")
@@ -318,9 +408,10 @@ http {
     root %s;
     location /reset { return 444; }
     location /trail { add_trailer X-Sum abc; return 200 "trailed\n"; }
+    %s
   }
 }
-]]):format(d, d, d, d, d, d, d, port, d, keepalive_requests, d))
+]]):format(d, d, d, d, d, d, d, port, d, keepalive_requests, d, extra or ""))
   local pid, log = h.spawn(("exec nginx -p %s -c %s/nginx.conf"):format(d, d))
   h.defer(function()
     h.stop_pid(pid)
@@ -340,6 +431,7 @@ http {
     end, 10), "nginx logged too few requests")
     return lines
   end
+  function n.error_log() return h.try_slurp(d .. "/error.log") or "" end
   n.url = "http://127.0.0.1:" .. port
   return n
 end
@@ -378,6 +470,46 @@ describe("the HTTP/2 client against nginx's h2c", function()
     end
     assert.are.equal(N, count(seen))
     assert.is_true(count(conns) >= 3)
+  end)
+
+  it("queues streams past nginx's http2_max_concurrent_streams: none refused, one connection", function()
+    -- nginx allows K streams and proxies /held to a cohost server that
+    -- holds each request until its batch of K has arrived (the last
+    -- batch: until all have). A stream sent past the limit is refused
+    -- (nginx logs "concurrent streams exceeded"), and a POST with a
+    -- function body is not sent again: it would fail with "refused".
+    local K, N = 2, 7
+    local arrived, running, most = 0, 0, 0
+    local backend = h.http_serve(function(req, res)
+      running = running + 1
+      if running > most then most = running end
+      local body = assert(req:body())
+      arrived = arrived + 1
+      local full = math.min(N, math.ceil(arrived / K) * K)
+      assert(h.wait_for(function() return arrived >= full end, 10), "batch never filled")
+      running = running - 1
+      res:send(req.query.n .. ":" .. #body)
+    end)
+    local ng = nginx(1000, ("http2_max_concurrent_streams %d; location /held { proxy_pass http://127.0.0.1:%d; }")
+      :format(K, backend))
+    local bodies = h.run_all(N, function(i)
+      local sent = false
+      local res, err = http.request(ng.url .. "/held?n=" .. i, h2c {
+        method = "POST",
+        body = function()
+          if sent then return nil end
+          sent = true
+          return ("y"):rep(1000)
+        end,
+      })
+      return res and res.body or err
+    end)
+    for i = 1, N do assert.are.equal(i .. ":1000", bodies[i]) end
+    assert.are.equal(K, most)
+    local conns = {}
+    for _, l in ipairs(ng.log(N)) do conns[l[1]] = true end
+    assert.are.equal(1, count(conns))
+    assert.is_nil(ng.error_log():find("concurrent streams exceeded", 1, true))
   end)
 
   it("reports a stream nginx resets as nil, err, and goes on on the same connection", function()

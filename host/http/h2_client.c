@@ -44,6 +44,9 @@ struct ch_h2c {
                                   ** streams */
   uint8_t released;               /* the owner let go: GOAWAY once the
                                   ** last stream closes */
+  uint8_t bytes_in;               /* the server sent something */
+  uint8_t settings_in;            /* ... and its SETTINGS came: it speaks
+                                  ** HTTP/2 (what it sends first) */
   struct ch_coro *writer_parked;  /* the writer while it waits for work */
   struct ch_coro *reader_parked;  /* the reader while it waits for the
                                   ** writer to end */
@@ -128,10 +131,12 @@ static void stream_closed(struct ch_h2c_stream *st, uint32_t code)
   maybe_end(h);
 }
 
-/* Why st ended before what its caller waits for. */
+/* Why st ended before what its caller waits for. A connection that
+** ended after bytes that were no SETTINGS frame was not HTTP/2 (an
+** HTTP/1.1 server answering h2c's preface with a 400 or a 505). */
 static int stream_err(const struct ch_h2c_stream *st)
 {
-  if (st->gone) return -EPIPE;
+  if (st->gone) return st->h->bytes_in && !st->h->settings_in ? -EPROTONOSUPPORT : -EPIPE;
   if (st->close_code == NGHTTP2_REFUSED_STREAM) return -ECONNREFUSED;
   return -ECONNRESET;
 }
@@ -186,6 +191,7 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 {
   struct ch_h2c *h = ud;
+  if (f->hd.type == NGHTTP2_SETTINGS) h->settings_in = 1;
   if (f->hd.type == NGHTTP2_GOAWAY) {
     /* Streams above its last id are closed by nghttp2 as REFUSED_STREAM:
     ** the server did not process them. */
@@ -323,6 +329,7 @@ static void writer_main(void *arg)
 static int feed(struct ch_h2c *h)
 {
   size_t n = ch_stream_avail(&h->s);
+  h->bytes_in = 1;
   ssize_t r = nghttp2_session_mem_recv(h->sess, (const uint8_t *)ch_stream_data(&h->s), n);
   if (r < 0) {
     ch_log(CH_LOG_INFO, "http2 client: a server's connection failed: %s",
@@ -387,6 +394,13 @@ static int session_new(struct ch_h2c *h)
   nghttp2_option *opt;
   if (!cbs || nghttp2_option_new(&opt) != 0) return -1;
   nghttp2_option_set_no_auto_window_update(opt, 1);
+  /* Until the server's SETTINGS arrive its stream limit is unknown, and
+  ** nghttp2 would assume 100: a burst of requests on a new connection
+  ** to a server allowing fewer would be partly refused, and a request
+  ** with a function body cannot be sent again. One stream goes at once;
+  ** the rest wait in nghttp2's queue for the SETTINGS (sent with the
+  ** server's preface, so about one round trip), then for free slots. */
+  nghttp2_option_set_peer_max_concurrent_streams(opt, 1);
   int r = nghttp2_session_client_new2(&h->sess, cbs, h, opt);
   nghttp2_option_del(opt);
   if (r != 0) return -1;

@@ -23,6 +23,8 @@
 **
 ** Results are the runtime's: 0 or a count, or -errno: -ETIMEDOUT,
 ** -ECANCELED (the task was cancelled), -EPIPE (the connection is gone),
+** -EPROTONOSUPPORT (it ended after bytes that were no SETTINGS frame:
+** the server is not HTTP/2),
 ** -ECONNREFUSED (the server refused the stream, by RST_STREAM
 ** REFUSED_STREAM or a GOAWAY below it: it did not process the request,
 ** which may be sent again), -ECONNRESET (another reset: the stream's

@@ -569,6 +569,18 @@ local function handshake(sock, p)
   return true
 end
 
+-- Yields. fn(sock, ...); if it raises (the task killed), sock is closed
+-- before the error goes on: a dial cut short leaves no half-made
+-- connection for the garbage collector to find.
+local function closing_on_raise(fn, sock, ...)
+  local ok, a, b = pcall(fn, sock, ...)
+  if not ok then
+    sock:close()
+    error(a, 0)
+  end
+  return a, b
+end
+
 -- Yields. A connected socket for p (handshaked, for https), or nil, err.
 -- fresh skips pooled connections: each one taken from the pool is closed
 -- (they are probably as stale as the one that failed). A pooled https
@@ -577,12 +589,12 @@ local function dial(p, fresh)
   while true do
     local sock = cohost.tcp()
     sock:settimeouts(p.connect_timeout or 0, p.send_timeout or 0, p.read_timeout or 0)
-    local ok, err = sock:connect(p.host, p.port, p.pool)
+    local ok, err = closing_on_raise(sock.connect, sock, p.host, p.port, p.pool)
     if not ok then return nil, err end
     local reused = sock:getreusedtimes() > 0
     if not reused then
       if p.tls then
-        ok, err = handshake(sock, p)
+        ok, err = closing_on_raise(handshake, sock, p)
         if not ok then return nil, err end
       end
       return sock

@@ -210,12 +210,24 @@ local function usable(key)
   conns[key] = nil
 end
 
--- Yields. Waits for another task's dial to key, if one is under way.
+-- Yields. Waits while another task dials key. Returns true when no dial
+-- is (any longer) under way: the caller then looks for the connection or
+-- dials itself; or nil, err: that dial's error (its waiters share its
+-- outcome, as they would have dialed the same address), or "timeout"
+-- when the caller's connect_timeout passed first. A dial whose task was
+-- killed has no outcome: its waiters go on, and the first of them to run
+-- dials (the others wait for that one).
 local function await_dial(key, p)
-  local d = dialing[key]
-  if not d then return end
-  d.waiters = d.waiters + 1
-  d.sema:wait((p.connect_timeout or DEFAULT_MS) / 1000)
+  local ms = p.connect_timeout
+  local limited = ms and ms > 0
+  while true do
+    local d = dialing[key]
+    if not d then return true end
+    d.waiters = d.waiters + 1
+    local ok = d.sema:wait((limited and ms or DEFAULT_MS) / 1000)
+    if not ok and limited then return nil, "timeout" end
+    if d.err then return nil, d.err end
+  end
 end
 
 -- Yields. A new connection for p through client.lua's dial (which offers
@@ -225,9 +237,14 @@ local function connect(p, dial)
   local key = p.pool.pool
   local d = { sema = semaphore.new(0), waiters = 0 }
   dialing[key] = d
-  local sock, err = dial(p, false)
-  dialing[key] = nil
+  -- A raise (this task killed during the connect or the handshake) must
+  -- end the dial too: left in dialing, its waiters would sit out their
+  -- connect_timeout, and so would every later request to key.
+  local ok, sock, err = pcall(dial, p, false)
+  if dialing[key] == d then dialing[key] = nil end
+  if ok and not sock then d.err = err end
   if d.waiters > 0 then d.sema:post(d.waiters) end
+  if not ok then error(sock, 0) end
   if not sock then return nil, err end
   if p.tls then
     local info = sock:getreusedtimes() == 0 and sock:sslinfo()
@@ -263,7 +280,8 @@ function M.request(p, dial, ui)
   for attempt = 1, MAX_TRIES do
     local conn = usable(key)
     if not conn then
-      await_dial(key, p)
+      local free, err = await_dial(key, p)
+      if not free then return nil, err end
       conn = usable(key)
       if not conn and p.tls and h1_only[key] then   -- that dial found HTTP/1.1
         local sock, err = dial(p, false)
