@@ -3,6 +3,7 @@
 #ifndef CH_CORO_H
 #define CH_CORO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cohost.h"
@@ -19,27 +20,19 @@ enum ch_coro_state {
   CH_CORO_EXITED            /* fn returned; stack to reclaim */
 };
 
+/* Field order is cache order: what a message's park, wake and resume touch
+** (ch_sched_park, ch_unpark, pop_ready, the resume hook's udata, the
+** stack-depth check of each Lua C call, the lazy park timer) comes first,
+** in the struct's first 128 bytes, so a resume misses on two lines of it
+** (three when malloc puts it off a line boundary) instead of four or five:
+** at 1,000 connections each resumed coroutine's struct is cold
+** (scripts/bench/echo_misses.sh). Copy-mode and life-cycle fields follow. */
 struct ch_coro {
   struct ch_ctx ctx;        /* saved context while not running */
   struct ch_coro *next;     /* ready queue, dead list or free list link */
   struct ch_sched *sched;   /* owning scheduler; read-only */
-  void (*fn)(void *);       /* entry function; read-only */
-  void *arg;                /* its argument; read-only */
-  struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
-                            ** stack's, not owned */
-  struct ch_shared *shared; /* COPY mode: the shared stack it runs on;
-                            ** NULL: stack owns its own mapping */
-  void *saved;              /* COPY: heap image of [ctx.sp, top) while
-                            ** swapped out, maybe a delta against a
-                            ** reference (coro.c); owned */
-  struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
-                            ** for it (the caller's copies are on its
-                            ** stack, which the loop cannot reach) */
-  struct ch_timer timer;    /* timeout of parks; may stay armed after one
-                            ** (see ch_sched_park) */
-  uint64_t deadline;        /* current park's deadline, ns; 0: none */
   void *udata;              /* embedder's pointer */
-  int id;                   /* > 0; read-only */
+  uint64_t deadline;        /* current park's deadline, ns; 0: none */
   uint8_t state;            /* enum ch_coro_state */
   uint8_t may_yield;        /* hooks may park it (default 1) */
   uint8_t cancelled;        /* ch_cancel was called */
@@ -49,12 +42,31 @@ struct ch_coro {
                             ** image (coro.c), not the bytes themselves */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
+  struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
+                            ** stack's, not owned */
+  struct ch_timer timer;    /* timeout of parks; may stay armed after one
+                            ** (see ch_sched_park) */
+  void (*fn)(void *);       /* entry function; read-only */
+  void *arg;                /* its argument; read-only */
+  struct ch_shared *shared; /* COPY mode: the shared stack it runs on;
+                            ** NULL: stack owns its own mapping */
+  void *saved;              /* COPY: heap image of [ctx.sp, top) while
+                            ** swapped out, maybe a delta against a
+                            ** reference (coro.c); owned */
+  struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
+                            ** for it (the caller's copies are on its
+                            ** stack, which the loop cannot reach) */
+  int id;                   /* > 0; read-only */
   /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
   ** bytes, one malloc chunk of 256 per coroutine, not 272. */
   uint32_t saved_len;       /* COPY: bytes of stack saved; 0 while on the
                             ** stack */
   uint32_t saved_cap;       /* COPY: bytes allocated at saved */
 };
+
+_Static_assert(offsetof(struct ch_coro, timer) + offsetof(struct ch_timer, heap_index)
+               < 128, "the fields a resume touches fit in two lines");
+_Static_assert(sizeof(struct ch_coro) <= 248, "one 256-byte malloc chunk per coroutine");
 
 /* Allocates a NEW coroutine with a stack from s's pool. Returns NULL and
 ** sets *err to -errno on failure. */
