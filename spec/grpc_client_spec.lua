@@ -196,19 +196,7 @@ describe("grpc.channel against a cohost gRPC server in this process", function()
         first_closed = sock:receiveany(65536) == nil   -- the client let go
         return
       end
-      local up = assert(h.connect(real))
-      cohost.spawn(function()
-        while true do
-          local d = up:receiveany(65536)
-          if not d or not sock:send(d) then break end
-        end
-        sock:close()
-      end)
-      while true do
-        local d = sock:receiveany(65536)
-        if not d or not up:send(d) then break end
-      end
-      up:close()
+      h.relay(sock, assert(h.connect(real)))
     end)
     local ch = grpc.channel("https://localhost:" .. port, { ca_file = ca, connect_timeout = 60000 })
     local coros = cohost.stats().coros

@@ -524,6 +524,26 @@ function M.connect_retry(where, timeout_ms, limit)
   return M.eventually(function() return M.try_connect(where, timeout_ms) end, limit or 15)
 end
 
+-- Relays bytes both ways between sock and up until either side ends,
+-- then closes both; up to sock runs on a task of its own. drop(), if
+-- given, is asked before each piece from sock goes up: true ends the
+-- relay there (a connection that drops mid-way).
+function M.relay(sock, up, drop)
+  cohost.spawn(function()
+    while true do
+      local d = up:receiveany(65536)
+      if not d or not sock:send(d) then break end
+    end
+    sock:close()
+  end)
+  while true do
+    local d = sock:receiveany(65536)
+    if not d or (drop and drop()) or not up:send(d) then break end
+  end
+  up:close()
+  sock:close()
+end
+
 -- h.try_connect that raises if the connection fails.
 function M.connect(where, timeout_ms)
   return assert(M.try_connect(where, timeout_ms))

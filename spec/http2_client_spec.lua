@@ -47,6 +47,26 @@ local function tls(opts)
   return opts
 end
 
+-- A handler that holds each request (reading its body first) until the
+-- batch of K it belongs to has arrived (the last batch: until all N
+-- have), then answers "n:bytes"; and a function that says the most
+-- requests it held at once. Only streams that wait their turn get
+-- answers: one sent past a stream limit of K would be refused.
+local function batch_holder(K, N)
+  local arrived, running, most = 0, 0, 0
+  local function hold(req, res)
+    running = running + 1
+    if running > most then most = running end
+    local body = assert(req:body())
+    arrived = arrived + 1
+    local full = math.min(N, math.ceil(arrived / K) * K)
+    assert(h.wait_for(function() return arrived >= full end, 10), "batch never filled")
+    running = running - 1
+    res:send(req.query.n .. ":" .. #body)
+  end
+  return hold, function() return most end
+end
+
 -- A cohost HTTP server whose handler(req, res) runs after the request's
 -- peer (one per connection) is counted in the returned set.
 local function serve(handler, opts)
@@ -103,17 +123,8 @@ describe("the HTTP/2 client against cohost's server", function()
     -- their turn get answers; a stream sent past the limit would be
     -- refused, and the request would fail with "refused".
     local K, N, PIECE, PIECES = 2, 9, 16384, 6
-    local arrived, running, most = 0, 0, 0
-    local port, peers = serve(function(req, res)
-      running = running + 1
-      if running > most then most = running end
-      local body = assert(req:body())
-      arrived = arrived + 1
-      local full = math.min(N, math.ceil(arrived / K) * K)
-      assert(h.wait_for(function() return arrived >= full end, 10), "batch never filled")
-      running = running - 1
-      res:send(req.query.n .. ":" .. #body)
-    end, { http2_max_concurrent_streams = K })
+    local hold, most = batch_holder(K, N)
+    local port, peers = serve(hold, { http2_max_concurrent_streams = K })
     local bodies = h.run_all(N, function(i)
       local sent = 0
       local res, err = http.request(("http://127.0.0.1:%d/?n=%d"):format(port, i), h2c {
@@ -126,7 +137,7 @@ describe("the HTTP/2 client against cohost's server", function()
       return res and res.body or err
     end)
     for i = 1, N do assert.are.equal(i .. ":" .. PIECE * PIECES, bodies[i]) end
-    assert.are.equal(K, most)
+    assert.are.equal(K, most())
     assert.are.equal(1, count(peers))
   end)
 
@@ -258,20 +269,7 @@ local function dropping_relay(drop)
   local _, port = h.serve(function(sock)
     accepted = accepted + 1
     local n = accepted
-    local up = assert(h.connect(real))
-    cohost.spawn(function()
-      while true do
-        local d = up:receiveany(65536)
-        if not d or not sock:send(d) then break end
-      end
-      sock:close()
-    end)
-    while true do
-      local d = sock:receiveany(65536)
-      if not d or drop(n) or not up:send(d) then break end
-    end
-    up:close()
-    sock:close()
+    h.relay(sock, assert(h.connect(real)), function() return drop(n) end)
   end)
   return port, function() return accepted end
 end
@@ -479,17 +477,8 @@ describe("the HTTP/2 client against nginx's h2c", function()
     -- (nginx logs "concurrent streams exceeded"), and a POST with a
     -- function body is not sent again: it would fail with "refused".
     local K, N = 2, 7
-    local arrived, running, most = 0, 0, 0
-    local backend = h.http_serve(function(req, res)
-      running = running + 1
-      if running > most then most = running end
-      local body = assert(req:body())
-      arrived = arrived + 1
-      local full = math.min(N, math.ceil(arrived / K) * K)
-      assert(h.wait_for(function() return arrived >= full end, 10), "batch never filled")
-      running = running - 1
-      res:send(req.query.n .. ":" .. #body)
-    end)
+    local hold, most = batch_holder(K, N)
+    local backend = h.http_serve(hold)
     local ng = nginx(1000, ("http2_max_concurrent_streams %d; location /held { proxy_pass http://127.0.0.1:%d; }")
       :format(K, backend))
     local bodies = h.run_all(N, function(i)
@@ -505,7 +494,7 @@ describe("the HTTP/2 client against nginx's h2c", function()
       return res and res.body or err
     end)
     for i = 1, N do assert.are.equal(i .. ":1000", bodies[i]) end
-    assert.are.equal(K, most)
+    assert.are.equal(K, most())
     local conns = {}
     for _, l in ipairs(ng.log(N)) do conns[l[1]] = true end
     assert.are.equal(1, count(conns))
