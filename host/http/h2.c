@@ -185,6 +185,12 @@ void ch_h2_wake(struct ch_h2_stream *st)
 ** 3: spans are written before they are read (below nheaders) and the
 ** text is a C string. calloc's memset of all of it was the largest single
 ** cost of a request on an h2 connection (11% of its instructions). */
+_Static_assert(offsetof(struct ch_http_head, value) ==
+               offsetof(struct ch_http_head, name) + sizeof ((struct ch_http_head *)0)->name &&
+               offsetof(struct ch_http_head, content_length) ==
+               offsetof(struct ch_http_head, value) + sizeof ((struct ch_http_head *)0)->value,
+               "stream_clear skips name[] and value[] as one run");
+
 static void stream_clear(struct ch_h2_stream *st)
 {
   char *p = (char *)st;
