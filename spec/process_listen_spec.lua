@@ -128,3 +128,131 @@ describe("--processes with", function()
     assert.truthy(err:lower():find("no such file or directory", 1, true), err)
   end)
 end)
+
+-- TCP listeners belong to the master too (master_listen.h): each worker's
+-- socket is handed to the same worker of the next generation, and to a
+-- worker's replacement, with what the kernel queued on it. The script
+-- answers "ANSWER pid=P"; /spin marks DIR/spinning and then keeps its
+-- worker busy, never yielding, until DIR/release exists, so that the
+-- connections made meanwhile wait in the kernel's queue, unaccepted;
+-- /wait marks DIR/waiting and sleeps (yielding) until DIR/release exists.
+local function tcp_app(answer, dir, extra)
+  return ([[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local port, answer, dir = tonumber(arg[1]), %q, %q
+local pid = io.open("/proc/self/stat"):read("*n")
+assert(http.listen("127.0.0.1:" .. port, function(req, res)
+  if req.path == "/spin" then
+    io.open(dir .. "/spinning", "w"):close()
+    while not io.open(dir .. "/release") do end
+  elseif req.path == "/wait" then
+    io.open(dir .. "/waiting", "w"):close()
+    while not io.open(dir .. "/release") do cohost.sleep(0.02) end
+  end
+  res:send(answer .. " pid=" .. pid)
+end))
+]]):format(answer, dir) .. (extra or "") .. h.REPORT_PORT
+end
+
+describe("--processes 1 with a TCP port", function()
+  -- Sends GET /spin on a connection of its own and waits until the worker
+  -- spins; then opens n connections and sends each a GET /. Returns the
+  -- /spin socket and the n others.
+  local function busy_then_queue(p, dir, n)
+    local spin = h.dial(p.port, 20000)
+    assert(spin:send("GET /spin HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.is_true(h.wait_for(function() return h.try_slurp(dir .. "/spinning") end),
+                   "the worker did not start spinning: " .. h.slurp(p.err))
+    local queued = {}
+    for i = 1, n do
+      queued[i] = h.dial(p.port, 15000)
+      assert(queued[i]:send("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+    end
+    return spin, queued
+  end
+
+  it("a reload's new process takes over the socket, with the connections queued while the old one was busy", function()
+    local dir = h.tmpdir()
+    local path = h.tmpfile(tcp_app("gen1", dir))
+    local p = h.start_fixed_port("--processes 1 --shutdown-timeout 10", path)
+    local old = next(h.wait_workers(p, 1))
+    local spin, queued = busy_then_queue(p, dir, 5)
+    h.write_file(path, tcp_app("gen2", dir))
+    p.signal("HUP")
+    -- The old process still spins: only the new one can accept them. With
+    -- a socket of its own, they would wait for the old one's drain.
+    for i = 1, #queued do
+      local status, _, body = h.read_response(queued[i])
+      assert.equal(200, status, body)
+      assert.matches("^gen2 pid=%d+$", body)
+      assert.are_not.equal(old, tonumber(body:match("pid=(%d+)")))
+    end
+    h.write_file(dir .. "/release", "")
+    local status, _, body = h.read_response(spin)
+    assert.equal(200, status)
+    assert.equal("gen1 pid=" .. old, body)
+    assert.is_true(h.wait_for(function()
+      return h.slurp(p.err):find("old worker process 0 (pid " .. old .. ") exited with code 0", 1, true)
+    end, 20), h.slurp(p.err))
+    assert.matches("^gen2 ", select(3, h.get(p.port, "/")))
+  end)
+
+  it("a worker process killed with SIGKILL: its replacement serves the connections queued on its socket", function()
+    local dir = h.tmpdir()
+    local p = h.start_fixed_port("--processes 1", h.tmpfile(tcp_app("one", dir)))
+    local old = next(h.wait_workers(p, 1))
+    local _, queued = busy_then_queue(p, dir, 3)
+    os.execute("kill -KILL " .. old)
+    os.remove(dir .. "/spinning")
+    -- Not reset with the dead process's socket: the replacement answers.
+    for i = 1, #queued do
+      local status, _, body = h.read_response(queued[i])
+      assert.equal(200, status, body)
+      assert.matches("^one pid=%d+$", body)
+      assert.are_not.equal(old, tonumber(body:match("pid=(%d+)")))
+    end
+    assert.truthy(h.slurp(p.err):find("worker process 0 (pid " .. old .. ") was killed by signal SIGKILL", 1, true))
+  end)
+
+  it("SIGTERM: the master keeps no socket open, so new connections are refused once the worker stopped listening", function()
+    local dir = h.tmpdir()
+    local p = h.start_fixed_port("--processes 1 --shutdown-timeout 10", h.tmpfile(tcp_app("one", dir)))
+    h.wait_workers(p, 1)
+    -- A request in flight keeps the draining worker, and the master, alive.
+    local waiting = h.dial(p.port, 20000)
+    assert(waiting:send("GET /wait HTTP/1.1\r\nHost: x\r\n\r\n"))
+    assert.is_true(h.wait_for(function() return h.try_slurp(dir .. "/waiting") end), h.slurp(p.err))
+    p.signal("TERM")
+    local refused = h.wait_for(function()
+      local s, err = h.try_connect(p.port, 2000)
+      if s then s:close() end
+      return not s and tostring(err):find("refused")
+    end, 15)
+    assert.is_nil(p.exited(), h.slurp(p.err))
+    h.write_file(dir .. "/release", "")
+    assert.is_true(refused, "connections were still taken after the drain began: " .. h.slurp(p.err))
+    assert.equal(200, (h.read_response(waiting)))
+    assert.equal(0, (p.wait(20)))
+  end)
+
+  it("a failed reload closes the port only its script listened on; the old one serves on", function()
+    local dir = h.tmpdir()
+    local other = h.fixed_port()
+    local path = h.tmpfile(tcp_app("gen1", dir))
+    local p = h.start_fixed_port("--processes 1", path)
+    h.wait_workers(p, 1)
+    h.write_file(path, tcp_app("gen2", dir, ([[
+assert(http.listen("127.0.0.1:%d", function(req, res) res:send("other") end))
+error("this script fails after its listens")
+]]):format(other)))
+    p.signal("HUP")
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("reload failed", 1, true) end, 20),
+                   h.slurp(p.err))
+    local s, err = h.try_connect(other, 2000)
+    if s then s:close() end
+    assert.is_nil(s, "the failed script's port still takes connections")
+    assert.matches("refused", tostring(err))
+    assert.matches("^gen1 ", select(3, h.get(p.port, "/")))
+  end)
+end)

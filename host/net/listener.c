@@ -37,8 +37,9 @@
 /* -- Process-wide coordination --------------------------------------------- */
 
 /* Every worker runs the script's main chunk, so each calls listen() with
-** the same arguments and binds its own socket (SO_REUSEPORT spreads
-** connections between them). Two things need agreement between workers:
+** the same arguments and gets its own socket (SO_REUSEPORT spreads
+** connections between them), bound by itself or, with --processes, by the
+** master, which hands it to the next generation too. Two things need agreement between workers:
 ** the port a "port 0" listen got, and, for unix sockets, which cannot be
 ** bound twice, the one socket they all accept on (each worker gets a dup).
 ** Entries are keyed by the address string and by which listen() call with
@@ -113,9 +114,10 @@ static int claim_port(const char *spec, int nth, const union ch_addr *a, socklen
 ** the port with the other workers; with a fixed one, claims it first.
 ** Returns the fd or -errno. Never yields and never calls Lua while
 ** holding shared_lock. */
-static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen, int backlog)
+static int open_tcp(const char *spec, int nth, int worker, union ch_addr *a, socklen_t alen,
+                    int backlog)
 {
-  int one = 1, err = 0, made = 0;
+  int err = 0, made = 0;
   int zero_port = (a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port) == 0;
   pthread_mutex_lock(&shared_lock);
   struct shared *s = shared_get(spec, nth, &made);
@@ -141,20 +143,16 @@ static int open_tcp(const char *spec, int nth, union ch_addr *a, socklen_t alen,
     pthread_mutex_unlock(&shared_lock);
     return -err;
   }
-  int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  /* With --processes the master owns the socket (a reload's workers take
+  ** it over, queue and all: master_listen.h); else it is ours. */
+  int fd = ch_master_listen_tcp(spec, nth, worker, &a->sa, alen, backlog);
+  if (fd == -ENOSYS) fd = ch_listen_tcp(&a->sa, alen, backlog);
   if (fd < 0) {
-    err = errno;
+    err = -fd;
+    fd = -1;
   } else {
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-    if (a->sa.sa_family == AF_INET6)   /* nginx's ipv6only=on */
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-    if (bind(fd, &a->sa, alen) < 0 || listen(fd, backlog) < 0) {
-      err = errno;
-    } else {
-      socklen_t len = sizeof *a;
-      getsockname(fd, &a->sa, &len);
-    }
+    socklen_t len = sizeof *a;
+    getsockname(fd, &a->sa, &len);
   }
   if (made && !err)
     s->port = ntohs(a->sa.sa_family == AF_INET ? a->in.sin_port : a->in6.sin6_port);
@@ -450,7 +448,7 @@ int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
     else getsockname(fd, &a->sa, &len);
   } else {
     fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
-                                    : open_tcp(spec, nth, a, alen, backlog);
+                                    : open_tcp(spec, nth, w ? w->id : 0, a, alen, backlog);
   }
   if (fd < 0) {
     SSL_CTX_free(o->ssl_ctx);
@@ -489,8 +487,9 @@ struct queued {
 
 /* Accepts what is already queued on w's listeners, each holding a ref on
 ** its listener; returns how many (q grows as needed, *q may be NULL). A
-** listener that shares its port with another process (SO_REUSEPORT, a
-** reload's new workers) resets its queued connections when it closes:
+** listener that shares its port with other sockets (SO_REUSEPORT) resets
+** its queued connections when it is closed for good (at a stop; a reload
+** hands the socket on instead):
 ** Linux does not move them to the other sockets (unless the
 ** net.ipv4.tcp_migrate_req sysctl is on), so a drain serves them here. */
 static int take_queued(struct queued **q)

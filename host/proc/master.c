@@ -33,6 +33,7 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -235,6 +236,9 @@ static uint64_t drain_deadline(void)
 static void start_stop(int at_once)
 {
   for (int i = 0; i < ch_opts.processes; i++) restart_ms[i] = 0;
+  /* No worker will take over the TCP listeners: the last close of each
+  ** (its worker's, after it took what was queued) is the end of it. */
+  ch_mlisten_drop_workers(0, INT_MAX);
   if (at_once) {
     if (stopping == 2) return;
     stopping = 2;
@@ -293,6 +297,7 @@ static void abort_reload(void)
 {
   uint64_t deadline = drain_deadline();
   ch_notify("READY=1\nSTATUS=reload failed; serving generation %u", current_gen);
+  ch_mlisten_abort(generation);   /* what only the failed script listened on */
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {
       kids[i].role = ABORTED;
@@ -339,6 +344,14 @@ static void read_last_words(struct child *c)
     if (msg[0] == MSG_STARTED) c->started = 1;
 }
 
+/* The master's copies of worker process index's TCP listeners: with
+** none left, the kernel stops giving that process's sockets new
+** connections. */
+static void drop_listeners_of(int index)
+{
+  ch_mlisten_drop_workers(index * ch_opts.threads, (index + 1) * ch_opts.threads);
+}
+
 /* kids[k] was reaped: it leaves the table first, so nothing below signals
 ** its pid again (which the kernel may already have given to another
 ** process). */
@@ -373,10 +386,15 @@ static void child_ended(int k, int st)
   } else if (clean) {
     ch_log(CH_LOG_NOTICE, "master: worker process %d (pid %d) %s: its script ended, not restarted",
            c->index, (int)c->pid, why);
+    drop_listeners_of(c->index);
   } else {
     int i = c->index;
     if (now - c->born_ms >= STABLE_MS) backoff_ms[i] = BACKOFF_MIN_MS;
     int delay = backoff_ms[i];
+    /* Its TCP listeners wait for the replacement (what they queued is
+    ** served then) unless it keeps failing: then new connections go to
+    ** the other processes meanwhile. */
+    if (delay > BACKOFF_MIN_MS) drop_listeners_of(i);
     backoff_ms[i] = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
     restart_ms[i] = now + (uint64_t)delay;
     ch_log(CH_LOG_WARN, "master: worker process %d (pid %d) %s; restarting it in %.1f s",

@@ -24,12 +24,13 @@
 #include "worker.h"
 #include "proc/master_listen.h"
 
-enum { KIND_UNIX = 'u', KIND_PORT = 'p', KIND_CLAIM = 'c' };
+enum { KIND_UNIX = 'u', KIND_PORT = 'p', KIND_CLAIM = 'c', KIND_TCP = 't' };
 
 struct request {
   uint8_t type;                 /* CH_MASTER_MSG_LISTEN */
   uint8_t kind;                 /* KIND_* */
   int32_t nth;
+  int32_t worker;               /* KIND_TCP: the worker's id; else 0 */
   int32_t backlog;
   uint32_t alen;
   struct sockaddr_storage addr;
@@ -90,6 +91,23 @@ int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog)
   return fd;
 }
 
+int ch_listen_tcp(const struct sockaddr *a, socklen_t alen, int backlog)
+{
+  int one = 1;
+  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+  if (a->sa_family == AF_INET6)   /* nginx's ipv6only=on */
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (bind(fd, a, alen) < 0 || listen(fd, backlog) < 0) {
+    int e = errno;
+    close(fd);
+    return -e;
+  }
+  return fd;
+}
+
 int ch_listen_probe(const struct sockaddr *a, socklen_t alen)
 {
   /* SO_REUSEADDR (a TIME_WAIT left by an earlier run is no owner) but no
@@ -143,7 +161,8 @@ static int ask(const struct request *rq, int *fd)
   return m.rp.port;
 }
 
-static int make_request(struct request *rq, int kind, const char *key, int nth,
+/* Fills rq; worker is the asking worker's id for KIND_TCP, else 0. */
+static int make_request(struct request *rq, int kind, const char *key, int nth, int worker,
                         const void *a, socklen_t alen, int backlog)
 {
   size_t klen = strlen(key);
@@ -152,6 +171,7 @@ static int make_request(struct request *rq, int kind, const char *key, int nth,
   rq->type = CH_MASTER_MSG_LISTEN;
   rq->kind = (uint8_t)kind;
   rq->nth = nth;
+  rq->worker = worker;
   rq->backlog = backlog;
   rq->alen = alen;
   memcpy(&rq->addr, a, alen);
@@ -159,11 +179,22 @@ static int make_request(struct request *rq, int kind, const char *key, int nth,
   return 0;
 }
 
+int ch_master_listen_tcp(const char *key, int nth, int worker, const struct sockaddr *a,
+                         socklen_t alen, int backlog)
+{
+  struct request rq;
+  int fd, r = make_request(&rq, KIND_TCP, key, nth, worker, a, alen, backlog);
+  if (r < 0) return r;
+  r = ask(&rq, &fd);
+  if (r < 0) return r;
+  return fd >= 0 ? fd : -EPROTO;
+}
+
 int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
                           socklen_t alen, int backlog)
 {
   struct request rq;
-  int fd, r = make_request(&rq, KIND_UNIX, key, nth, a, alen, backlog);
+  int fd, r = make_request(&rq, KIND_UNIX, key, nth, 0, a, alen, backlog);
   if (r < 0) return r;
   r = ask(&rq, &fd);
   if (r < 0) return r;
@@ -173,7 +204,7 @@ int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
 int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
 {
   struct request rq;
-  int fd, r = make_request(&rq, KIND_PORT, key, nth, a, alen, 0);
+  int fd, r = make_request(&rq, KIND_PORT, key, nth, 0, a, alen, 0);
   if (r < 0) return r;
   r = ask(&rq, &fd);
   if (fd >= 0) close(fd);
@@ -183,7 +214,7 @@ int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, s
 int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
 {
   struct request rq;
-  int fd, r = make_request(&rq, KIND_CLAIM, key, nth, a, alen, 0);
+  int fd, r = make_request(&rq, KIND_CLAIM, key, nth, 0, a, alen, 0);
   if (r < 0) return r;
   r = ask(&rq, &fd);
   if (fd >= 0) close(fd);
@@ -196,20 +227,24 @@ struct entry {
   struct entry *next;
   int kind;
   int nth;
-  int fd;                       /* the unix listener, the port's holder;
-                                ** -1 for a claim */
+  int worker;                   /* KIND_TCP: the worker id it is for */
+  int fd;                       /* the unix or TCP listener, the port's
+                                ** holder; -1 for a claim */
   int port;                     /* KIND_PORT */
+  int backlog;                  /* KIND_TCP: as last listened with */
   unsigned gen;                 /* the newest generation that asked */
+  unsigned first_gen;           /* the generation that made it */
   struct sockaddr_un path;      /* KIND_UNIX: to unlink */
   char key[];
 };
 
 static struct entry *entries;
 
-static struct entry *find(int kind, const char *key, int nth)
+static struct entry *find(int kind, const char *key, int nth, int worker)
 {
   for (struct entry *e = entries; e; e = e->next)
-    if (e->kind == kind && e->nth == nth && strcmp(e->key, key) == 0) return e;
+    if (e->kind == kind && e->nth == nth && e->worker == worker && strcmp(e->key, key) == 0)
+      return e;
   return NULL;
 }
 
@@ -239,9 +274,13 @@ static int reserve(const struct sockaddr_storage *ss, socklen_t alen, int *port)
 /* Finds or makes the entry rq asks for. Returns it, or NULL with *err. */
 static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
 {
-  struct entry *e = find(rq->kind, rq->key, rq->nth);
+  int worker = rq->kind == KIND_TCP ? rq->worker : 0;
+  struct entry *e = find(rq->kind, rq->key, rq->nth, worker);
   if (e) {
     if (gen > e->gen) e->gen = gen;
+    /* A new script may ask for another backlog: listen() again sets it. */
+    if (e->kind == KIND_TCP && rq->backlog != e->backlog && listen(e->fd, rq->backlog) == 0)
+      e->backlog = rq->backlog;
     return e;
   }
   size_t klen = strlen(rq->key);
@@ -253,6 +292,9 @@ static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
   if (rq->kind == KIND_UNIX) {
     memcpy(&e->path, &rq->addr, sizeof e->path);
     r = fd = ch_listen_unix(&e->path, (socklen_t)rq->alen, rq->backlog);
+  } else if (rq->kind == KIND_TCP) {
+    /* The worker claimed the port (or got port 0 reserved) first. */
+    r = fd = ch_listen_tcp((const struct sockaddr *)&rq->addr, (socklen_t)rq->alen, rq->backlog);
   } else if (rq->kind == KIND_CLAIM) {
     /* The first ask for a fixed port, in any generation: nobody may
     ** listen there yet. Later asks (the other processes, restarts,
@@ -269,8 +311,10 @@ static struct entry *lookup(const struct request *rq, unsigned gen, int *err)
   }
   e->kind = rq->kind;
   e->nth = rq->nth;
+  e->worker = worker;
   e->fd = fd;
-  e->gen = gen;
+  e->backlog = rq->backlog;
+  e->gen = e->first_gen = gen;
   memcpy(e->key, rq->key, klen + 1);
   e->next = entries;
   entries = e;
@@ -285,13 +329,14 @@ void ch_mlisten_answer(int fd, const void *msg, size_t got, unsigned gen)
   memset(&rq, 0, sizeof rq);
   memcpy(&rq, msg, got < sizeof rq ? got : sizeof rq);
   rq.key[sizeof rq.key - 1] = 0;
-  if (got != sizeof rq || (rq.kind != KIND_UNIX && rq.kind != KIND_PORT && rq.kind != KIND_CLAIM) ||
+  if (got != sizeof rq ||
+      (rq.kind != KIND_UNIX && rq.kind != KIND_PORT && rq.kind != KIND_CLAIM && rq.kind != KIND_TCP) ||
       rq.alen > sizeof rq.addr)
     err = EPROTO;
   else
     e = lookup(&rq, gen, &err);
   struct reply_msg m;
-  reply_msg_init(&m, e && e->kind == KIND_UNIX);
+  reply_msg_init(&m, e && (e->kind == KIND_UNIX || e->kind == KIND_TCP));
   m.rp.err = err;
   if (e) m.rp.port = e->port;
   if (m.mh.msg_control) {
@@ -322,7 +367,34 @@ void ch_mlisten_retire(unsigned gen)
     struct entry *e = *p;
     if (e->gen < gen) {
       *p = e->next;
-      ch_log(CH_LOG_INFO, "master: the new workers do not listen on %s: closed", e->key);
+      if (e->kind != KIND_TCP)   /* one line an address, not one a worker */
+        ch_log(CH_LOG_INFO, "master: the new workers do not listen on %s: closed", e->key);
+      drop(e);
+    } else {
+      p = &e->next;
+    }
+  }
+}
+
+void ch_mlisten_abort(unsigned gen)
+{
+  for (struct entry **p = &entries; *p;) {
+    struct entry *e = *p;
+    if (e->first_gen == gen) {
+      *p = e->next;
+      drop(e);
+    } else {
+      p = &e->next;
+    }
+  }
+}
+
+void ch_mlisten_drop_workers(int lo, int hi)
+{
+  for (struct entry **p = &entries; *p;) {
+    struct entry *e = *p;
+    if (e->kind == KIND_TCP && e->worker >= lo && e->worker < hi) {
+      *p = e->next;
       drop(e);
     } else {
       p = &e->next;
