@@ -81,7 +81,9 @@ broadcast.publish("all", "from " .. cohost.worker_id())
 local got = {}
 for i = 1, 3 do got[i] = assert(sub:receive(10)) end
 table.sort(got)
-io.write(cohost.worker_id(), ": ", table.concat(got, ","), "\n")
+-- One string, one write: the pieces of io.write(a, b, c) from three
+-- threads interleave on stdout.
+io.write(cohost.worker_id() .. ": " .. table.concat(got, ",") .. "\n")
 sub:close()
 ]], "-w 3")
     assert.equal(0, code, err)
