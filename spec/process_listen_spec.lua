@@ -172,6 +172,17 @@ describe("--processes 1 with a TCP port", function()
     return spin, queued
   end
 
+  -- Each socket in queued gets "ANSWER pid=P" from a process other than
+  -- pid old.
+  local function served_by_another(queued, answer, old)
+    for i = 1, #queued do
+      local status, _, body = h.read_response(queued[i])
+      assert.equal(200, status, body)
+      assert.matches("^" .. answer .. " pid=%d+$", body)
+      assert.are_not.equal(old, tonumber(body:match("pid=(%d+)")))
+    end
+  end
+
   it("a reload's new process takes over the socket, with the connections queued while the old one was busy", function()
     local dir = h.tmpdir()
     local path = h.tmpfile(tcp_app("gen1", dir))
@@ -182,12 +193,7 @@ describe("--processes 1 with a TCP port", function()
     p.signal("HUP")
     -- The old process still spins: only the new one can accept them. With
     -- a socket of its own, they would wait for the old one's drain.
-    for i = 1, #queued do
-      local status, _, body = h.read_response(queued[i])
-      assert.equal(200, status, body)
-      assert.matches("^gen2 pid=%d+$", body)
-      assert.are_not.equal(old, tonumber(body:match("pid=(%d+)")))
-    end
+    served_by_another(queued, "gen2", old)
     h.write_file(dir .. "/release", "")
     local status, _, body = h.read_response(spin)
     assert.equal(200, status)
@@ -206,12 +212,7 @@ describe("--processes 1 with a TCP port", function()
     os.execute("kill -KILL " .. old)
     os.remove(dir .. "/spinning")
     -- Not reset with the dead process's socket: the replacement answers.
-    for i = 1, #queued do
-      local status, _, body = h.read_response(queued[i])
-      assert.equal(200, status, body)
-      assert.matches("^one pid=%d+$", body)
-      assert.are_not.equal(old, tonumber(body:match("pid=(%d+)")))
-    end
+    served_by_another(queued, "one", old)
     assert.truthy(h.slurp(p.err):find("worker process 0 (pid " .. old .. ") was killed by signal SIGKILL", 1, true))
   end)
 
