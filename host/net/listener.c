@@ -39,9 +39,10 @@
 /* Every worker runs the script's main chunk, so each calls listen() with
 ** the same arguments and gets its own socket (SO_REUSEPORT spreads
 ** connections between them), bound by itself or, with --processes, by the
-** master, which hands it to the next generation too. Two things need agreement between workers:
-** the port a "port 0" listen got, and, for unix sockets, which cannot be
-** bound twice, the one socket they all accept on (each worker gets a dup).
+** master, which hands it to the next generation too. Two things need
+** agreement between workers: the port a "port 0" listen got, and, for
+** unix sockets, which cannot be bound twice, the one socket they all
+** accept on (each worker gets a dup).
 ** Entries are keyed by the address string and by which listen() call with
 ** that string this was on its worker. */
 struct shared {
