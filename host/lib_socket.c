@@ -28,6 +28,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "vm/ljvm.h"
 #include "vm/task.h"
 #include "lib.h"
 #include "lib_socket.h"
@@ -189,14 +190,16 @@ static void push_tcp_mt(lua_State *L)
 
 /* luaL_checkudata finds the metatable by name, interning the name and
 ** reading the registry on every call (about 150 instructions, twice per
-** echoed message); comparing metatable pointers costs a few. */
+** echoed message); lua_getmetatable, lua_topointer and the pop cost
+** about 100 more than reading the pointer where the probed layout keeps
+** it (host/vm/ljvm.h). A light userdata is not a socket whatever it
+** points to, hence the type check first. */
 struct ch_socket *ch_socket_check(lua_State *L)
 {
-  struct ch_socket *u = lua_touserdata(L, 1);
-  if (u && lua_getmetatable(L, 1)) {
-    int ok = lua_topointer(L, -1) == tcp_mt;
-    lua_pop(L, 1);
-    if (ok) return u;
+  if (lua_type(L, 1) == LUA_TUSERDATA) {
+    struct ch_socket *u = lua_touserdata(L, 1);
+    const void *mt = ch_ljvm_udata_mt(u);
+    if (mt && mt == tcp_mt) return u;   /* tcp_mt is NULL until first made */
   }
   return luaL_checkudata(L, 1, TCP_MT);   /* raises the usual error */
 }

@@ -143,6 +143,35 @@ describe("cohost.listen", function()
   end)
 end)
 
+describe("cohost.tcp methods on something else", function()
+  -- The type check reads the metatable where LuaJIT keeps it: every
+  -- userdata that is not a cosocket, with a metatable or without, and
+  -- every other value must still get luaL_checkudata's error.
+  it("raise 'cohost.tcp expected' for other userdata, tables and nil, and leave real sockets working", function()
+    local s = cohost.tcp()
+    local receiveany, send = s.receiveany, s.send
+    local plain = newproxy(false)                  -- no metatable
+    local other = newproxy(true)                   -- a metatable of its own
+    getmetatable(other).__index = getmetatable(s).__index
+    local values = { plain, other, io.stdout, {}, "x", 42 }
+    for _, v in ipairs(values) do
+      local ok, err = pcall(receiveany, v, 10)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to '%?' %(cohost%.tcp expected, got %w+%)", err)
+      ok, err = pcall(send, v, "x")
+      assert.is_false(ok)
+      assert.matches("cohost%.tcp expected", err)
+    end
+    assert.has_error(function() other:receiveany(10) end)
+    local ok, err = pcall(receiveany)
+    assert.is_false(ok)
+    assert.matches("cohost%.tcp expected, got no value", err)
+    -- A real one still passes the check: not connected, so "closed".
+    assert.same({ nil, "closed" }, { s:receiveany(10) })
+    s:close()
+  end)
+end)
+
 describe("cohost.tcp receive", function()
   it("reads a line without its LF and drops every CR when given no pattern", function()
     local s = serve_and_connect(drip("one\r\ntw\ro\n", 1))

@@ -576,6 +576,17 @@ static int probe_all(lua_State *L, struct probe *p)
   lua_gc(L, LUA_GCCOLLECT, 0);
   if (p->finalizers != 1) mismatch(p, "the probe finalizer did not run");
 
+  /* A full userdata's metatable (ch_ljvm_udata_mt), with and without. */
+  void *ud = lua_newuserdata(L, 24);
+  if (ch_ljvm_udata_mt(ud) != NULL)
+    mismatch(p, "GCudata.metatable (16 before the payload) is not NULL without one");
+  lua_createtable(L, 0, 0);
+  const void *mt = lua_topointer(L, -1);
+  lua_setmetatable(L, -2);
+  if (ch_ljvm_udata_mt(ud) != mt)
+    mismatch(p, "GCudata.metatable (16 before the payload) does not hold the metatable");
+  lua_pop(L, 1);
+
   /* Nested Lua frames, an FFI callback, a trace. */
   if (luaL_loadstring(L, probe_chunk)) return mismatch(p, "the probe chunk does not compile");
   lua_pushcfunction(L, probe_call);

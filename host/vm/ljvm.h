@@ -64,6 +64,22 @@ struct ch_ljvm_coro {
 ** match: the host must refuse to start then. */
 int ch_ljvm_init(lua_State *L, const char **why);
 
+/* Where a full userdata's metatable pointer lies, in bytes before its
+** payload (what lua_touserdata returns): GCudata.metatable of this LuaJIT
+** build (GC64: the header is 48 bytes, the metatable at 32). Probed by
+** ch_ljvm_init. */
+#define CH_LJVM_UD_MT_BEFORE 16
+
+/* The metatable of the full userdata whose payload is p, as lua_topointer
+** gives it (NULL: none). p must come from lua_touserdata on a value of
+** type LUA_TUSERDATA. A type check at a fraction of lua_getmetatable's
+** cost: luaL_checkudata's name lookup costs about 150 instructions, a
+** pointer comparison after this load a few. */
+static inline const void *ch_ljvm_udata_mt(const void *p)
+{
+  return *(const void *const *)((const char *)p - CH_LJVM_UD_MT_BEFORE);
+}
+
 /* Clears v for a coroutine about to run Lua thread L. */
 void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
 
