@@ -21,8 +21,10 @@
 #include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cohost.h"
 #include "coro.h"
@@ -381,13 +383,31 @@ struct vec_op {
   int iovcnt;
 };
 
+/* recv(2) and send(2) on a socket as the system calls glibc makes for
+** them (recvfrom, sendto: seccomp filters and strace see the same), less
+** glibc's wrapper. The wrappers are cancellation points, switching the
+** thread's cancel type on and off around each call: about 60
+** instructions of the ~2,700 an echoed message costs in user space
+** (docs/benchmarks.md). Nothing here can be cancelled: the runtime never
+** cancels its threads, and the socket is non-blocking, so the call never
+** waits in the kernel. */
+static ssize_t sys_recv(int fd, void *buf, size_t n, int flags)
+{
+  return syscall(SYS_recvfrom, fd, buf, n, flags, NULL, NULL);
+}
+
+static ssize_t sys_send(int fd, const void *buf, size_t n, int flags)
+{
+  return syscall(SYS_sendto, fd, buf, n, flags, NULL, 0);
+}
+
 /* On a socket, recv(2): the same bytes as read(2) without the VFS's read
 ** path (its fsnotify and position checks), which costs per message. */
 static ssize_t call_read(struct ch_io_op *op)
 {
   struct ch_fd *f = ch_fd_peek(op->fd);
   void *buf = ((struct buf_op *)op)->buf;
-  if (f && f->kind == CH_FD_SOCKET) return ch_libc.recv(op->fd, buf, op->want, 0);
+  if (f && f->kind == CH_FD_SOCKET) return sys_recv(op->fd, buf, op->want, 0);
   return ch_libc.read(op->fd, buf, op->want);
 }
 
@@ -410,7 +430,7 @@ static ssize_t call_write(struct ch_io_op *op)
 {
   struct ch_fd *f = ch_fd_peek(op->fd);
   const void *buf = ((struct buf_op *)op)->buf;
-  if (f && f->kind == CH_FD_SOCKET) return ch_libc.send(op->fd, buf, op->want, MSG_NOSIGNAL);
+  if (f && f->kind == CH_FD_SOCKET) return sys_send(op->fd, buf, op->want, MSG_NOSIGNAL);
   return ch_libc.write(op->fd, buf, op->want);
 }
 
