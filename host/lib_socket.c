@@ -194,14 +194,18 @@ static void push_tcp_mt(lua_State *L)
 ** about 100 more than reading the pointer where the probed layout keeps
 ** it (host/vm/ljvm.h). A light userdata is not a socket whatever it
 ** points to, hence the type check first. */
+static struct ch_socket *to_tcp(lua_State *L, int idx)
+{
+  if (lua_type(L, idx) != LUA_TUSERDATA) return NULL;
+  struct ch_socket *u = lua_touserdata(L, idx);
+  const void *mt = ch_ljvm_udata_mt(u);
+  return mt && mt == tcp_mt ? u : NULL;   /* tcp_mt is NULL until first made */
+}
+
 struct ch_socket *ch_socket_check(lua_State *L)
 {
-  if (lua_type(L, 1) == LUA_TUSERDATA) {
-    struct ch_socket *u = lua_touserdata(L, 1);
-    const void *mt = ch_ljvm_udata_mt(u);
-    if (mt && mt == tcp_mt) return u;   /* tcp_mt is NULL until first made */
-  }
-  return luaL_checkudata(L, 1, TCP_MT);   /* raises the usual error */
+  struct ch_socket *u = to_tcp(L, 1);
+  return u ? u : luaL_checkudata(L, 1, TCP_MT);   /* raises the usual error */
 }
 
 static struct ch_socket *push_tcp(lua_State *L)
@@ -911,11 +915,8 @@ int ch_socket_set_peer(lua_State *L, int idx, const union ch_addr *a)
 
 void ch_socket_close_at(lua_State *L, int idx)
 {
-  struct ch_socket *u = lua_touserdata(L, idx);
-  if (!u || !lua_getmetatable(L, idx)) return;
-  int ok = lua_topointer(L, -1) == tcp_mt;
-  lua_pop(L, 1);
-  if (ok && u->s.fd >= 0) ch_socket_finalize(u);
+  struct ch_socket *u = to_tcp(L, idx);
+  if (u && u->s.fd >= 0) ch_socket_finalize(u);
 }
 
 /* -- Module --------------------------------------------------------------- */
