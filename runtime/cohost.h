@@ -141,6 +141,12 @@ int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t ti
 ** coroutine it blocks the thread, as poll(2). */
 int ch_io_wait(int fd, int events, int64_t timeout_ms);
 
+/* Non-zero when a read of fd through this API could only say EAGAIN now
+** (the judgement above: the last one emptied the socket and epoll has
+** reported no input since), so a caller may wait before it reads, without
+** readying a buffer for a read that would not be made. Never yields. */
+int ch_io_input_known_empty(int fd);
+
 /* Bytes ch_io_wait_input took for its caller. */
 struct ch_io_input {
   const char *data;        /* the runtime's buffer; valid until
@@ -192,8 +198,11 @@ void ch_unwatch_fd(struct ch_watch *w);
 /* Id of the running coroutine, or 0 outside one. */
 int ch_self(void);
 
-/* The running coroutine, or NULL outside one. */
-struct ch_coro *ch_current(void);
+/* The running coroutine, or NULL outside one. Read inline from a
+** thread-local the scheduler sets at every switch (sched.c): the hooks
+** and the host's C-call marker ask for it several times a message. */
+extern __thread struct ch_coro *ch_running;
+static inline struct ch_coro *ch_current(void) { return ch_running; }
 
 /* Id of c. */
 int ch_coro_id(const struct ch_coro *c);

@@ -210,6 +210,13 @@ static __attribute__((noinline)) int look(int fd, int events)
   return p.revents & (events | POLLERR | POLLHUP);
 }
 
+int ch_io_input_known_empty(int fd)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  /* run_waitfirst ignores the judgement: its reads are always made. */
+  return f && f->kind != CH_FD_WAITFIRST && input_known_empty(f);
+}
+
 int ch_io_wait(int fd, int events, int64_t timeout_ms)
 {
   if (fd < 0) return -EBADF;

@@ -86,6 +86,10 @@ static void san_enter(void *fake)
 
 
 __thread struct ch_sched *ch_sched_tls;
+/* s->current of ch_sched_tls, for ch_current (cohost.h). A scheduler
+** runs only on the thread it was made on, so the two change together;
+** s->current stays for the watchdog, which reads it from another thread. */
+__thread struct ch_coro *ch_running;
 
 static _Atomic uint64_t next_sched_id;
 static pthread_key_t sched_key;
@@ -402,13 +406,13 @@ static inline __attribute__((always_inline)) void switch_out_inline(struct ch_sc
     s->batch++;
     assert(next->state == CH_CORO_READY || next->state == CH_CORO_NEW);
     next->state = CH_CORO_RUNNING;
-    s->current = next;
+    s->current = ch_running = next;
     s->switches++;
     san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), next);
     if (s->copy_mode) via_loop(s, self, next);
     else ch_ctx_switch(&self->ctx, &next->ctx);
   } else {
-    s->current = NULL;
+    s->current = ch_running = NULL;
     s->switches++;
     san_leave(SAN_FAKE_OF(fake, self->state != CH_CORO_EXITED), NULL);
     if (s->copy_mode) via_loop(s, self, NULL);
@@ -508,11 +512,6 @@ int ch_sched_set_fairness(unsigned switches, unsigned usec)
   return 0;
 }
 
-struct ch_coro *ch_current(void)
-{
-  struct ch_sched *s = ch_sched_tls;
-  return s ? s->current : NULL;
-}
 
 int ch_self(void)
 {
@@ -738,7 +737,7 @@ static void run_batch(struct ch_sched *s)
   s->batch_tick = ticks();
   s->batch_stop = s->fair_ticks ? 1 : s->fair_switches;
   c->state = CH_CORO_RUNNING;
-  s->current = c;
+  s->current = ch_running = c;
   s->switches++;
   SAN_FAKE(fake);
   san_leave(&fake, c);

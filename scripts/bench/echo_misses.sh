@@ -14,7 +14,7 @@
 #   e.g. scripts/bench/echo_misses.sh cohost 1000 5 25 -- build/cohost examples/echo.lua PORT
 # Writes build/miss/NAME-CONNS-R.out (cachegrind; cg_diff the two, then
 # cg_annotate, for the cost by function) and prints one line of
-# per-message figures. Needs make build/bench/echo_rounds build/bench/echo_epoll.
+# per-message figures (CG_OPTS=--cache-sim=no: instructions only, faster). Needs make build/bench/echo_rounds build/bench/echo_epoll.
 set -euo pipefail
 name=$1 conns=$2 r1=$3 r2=$4; shift 4; [ "$1" = -- ] && shift
 out=build/miss; mkdir -p $out
@@ -38,6 +38,8 @@ python3 - "$name" "$conns" $(( conns * (r2 - r1) )) "$(grep ^events: $f1)" "$(su
 import sys
 name, conns, msgs, ev, a, b = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split()[1:], sys.argv[5].split(), sys.argv[6].split()
 d = {e: (int(y) - int(x)) / msgs for e, x, y in zip(ev, a, b)}
+if 'D1mr' not in d:   # CG_OPTS without --cache-sim=yes: instructions only
+    print(f"{name} conns={conns} msgs={msgs} Ir={d['Ir']:.0f}"); sys.exit()
 print(f"{name} conns={conns} msgs={msgs} Ir={d['Ir']:.0f} I1mr={d['I1mr']:.1f} "
       f"D1mr={d['D1mr']:.1f} D1mw={d['D1mw']:.1f} D1m={d['D1mr']+d['D1mw']:.1f} "
       f"LLm={d['DLmr']+d['DLmw']+d['ILmr']:.1f} (DLmr={d['DLmr']:.1f} DLmw={d['DLmw']:.1f} ILmr={d['ILmr']:.1f})")
