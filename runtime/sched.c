@@ -676,10 +676,10 @@ int ch_sched_set_io_backend(int backend)
 int ch_sched_io_backend(int *why)
 {
   int err = 0;
-  struct ch_sched *s = ch_sched_get(&err);
-  if (!s) return err;
+  struct ch_sched *s = ch_sched_tls;   /* asked at every stream park */
+  if (!s && !(s = ch_sched_get(&err))) return err;
   if (why) *why = s->ring_err;
-  return ch_ring_check(s) ? CH_IO_URING : CH_IO_EPOLL;
+  return s->ring && ch_ring_check(s) ? CH_IO_URING : CH_IO_EPOLL;
 }
 
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }

@@ -233,17 +233,17 @@ static __attribute__((noinline)) int fill_park(struct ch_stream *s, int fd, int 
 ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
 {
   if (timeout_ms == 0) return fill_once(s, want);   /* never waits */
+  /* A plain stream whose socket is known empty waits at once: no buffer
+  ** is readied for a read io.c would not make (the buffer would go
+  ** straight back before the park). After a wakeup the read is made. */
+  ssize_t n = -EAGAIN;
+  if (s->ssl || !ch_io_input_known_empty(s->fd)) n = fill_once(s, want);
   for (;;) {
-    /* A plain stream whose socket is known empty waits at once: no
-    ** buffer is readied for a read io.c would not make (the buffer would
-    ** go straight back before the park). */
-    ssize_t n = -EAGAIN;
-    if (s->ssl || !ch_io_input_known_empty(s->fd)) n = fill_once(s, want);
     if (n != -EAGAIN) return n;
     if (!s->ssl && ch_sched_io_backend(NULL) == CH_IO_URING) {
       ch_stream_release(s);   /* park without a buffer */
       n = wait_input(s, want, timeout_ms);
-      if (n != -EAGAIN) return n;
+      if (n == -EAGAIN) n = fill_once(s, want);   /* ready, nothing taken */
       continue;
     }
     int fd = s->fd;   /* >= 0: fill_once or io.c said EAGAIN */
@@ -251,6 +251,7 @@ ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
     s->filling--;
     if (s->fd != fd) return -EBADF;   /* closed meanwhile */
     if (r < 0) return r;
+    n = fill_once(s, want);
   }
 }
 
