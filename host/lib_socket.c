@@ -140,6 +140,8 @@ static char *table_copy(lua_State *L, int idx, char *p)
 ** (anchored on the stack). Raises on other types, as OpenResty does. */
 const char *ch_socket_payload(lua_State *L, int idx, size_t *len)
 {
+  const char *s = ch_ljvm_string_at(L, idx, len);   /* the common case, inline */
+  if (s) return s;
   switch (lua_type(L, idx)) {
   case LUA_TSTRING:
     return lua_tolstring(L, idx, len);
@@ -196,8 +198,10 @@ static void push_tcp_mt(lua_State *L)
 ** points to, hence the type check first. */
 static struct ch_socket *to_tcp(lua_State *L, int idx)
 {
-  if (lua_type(L, idx) != LUA_TUSERDATA) return NULL;
-  struct ch_socket *u = lua_touserdata(L, idx);
+  struct ch_socket *u;
+  if (idx > 0) u = ch_ljvm_udata_at(L, idx);   /* lua_type and lua_touserdata, inline */
+  else u = lua_type(L, idx) == LUA_TUSERDATA ? lua_touserdata(L, idx) : NULL;
+  if (!u) return NULL;
   const void *mt = ch_ljvm_udata_mt(u);
   return mt && mt == tcp_mt ? u : NULL;   /* tcp_mt is NULL until first made */
 }
@@ -393,8 +397,10 @@ static int tcp_receiveany(lua_State *L)
   int n = lua_gettop(L), r;
   if (n != 2) return luaL_error(L, "expecting 2 arguments (including the object), but got %d", n);
   if ((r = read_check(L, u))) return r;
-  if (!lua_isnumber(L, 2) || lua_tonumber(L, 2) < 1) return luaL_argerror(L, 2, "bad max argument");
+  /* lua_tonumber is 0 for what is no number: one call, not three (NaN
+  ** fails too). */
   lua_Number m = lua_tonumber(L, 2);
+  if (!(m >= 1)) return luaL_argerror(L, 2, "bad max argument");
   size_t max = m > (lua_Number)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)m;
   BUSY(&u->reading);
   for (;;) {

@@ -38,8 +38,7 @@
 ** (lua_gettop, lua_sethook, lua_yield, luaJIT_setmode, the VM's stores to
 ** vmstate and cur_L). ch_ljvm_init probes every one before the host starts. */
 #define CH_LJVM_L_GLREF     0x10   /* lua_State.glref: its global_State */
-#define CH_LJVM_L_BASE      0x20   /* lua_State.base: TValue *, top frame */
-#define CH_LJVM_L_TOP       0x28   /* lua_State.top: first free slot */
+/* CH_LJVM_L_BASE 0x20 (the top frame's base) and CH_LJVM_L_TOP 0x28: ljvm.h */
 #define CH_LJVM_L_STACK     0x38   /* lua_State.stack: slot 0 holds L itself */
 #define CH_LJVM_L_CFRAME    0x50   /* lua_State.cframe: innermost VM entry */
 #define CH_LJVM_G_HOOKMASK  0x91   /* global_State.hookmask, uint8_t */
@@ -62,8 +61,6 @@
 #define CH_LJVM_FRAME_CONT   2         /* continuation frame */
 #define CH_LJVM_FRAME_VARG   3         /* vararg pseudo-frame */
 #define CH_LJVM_CONT_FFI_CB  1         /* LJ_CONT_FFI_CALLBACK */
-#define CH_LJVM_TAG_SHIFT    47        /* GC64: 17-bit itype above 47 bits */
-#define CH_LJVM_PTR_MASK     ((UINT64_C(1) << 47) - 1)
 #define CH_LJVM_TTHREAD      UINT64_C(0x1fff9)   /* ~LJ_TTHREAD, 17 bits */
 #define CH_LJVM_TFUNC        UINT64_C(0x1fff7)   /* ~LJ_TFUNC */
 
@@ -259,6 +256,12 @@ int ch_ljvm_may_park(struct ch_coro *c)
   ** Look on every thread known to be active on this coroutine: those of
   ** the marked calls and the task's own. A pure-Lua coroutine resumed in
   ** between, with no classic C call on it, is not seen (documented gap). */
+  if (!m->prev && (v->L == L || !v->L)) {   /* the common case: one thread */
+    int r = walk(L, NULL);
+    if (r) return refuse(v, r > 0 ? CH_LJVM_CALLBACK : CH_LJVM_STACK, 0);
+    v->refused = CH_LJVM_OK;
+    return 1;
+  }
   lua_State *seen[8];
   int nseen = 0;
   for (struct ch_ljvm_mark *k = m; ; k = k->prev) {
@@ -399,7 +402,7 @@ struct probe {
   lua_State *L;          /* the main thread */
   void *cframe_before;   /* L->cframe just before a call from C, or (void *)1 */
   const char *fail;      /* first mismatch */
-  int calls, cb_calls, hooks, finalizers, traced, interp;
+  int calls, cb_calls, hooks, finalizers, traced, interp, values;
 };
 
 static __thread struct probe *probe_now;
@@ -452,6 +455,30 @@ static int probe_call(lua_State *L)
     mismatch(p, "the frame walk does not find FFI callback frames (LJ_CONT_FFI_CALLBACK)");
   lua_pushinteger(L, 1);
   return 1;
+}
+
+/* Called with a full userdata, a light userdata pointing at its payload,
+** a table, a number and a string: only the first reads as a full
+** userdata in place, at lua_touserdata's address, and only the last as a
+** string, at lua_tolstring's. */
+static int probe_values(lua_State *L)
+{
+  struct probe *p = probe_now;
+  p->values++;
+  if (ch_ljvm_udata_at(L, 1) != lua_touserdata(L, 1) || !lua_touserdata(L, 1))
+    mismatch(p, "a full userdata is not at sizeof(GCudata) (48) past its tagged (0x1fff3) slot");
+  for (int i = 2; i <= 5; i++)
+    if (ch_ljvm_udata_at(L, i)) mismatch(p, "a value that is no full userdata reads as one");
+  if (ch_ljvm_udata_at(L, 0) || ch_ljvm_udata_at(L, -1))
+    mismatch(p, "ch_ljvm_udata_at reads outside the arguments");
+  size_t len = 0, want = 0;
+  const char *str = ch_ljvm_string_at(L, 5, &len), *api = lua_tolstring(L, 5, &want);
+  if (str != api || len != want || len != 5)
+    mismatch(p, "a string's bytes or length are not at GCstr 24 and 20 past its tagged (0x1fffb) slot");
+  for (int i = 1; i <= 4; i++)
+    if (ch_ljvm_string_at(L, i, &len)) mismatch(p, "a value that is no string reads as one");
+  if (ch_ljvm_string_at(L, 6, &len)) mismatch(p, "ch_ljvm_string_at reads outside the arguments");
+  return 0;
 }
 
 static int probe_gc(lua_State *L)
@@ -586,6 +613,19 @@ static int probe_all(lua_State *L, struct probe *p)
   if (ch_ljvm_udata_mt(ud) != mt)
     mismatch(p, "GCudata.metatable (16 before the payload) does not hold the metatable");
   lua_pop(L, 1);
+
+  /* Stack values read in place (ch_ljvm_udata_at), from a C call. */
+  lua_pushcfunction(L, probe_values);
+  ud = lua_newuserdata(L, 8);
+  lua_pushlightuserdata(L, ud);
+  lua_createtable(L, 0, 0);
+  lua_pushnumber(L, 7);
+  lua_pushliteral(L, "udata");
+  if (lua_pcall(L, 5, 0, 0)) {
+    lua_pop(L, 1);
+    mismatch(p, "the stack value probe raised an error");
+  }
+  if (p->values != 1) mismatch(p, "the stack value probe did not run");
 
   /* Nested Lua frames, an FFI callback, a trace. */
   if (luaL_loadstring(L, probe_chunk)) return mismatch(p, "the probe chunk does not compile");

@@ -64,6 +64,50 @@ struct ch_ljvm_coro {
 ** match: the host must refuse to start then. */
 int ch_ljvm_init(lua_State *L, const char **why);
 
+/* Offsets and values of this LuaJIT build that the inline readers below
+** use (GC64: a value is a 17-bit type tag above a 47-bit pointer). All
+** probed by ch_ljvm_init, with the rest of its layout in ljvm.c. */
+#define CH_LJVM_L_BASE       0x20      /* lua_State.base: stack index 1 */
+#define CH_LJVM_L_TOP        0x28      /* lua_State.top: first free slot */
+#define CH_LJVM_TAG_SHIFT    47
+#define CH_LJVM_PTR_MASK     ((UINT64_C(1) << 47) - 1)
+#define CH_LJVM_TUDATA       UINT64_C(0x1fff3)   /* ~LJ_TUDATA, 17 bits */
+#define CH_LJVM_UD_SIZE      48        /* sizeof(GCudata): header to payload */
+
+/* The payload of the full userdata at stack index idx (>= 1) of L, as
+** lua_touserdata gives it, or NULL when that value is anything else or
+** absent: lua_type and lua_touserdata in four loads (each costs an
+** index2adr call, about 15 instructions; a cosocket method checks its
+** self on every call). */
+static inline void *ch_ljvm_udata_at(lua_State *L, int idx)
+{
+  const uint64_t *base = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_BASE);
+  const uint64_t *top = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_TOP);
+  if (idx < 1 || idx > top - base) return NULL;
+  uint64_t tv = base[idx - 1];
+  if (tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TUDATA) return NULL;
+  return (char *)(uintptr_t)(tv & CH_LJVM_PTR_MASK) + CH_LJVM_UD_SIZE;
+}
+
+#define CH_LJVM_TSTR         UINT64_C(0x1fffb)   /* ~LJ_TSTR */
+#define CH_LJVM_STR_LEN      20        /* GCstr.len, uint32_t */
+#define CH_LJVM_STR_SIZE     24        /* sizeof(GCstr): header to bytes */
+
+/* The bytes and length of the string at stack index idx (>= 1) of L, or
+** NULL when that value is no string (a number is not converted, unlike
+** lua_tolstring: ask it then). */
+static inline const char *ch_ljvm_string_at(lua_State *L, int idx, size_t *len)
+{
+  const uint64_t *base = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_BASE);
+  const uint64_t *top = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_TOP);
+  if (idx < 1 || idx > top - base) return NULL;
+  uint64_t tv = base[idx - 1];
+  if (tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TSTR) return NULL;
+  const char *str = (const char *)(uintptr_t)(tv & CH_LJVM_PTR_MASK);
+  *len = *(const uint32_t *)(str + CH_LJVM_STR_LEN);
+  return str + CH_LJVM_STR_SIZE;
+}
+
 /* Where a full userdata's metatable pointer lies, in bytes before its
 ** payload (what lua_touserdata returns): GCudata.metatable of this LuaJIT
 ** build (GC64: the header is 48 bytes, the metatable at 32). Probed by
