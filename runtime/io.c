@@ -275,15 +275,32 @@ void ch_io_input_done(struct ch_io_input *in)
 
 /* -- The engine -------------------------------------------------------------- */
 
+/* The fields of an op the engine reads around its calls, copied before
+** the first: op's address is passed to every call, so the compiler
+** cannot keep them (nor make op->call a direct call) once it has. */
+struct op_consts {
+  ssize_t (*call)(struct ch_io_op *op);
+  int input;                   /* events == POLLIN */
+  int judge;                   /* op->judge, on input */
+  size_t want;
+};
+
+static inline __attribute__((always_inline)) struct op_consts consts_of(const struct ch_io_op *op)
+{
+  int input = op->events == POLLIN;
+  return (struct op_consts){ op->call, input, input && op->judge, op->want };
+}
+
 /* One attempt of op on f's fd, with the judgement: the call's result, or
 ** -errno; -EAGAIN means it would block, and is noted. */
 static inline __attribute__((always_inline))
-ssize_t attempt(struct ch_io_op *op, struct ch_fd *f, int input)
+ssize_t attempt(struct ch_io_op *op, struct op_consts k, struct ch_fd *f)
 {
+  int input = k.input;
   for (;;) {
-    ssize_t n = op->call(op);
+    ssize_t n = k.call(op);
     if (n >= 0) {
-      if (f && input && op->judge && f->stream && (size_t)n < op->want) note_input_empty(f);
+      if (f && k.judge && f->stream && (size_t)n < k.want) note_input_empty(f);
       return n;
     }
     int e = errno;
@@ -307,7 +324,7 @@ static __attribute__((noinline)) ssize_t retry(struct ch_io_op *op, struct ch_fd
     int r = ch_io_wait_until(op->fd, op->events, timeout_ms, deadline_ns);
     if (r < 0) return r;
     if (f && input && input_known_empty(f)) continue;   /* woken for nothing */
-    ssize_t n = attempt(op, f, input);
+    ssize_t n = attempt(op, consts_of(op), f);
     if (n != -EAGAIN) return n;
   }
 }
@@ -340,7 +357,7 @@ static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_
 }
 
 /* The engine, inline into each ch_io_* call so that op->call, a constant
-** there, becomes a direct call: an attempt unless the socket is known
+** there (struct op_consts), becomes a direct call: an attempt unless the socket is known
 ** empty, and the waits only when it says EAGAIN; or, on a ring, a read
 ** posted there at once and a write posted only once its attempt said
 ** EAGAIN (a call that may not wait, timeout 0, is always made at once).
@@ -351,8 +368,9 @@ static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_
 static inline __attribute__((always_inline))
 ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
+  struct op_consts k = consts_of(op);   /* before op's address escapes */
+  int input = k.input;
   struct ch_fd *f = prepare(op->fd);
-  int input = op->events == POLLIN;
   if (__builtin_expect(f && f->kind == CH_FD_WAITFIRST, 0)) return run_waitfirst(op, timeout_ms);
   struct ch_sched *s = ch_sched_tls;
   int ring = __builtin_expect(s && s->ring && timeout_ms != 0, 0);
@@ -361,7 +379,7 @@ ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
     if (n != -EAGAIN) return n;
   }
   if (!(f && input && input_known_empty(f))) {
-    ssize_t n = attempt(op, f, input);
+    ssize_t n = attempt(op, k, f);
     if (n != -EAGAIN) return n;
   }
   if (timeout_ms == 0) return -EAGAIN;
