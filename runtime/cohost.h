@@ -232,9 +232,22 @@ void ch_cancel(struct ch_coro *c);
 /* Non-zero if c was cancelled. */
 int ch_cancelled(const struct ch_coro *c);
 
+/* Where four fields of struct ch_coro lie, for the inline readers below:
+** the host's C-call marker reads them on every Lua C function call (twice
+** per echoed message, host/vm/ljvm.c), where a call each cost more than
+** the load. runtime/coro.h pins them with _Static_assert. */
+#define CH_CORO_OFS_UDATA       24   /* void * */
+#define CH_CORO_OFS_CANCEL_HITS 52   /* uint32_t */
+#define CH_CORO_OFS_STACK_BASE  56   /* char *: lowest usable byte */
+#define CH_CORO_OFS_STACK_SIZE  64   /* size_t: usable bytes */
+#define CH_CORO_FIELD(c, ofs, type) (*(type const *)((const char *)(c) + (ofs)))
+
 /* How many of c's waits have returned -ECANCELED, hooks' included: compare
 ** before and after a call to tell whether cancellation cut it short. */
-unsigned ch_cancel_hits(const struct ch_coro *c);
+static inline unsigned ch_cancel_hits(const struct ch_coro *c)
+{
+  return CH_CORO_FIELD(c, CH_CORO_OFS_CANCEL_HITS, uint32_t);
+}
 
 /* -- Stack modes --------------------------------------------------------- */
 
@@ -311,12 +324,22 @@ int ch_set_stack_size(size_t bytes);
 ** error than hit the guard (host/vm/cstack.c). Two loads and a subtraction;
 ** the frame address stands for the stack pointer, a few hundred bytes
 ** high at most. */
-size_t ch_coro_stack_left(const struct ch_coro *c, size_t *size);
+static inline size_t ch_coro_stack_left(const struct ch_coro *c, size_t *size)
+{
+  /* In COPY mode c's stack is the shared stack's, where c runs now. */
+  const char *sp = (const char *)__builtin_frame_address(0);
+  const char *lo = CH_CORO_FIELD(c, CH_CORO_OFS_STACK_BASE, char *);
+  *size = CH_CORO_FIELD(c, CH_CORO_OFS_STACK_SIZE, size_t);
+  return sp > lo ? (size_t)(sp - lo) : 0;
+}
 
 /* An opaque pointer the embedder keeps per coroutine (the Lua host keeps the
 ** coroutine's lua_State there). */
 void ch_coro_set_udata(struct ch_coro *c, void *udata);
-void *ch_coro_udata(const struct ch_coro *c);
+static inline void *ch_coro_udata(const struct ch_coro *c)
+{
+  return CH_CORO_FIELD(c, CH_CORO_OFS_UDATA, void *);
+}
 
 /* Whether hooks may park this coroutine (default 1). With 0 the hooks act
 ** like plain libc, blocking the thread. */

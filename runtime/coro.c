@@ -352,14 +352,4 @@ void ch_coro_free(struct ch_coro *c)
 
 int ch_coro_id(const struct ch_coro *c) { return c->id; }
 void ch_coro_set_udata(struct ch_coro *c, void *udata) { c->udata = udata; }
-void *ch_coro_udata(const struct ch_coro *c) { return c->udata; }
-
-size_t ch_coro_stack_left(const struct ch_coro *c, size_t *size)
-{
-  /* In COPY mode c->stack is the shared stack's, where c runs now. */
-  const char *sp = __builtin_frame_address(0);
-  const char *lo = c->stack.base;
-  *size = c->stack.size;
-  return sp > lo ? (size_t)(sp - lo) : 0;
-}
 void ch_coro_set_may_yield(struct ch_coro *c, int on) { c->may_yield = on != 0; }

@@ -67,6 +67,14 @@ struct ch_coro {
 _Static_assert(offsetof(struct ch_coro, timer) + offsetof(struct ch_timer, heap_index)
                < 128, "the fields a resume touches fit in two lines");
 _Static_assert(sizeof(struct ch_coro) <= 248, "one 256-byte malloc chunk per coroutine");
+/* The offsets cohost.h's inline readers use. */
+_Static_assert(offsetof(struct ch_coro, udata) == CH_CORO_OFS_UDATA, "CH_CORO_OFS_UDATA");
+_Static_assert(offsetof(struct ch_coro, cancel_hits) == CH_CORO_OFS_CANCEL_HITS &&
+               sizeof(((struct ch_coro *)0)->cancel_hits) == 4, "CH_CORO_OFS_CANCEL_HITS");
+_Static_assert(offsetof(struct ch_coro, stack) + offsetof(struct ch_stack, base) ==
+               CH_CORO_OFS_STACK_BASE, "CH_CORO_OFS_STACK_BASE");
+_Static_assert(offsetof(struct ch_coro, stack) + offsetof(struct ch_stack, size) ==
+               CH_CORO_OFS_STACK_SIZE, "CH_CORO_OFS_STACK_SIZE");
 
 /* Allocates a NEW coroutine with a stack from s's pool. Returns NULL and
 ** sets *err to -errno on failure. */

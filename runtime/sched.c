@@ -603,8 +603,6 @@ void ch_cancel(struct ch_coro *c)
 }
 
 int ch_cancelled(const struct ch_coro *c) { return c->cancelled; }
-unsigned ch_cancel_hits(const struct ch_coro *c) { return c->cancel_hits; }
-
 int ch_sleep_ms(int64_t ms)
 {
   if (!ch_current()) {
