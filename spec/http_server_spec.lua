@@ -951,6 +951,25 @@ describe("http server connections", function()
     assert.is_true(took > 0.3 and took < 4, "closed after " .. took)
   end)
 
+  it("counts keepalive_timeout from the last request, not the first", function()
+    -- The idle timer is lazy (host/http/conn.c): armed after the first
+    -- request, it fires while later ones come and must move itself on.
+    local port = serve(ok, { keepalive_timeout = 0.4 })
+    local r, s = exchange(port, get("/0"))
+    assert.equal("ok /0", r.body)
+    local t0, i = cohost.monotonic(), 0
+    while cohost.monotonic() - t0 < 1.0 do   -- requests across two and a half timeouts
+      i = i + 1
+      assert(s:send(get("/" .. i)))
+      assert.equal("ok /" .. i, read_response(s).body)
+      cohost.sleep(0.05)
+    end
+    local last = cohost.monotonic()
+    assert.is_true((closes(s, 5000)))
+    local took = cohost.monotonic() - last
+    assert.is_true(took > 0.3 and took < 4, "closed " .. took .. " s after the last request")
+  end)
+
   it("keeps an idle connection past a second while keepalive_timeout is longer", function()
     local port = serve(ok, { keepalive_timeout = 30 })
     local _, s = exchange(port, get("/"))

@@ -90,6 +90,10 @@ struct ch_http_conn {
   uint8_t proxied;                /* its PROXY header was read */
   uint16_t port;
   uint8_t addr[16];
+  uint64_t idle_until;            /* IDLE: when it expires, ns (the timer
+                                  ** may fire earlier: conn.c, go_idle);
+                                  ** the struct stays one 240-byte malloc
+                                  ** chunk with it */
 };
 
 /* A request's head and state. On the heap, not on the connection
