@@ -74,19 +74,25 @@ int ch_ljvm_init(lua_State *L, const char **why);
 #define CH_LJVM_TUDATA       UINT64_C(0x1fff3)   /* ~LJ_TUDATA, 17 bits */
 #define CH_LJVM_UD_SIZE      48        /* sizeof(GCudata): header to payload */
 
+/* The slot of stack index idx of L's running C function, or NULL when idx
+** is not in [1, top): index2adr for positive indices, in two loads. */
+static inline const uint64_t *ch_ljvm_slot_at(lua_State *L, int idx)
+{
+  const uint64_t *base = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_BASE);
+  const uint64_t *top = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_TOP);
+  return idx >= 1 && idx <= top - base ? base + idx - 1 : NULL;
+}
+
 /* The payload of the full userdata at stack index idx (>= 1) of L, as
 ** lua_touserdata gives it, or NULL when that value is anything else or
-** absent: lua_type and lua_touserdata in four loads (each costs an
+** absent: lua_type and lua_touserdata in a few loads (each costs an
 ** index2adr call, about 15 instructions; a cosocket method checks its
 ** self on every call). */
 static inline void *ch_ljvm_udata_at(lua_State *L, int idx)
 {
-  const uint64_t *base = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_BASE);
-  const uint64_t *top = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_TOP);
-  if (idx < 1 || idx > top - base) return NULL;
-  uint64_t tv = base[idx - 1];
-  if (tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TUDATA) return NULL;
-  return (char *)(uintptr_t)(tv & CH_LJVM_PTR_MASK) + CH_LJVM_UD_SIZE;
+  const uint64_t *tv = ch_ljvm_slot_at(L, idx);
+  if (!tv || *tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TUDATA) return NULL;
+  return (char *)(uintptr_t)(*tv & CH_LJVM_PTR_MASK) + CH_LJVM_UD_SIZE;
 }
 
 #define CH_LJVM_TSTR         UINT64_C(0x1fffb)   /* ~LJ_TSTR */
@@ -98,12 +104,9 @@ static inline void *ch_ljvm_udata_at(lua_State *L, int idx)
 ** lua_tolstring: ask it then). */
 static inline const char *ch_ljvm_string_at(lua_State *L, int idx, size_t *len)
 {
-  const uint64_t *base = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_BASE);
-  const uint64_t *top = *(const uint64_t *const *)((const char *)L + CH_LJVM_L_TOP);
-  if (idx < 1 || idx > top - base) return NULL;
-  uint64_t tv = base[idx - 1];
-  if (tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TSTR) return NULL;
-  const char *str = (const char *)(uintptr_t)(tv & CH_LJVM_PTR_MASK);
+  const uint64_t *tv = ch_ljvm_slot_at(L, idx);
+  if (!tv || *tv >> CH_LJVM_TAG_SHIFT != CH_LJVM_TSTR) return NULL;
+  const char *str = (const char *)(uintptr_t)(*tv & CH_LJVM_PTR_MASK);
   *len = *(const uint32_t *)(str + CH_LJVM_STR_LEN);
   return str + CH_LJVM_STR_SIZE;
 }
