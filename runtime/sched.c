@@ -512,7 +512,6 @@ int ch_sched_set_fairness(unsigned switches, unsigned usec)
   return 0;
 }
 
-
 int ch_self(void)
 {
   struct ch_coro *c = ch_current();
@@ -603,6 +602,7 @@ void ch_cancel(struct ch_coro *c)
 }
 
 int ch_cancelled(const struct ch_coro *c) { return c->cancelled; }
+
 int ch_sleep_ms(int64_t ms)
 {
   if (!ch_current()) {
