@@ -372,19 +372,23 @@ static int parse_args(int argc, char **argv, int *check)
   return 0;
 }
 
-/* lua/ beside the binary's directory (a build tree: build/cohost and
-** lua/), else the installed copy. */
+/* Where the Lua modules are, found from the binary's own path so that
+** it does not matter what PREFIX it was built with: ../lua beside its
+** directory (a build tree: build/cohost and lua/), else
+** ../share/cohost/lua (make install's layout, under any PREFIX and
+** DESTDIR), else COHOST_LUA_DIR (when /proc is not mounted; the fuzz
+** harness's in-process host). */
 static void find_lua_dir(void)
 {
+  static const char *const beside[] = { "../lua", "../share/cohost/lua" };
   char exe[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n > 0) {
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = '\0';
+  char *slash = n > 0 ? memrchr(exe, '/', (size_t)n) : NULL;
+  if (slash) {
+    *slash = '\0';
+    for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
       char probe[PATH_MAX + 32];
-      if (snprintf(lua_dir, sizeof lua_dir, "%s/../lua", exe) < (int)sizeof lua_dir &&
+      if (snprintf(lua_dir, sizeof lua_dir, "%s/%s", exe, beside[i]) < (int)sizeof lua_dir &&
           snprintf(probe, sizeof probe, "%s/cohost/init.lua", lua_dir) < (int)sizeof probe &&
           access(probe, R_OK) == 0)
         return;
