@@ -855,7 +855,7 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pushvalue(L, -1);
   res_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   /* res's __index: the defaults, then the methods. A default in the
-  ** metatable costs res no hash part (~450 instructions a request). */
+  ** metatable costs res no hash part (docs/benchmarks.md). */
   lua_createtable(L, 0, 1);
   lua_pushinteger(L, 200);
   lua_setfield(L, -2, "status");

@@ -102,8 +102,8 @@ void ch_worker_shutdown(struct ch_worker *w);
 int ch_worker_count(void);
 
 /* Counts one accepted connection, or one HTTP request, on w from its own
-** thread. One writer: a load and a store, not a locked add (~20 cycles
-** saved). */
+** thread. One writer: a load and a store, not a locked add (what that
+** saves: docs/benchmarks.md). */
 static inline void ch_worker_bump(_Atomic uint64_t *n)
 {
   atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
