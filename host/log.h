@@ -9,11 +9,11 @@ enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 ** message" to stderr when level is enabled ("master:" in place of the
 ** worker in a --processes master, "main:" on a thread that is no worker),
 ** or with --log-format json one object a line: {"time", "level", "pid",
-** "generation", "worker", "coroutine", "message"}. One write(2), so lines
-** never interleave and never park. An error or warning identical to the
-** thread's last one within a second is held back and counted; the next
-** line that is written for it says " (repeated N times)" (N lines, the
-** written one included). */
+** "generation", "worker", "coroutine", "message"} ("file" and "line" too
+** from ch_log_at). One write(2), so lines never interleave and never
+** park. An error or warning identical to the thread's last one within a
+** second is held back and counted; the next line that is written for it
+** says " (repeated N times)" (N lines, the written one included). */
 void ch_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ch_log with structured fields: fields is a JSON object's text, which a
@@ -21,10 +21,20 @@ void ch_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 ** caller puts them in the message). */
 void ch_log_fields(int level, const char *fields, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* ch_log_fields about a place in a script (a cohost.log call, a Lua
+** error): a text line says "file:line: message", a --log-format json line
+** carries "file" and "line" as fields of their own and the message
+** without them. fields may be NULL. */
+void ch_log_at(int level, const char *file, int line, const char *fields, const char *fmt, ...)
+  __attribute__((format(printf, 5, 6)));
+
 /* Appends s as the contents of a JSON string (no quotes) at buf + n, at
 ** most cap - n bytes (cut short, never split inside an escape); returns
 ** the new length. */
 int ch_log_json_escape(char *buf, int n, int cap, const char *s);
+
+/* ch_log_json_escape of the len bytes at s (which may hold NUL bytes). */
+int ch_log_json_escape_n(char *buf, int n, int cap, const char *s, size_t len);
 
 /* Whether lines are JSON (--log-format json). */
 int ch_log_is_json(void);

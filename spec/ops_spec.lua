@@ -135,8 +135,8 @@ describe("the command line", function()
     end
   end)
 
-  it("--log-format json writes one object a line with pid, generation and fields", function()
-    local code, _, err = h.run([[--log-format json -e 'require("cohost").log("warn", "hi \"there\"", { user = "bob", n = 3 })']])
+  it("--log-format json writes one object a line with pid, generation, fields, and file and line apart", function()
+    local code, _, err = h.run([[--log-format json -e 'require("cohost").log("warn", "hi \"there\" /a/b", { user = "bob", n = 3 })']])
     assert.equal(0, code, err)
     local line = assert(err:match("[^\n]+"), err)
     local o = cjson.decode(line)
@@ -146,7 +146,10 @@ describe("the command line", function()
     assert.equal(0, o.generation)
     assert.is_number(o.pid)
     assert.truthy(o.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"), o.time)
-    assert.equal('(command line):1: hi "there"', o.message)
+    assert.equal('hi "there" /a/b', o.message)
+    assert.equal("(command line)", o.file)
+    assert.equal(1, o.line)
+    assert.truthy(line:find('"message":"hi \\"there\\" /a/b"', 1, true), line)   -- "/" as it is
   end)
 
   it("puts a log call's fields at the end of a text line", function()
