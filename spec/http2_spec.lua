@@ -480,9 +480,9 @@ describe("HTTP/2 metrics", function()
       if req.path == "/missing" then res.status = 404 end
       res:send("x")
     end)
-    local A = 'cohost_http_requests_total{code="200",method="GET"}'
-    local B = 'cohost_http_requests_total{code="404",method="PUT"}'
-    local D = "cohost_http_request_duration_seconds_count"
+    local A = 'cohost_http_requests_total{code="200",method="GET",route=""}'
+    local B = 'cohost_http_requests_total{code="404",method="PUT",route=""}'
+    local D = 'cohost_http_request_duration_seconds_count{route=""}'
     local before = samples()
     -- Three streams on one connection (nghttp: curl 7.88 fails to reuse
     -- an h2c connection before it sends anything), then a PUT.

@@ -417,7 +417,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     size_t mlen = h->method.len < sizeof method ? h->method.len : sizeof method - 1;
     memcpy(method, ch_stream_data(&c->s) + h->method.off, mlen);
     ch_http_answer_error(c, 413);
-    ch_metrics_http(413, method, mlen, (double)(ch_now_ns() - t0) / 1e9);
+    if (!srv->uncounted) ch_metrics_http(413, method, mlen, 0, (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
     return 0;
   }
@@ -446,8 +446,9 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   int keep = ch_http_response_finish(rq);
   if (!rq->hijacked) {
     ch_http_access_log(c, rq);
-    ch_metrics_http(rq->status, base + h->method.off, h->method.len,
-                    (double)(ch_now_ns() - rq->start_ns) / 1e9);
+    if (!srv->uncounted)
+      ch_metrics_http(rq->status, base + h->method.off, h->method.len, rq->route,
+                      (double)(ch_now_ns() - rq->start_ns) / 1e9);
   }
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */

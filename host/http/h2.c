@@ -321,7 +321,8 @@ static void stream_main(void *arg)
   ch_h2_response_finish(rq);
   ch_http_access_log(c, rq);
   /* Counted as HTTP/1.1's serve counts a response (the same series). */
-  ch_metrics_http(rq->status, m, rq->h.method.len, (double)(ch_now_ns() - rq->start_ns) / 1e9);
+  if (!srv->uncounted)
+    ch_metrics_http(rq->status, m, rq->h.method.len, rq->route, (double)(ch_now_ns() - rq->start_ns) / 1e9);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
     /* A complete answer before the whole request: what is left of the
