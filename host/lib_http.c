@@ -759,6 +759,18 @@ static int l_server(lua_State *L)
     }
   }
   lua_pop(L, 1);
+  lua_getfield(L, 2, "access_log_format");
+  const char *fmt = lua_tostring(L, -1);
+  if (lua_isnil(L, -1)) {
+    s->log_json = (uint8_t)ch_log_is_json();   /* --log-format's */
+  } else if (fmt && (!strcmp(fmt, "json") || !strcmp(fmt, "text"))) {
+    s->log_json = fmt[0] == 'j';
+  } else {
+    if (s->log_owned) ch_log_file_close(s->log_fd);
+    free(s);
+    return luaL_error(L, "bad option access_log_format (\"text\" or \"json\" expected)");
+  }
+  lua_pop(L, 1);
   /* metrics = false: the listener's requests stay out of cohost_http_*
   ** (the status endpoint's scrapes and health checks). */
   lua_getfield(L, 2, "metrics");

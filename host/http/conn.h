@@ -50,6 +50,7 @@ struct ch_http_server {
   int debug;                      /* 500 bodies carry the error */
   int log_fd;                     /* access log, or -1 */
   int log_owned;                  /* log_fd is ours to close */
+  uint8_t log_json;               /* access log lines are JSON objects */
   uint8_t uncounted;              /* not in cohost_http_* (opts.metrics =
                                   ** false: the status endpoint's own) */
   char server_hdr[64];            /* "Server: cohost\r\n" or "" */
@@ -173,7 +174,8 @@ int ch_http_body_more(struct ch_http_req *rq, int discard);
 ** "timeout", "no memory", "closed". */
 const char *ch_http_body_error(int r);
 
-/* Writes rq's access log line (combined format) if its server has a log. */
+/* Writes rq's access log line if its server has a log: the combined
+** format, or a JSON object (log_json). */
 void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq);
 
 /* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */
