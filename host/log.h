@@ -3,6 +3,8 @@
 #ifndef CH_LOG_H
 #define CH_LOG_H
 
+#include <stddef.h>
+
 enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 
 /* Writes "YYYY/MM/DD HH:MM:SS [level] pid=P gen=G w<worker> c<coroutine>:
