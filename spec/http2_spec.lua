@@ -802,6 +802,55 @@ out({"goaway": c.goaway})
     assert.matches("GET /d 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/d"):format(serve(describe_req))))
   end)
 
+  it("logs the first of many connections' rapid resets, then a summary line with their count", function()
+    -- One line per connection filled the log (7,362 lines in 12 s from
+    -- one client). 30 connections over both workers of -w 2, each opening
+    -- 400 streams and resetting each at once, from raw bytes: the
+    -- preface, an empty SETTINGS, then HEADERS (GET / from HPACK's static
+    -- table) and RST_STREAM CANCEL per stream, all in one write.
+    local p = h.start("-w 2 " .. h.shell_quote(h.tmpfile(h.server_script([[
+local http = require "cohost.http"
+listener = assert(http.listen("127.0.0.1:0", function(req, res) res:send("hi") end))
+]]))), 60)
+    h.defer(p.stop)
+    local function frame(t, flags, id, payload)
+      local n = #payload
+      return string.char(math.floor(n / 65536), math.floor(n / 256) % 256, n % 256, t, flags,
+        math.floor(id / 16777216), math.floor(id / 65536) % 256, math.floor(id / 256) % 256, id % 256) .. payload
+    end
+    local parts = { "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", frame(4, 0, 0, "") }
+    for i = 1, 400 do
+      parts[#parts + 1] = frame(1, 5, 2 * i - 1, "\130\134\132\1\1x") .. frame(3, 0, 2 * i - 1, "\0\0\0\8")
+    end
+    local bytes = table.concat(parts)
+    local function attack(n)
+      h.run_all(n, function()
+        local s = h.dial(p.port, 10000)
+        assert(s:send(bytes))
+        s:receive("*a")   -- GOAWAY, then the close
+      end)
+    end
+    local function count(pattern)
+      local _, n = h.slurp(p.err):gsub(pattern, "")
+      return n
+    end
+    local FULL = "http2: 127%.0%.0%.1:%d+ resets streams too fast %(rapid reset%): GOAWAY\n"
+    local SUMMARY = "http2: a client resets streams too fast %(rapid reset%): GOAWAY %.%.%. and (%d+) more in the last %d+ s\n"
+    attack(30)
+    assert.are.equal(1, count(FULL), h.slurp(p.err))
+    -- The count comes when the 10 s window ends, from a timer.
+    assert.is_true(h.wait_for(function() return count(SUMMARY) == 1 end, 40), h.slurp(p.err))
+    assert.are.equal("29", h.slurp(p.err):match(SUMMARY))
+    -- One more opens the next window: the exit writes its count.
+    attack(1)
+    p.signal("TERM")
+    assert.is_not_nil(p.wait(20), "no exit after SIGTERM")
+    local log = h.slurp(p.err)
+    assert.are.equal(2, count(SUMMARY), log)
+    assert.matches("%.%.%. and 1 more in the last %d+ s\n", log)
+    assert.are.equal(1, count(FULL), log)
+  end)
+
   it("ends a CONTINUATION flood (CVE-2024-27316) and serves on", function()
     local calls = 0
     local port = serve(function(req, res)

@@ -205,9 +205,10 @@ sys.stdout.write(tls.version() + "\n" + data.decode())
     data, err = tls_exchange(srv.port, "PROXY TCP4 nonsense\r\n", "x\n")
     assert.is_nil(data)
     assert.truthy(err)
+    -- The first is logged; the next, within 10 s, only counted (a scanner
+    -- would write a line per connection): its summary comes later.
     assert.is_true(h.wait_for(function()
-      local _, n = h.slurp(srv.err):gsub("proxy protocol: 127%.0%.0%.1:%d+: no valid PROXY header; connection closed", "")
-      return n >= 2
+      return h.slurp(srv.err):find("proxy protocol: 127%.0%.0%.1:%d+: no valid PROXY header; connection closed")
     end, 10), h.slurp(srv.err))
     data = tls_exchange(srv.port, v1("198.51.100.1", 2), "ok\n")
     assert.equal("198.51.100.1:2 198.51.100.1 2 ok\n", data)

@@ -484,12 +484,19 @@ static void head_done(struct ch_h2_stream *st)
   hd->nheaders++;
 }
 
+/* One line per attacking connection, rate-limited (log.h). */
+static struct ch_log_kind rapid_reset_kind =
+  CH_LOG_KIND_INIT("http2: a client resets streams too fast (rapid reset): GOAWAY");
+
 /* A RST_STREAM from the client on a stream not yet answered: rapid reset
 ** (CVE-2023-44487) makes the server start work for streams it cancels at
 ** once, so they are rationed by a token bucket (RESET_BURST, RESET_RATE
-** a second); past it the connection ends with ENHANCE_YOUR_CALM. */
+** a second); past it the connection ends with ENHANCE_YOUR_CALM, once:
+** the resets nghttp2 still parses after that (the rest of the read) are
+** neither counted nor logged. */
 static void early_reset(struct ch_h2_conn *h, nghttp2_session *s)
 {
+  if (!nghttp2_session_want_read(s)) return;   /* terminated already */
   uint64_t now = ch_now_ns();
   h->reset_tokens += (double)(now - h->reset_ns) * RESET_RATE / 1e9;
   if (h->reset_tokens > RESET_BURST) h->reset_tokens = RESET_BURST;
@@ -500,7 +507,7 @@ static void early_reset(struct ch_h2_conn *h, nghttp2_session *s)
   }
   char peer[80];
   ch_http_peer(h->c, peer, sizeof peer);
-  ch_log(CH_LOG_WARN, "http2: %s resets streams too fast (rapid reset): GOAWAY", peer);
+  ch_log_event(&rapid_reset_kind, CH_LOG_WARN, "http2: %s resets streams too fast (rapid reset): GOAWAY", peer);
   nghttp2_session_terminate_session(s, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 

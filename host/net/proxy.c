@@ -131,8 +131,18 @@ int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
   return r;
 }
 
+/* One line per connection, from anyone who reaches the port: a scanner,
+** a client that bypasses the balancer, a port probe. Rate-limited, bad
+** bytes and a header that never came apart (log.h). */
+static struct ch_log_kind bad_kind =
+  CH_LOG_KIND_INIT("proxy protocol: a connection without a valid PROXY header closed");
+static struct ch_log_kind cut_kind =
+  CH_LOG_KIND_INIT("proxy protocol: a connection that ended or timed out before its header closed");
+
 void ch_proxy_log_bad(const char *who, int r)
 {
-  ch_log(CH_LOG_WARN, "proxy protocol: %s: %s; connection closed", who,
-         r == -EPROTO ? "no valid PROXY header" : ch_errstr(-r));
+  if (r == -EPROTO)
+    ch_log_event(&bad_kind, CH_LOG_WARN, "proxy protocol: %s: no valid PROXY header; connection closed", who);
+  else
+    ch_log_event(&cut_kind, CH_LOG_WARN, "proxy protocol: %s: %s; connection closed", who, ch_errstr(-r));
 }
