@@ -284,6 +284,48 @@ out({"statuses": [c.streams[i]["status"] for i in ids], "reset": c.streams[ids[2
     assert.are.equal(7, r.reset)   -- REFUSED_STREAM
   end)
 
+  it("past the limit are refused after the client acknowledged SETTINGS too; the connection goes on", function()
+    local gate = sema.new(0)
+    local port = serve(function(req, res)
+      if req.path == "/release" then
+        gate:post(2)
+        return res:send("released")
+      end
+      if req.path == "/park" then assert(gate:wait(10), "never released") end
+      res:send("done " .. req.path)
+    end, { http2_max_concurrent_streams = 2 })
+    local r = py([=[
+c = Client(int(sys.argv[1]))
+# The server's SETTINGS read: the client's ACKs go out before the streams.
+c.until(lambda: c.c.remote_settings.max_concurrent_streams == 2)
+ids = [c.request("/park"), c.request("/park")]
+# python-h2 would hold a third stream back itself: it is told the limit
+# is higher, so the HEADERS go out.
+rs = c.c.remote_settings
+rs[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = 100
+rs.acknowledge()
+extra = c.request("/extra")
+try:
+    c.until(lambda: c.done(extra))
+    other = Client(int(sys.argv[1]))
+    rel = other.request("/release")
+    other.until(lambda: other.done(rel))
+    c.until(lambda: c.done(ids[0]) and c.done(ids[1]))
+    retry = c.request("/retry")   # the refused stream, retried
+    c.until(lambda: c.done(retry))
+except SystemExit as e:
+    out({"closed": str(e), "goaway": c.goaway})
+    sys.exit(0)
+out({"reset": c.streams[extra]["reset"], "statuses": [c.streams[i]["status"] for i in ids],
+     "retry": c.text(retry), "goaway": c.goaway})
+]=], tostring(port))
+    assert.is_nil(r.closed, "the connection ended: GOAWAY " .. require("cjson").encode(r.goaway))
+    assert.are.equal(7, r.reset)   -- REFUSED_STREAM
+    assert.are.same({ 200, 200 }, r.statuses)
+    assert.are.equal("done /retry", r.retry)
+    assert.is_not_table(r.goaway)
+  end)
+
   it("carry many concurrent requests on few connections (h2load -c 4 -m 10)", function()
     local port = serve(function(req, res) res:send("hello") end)
     local code, out = h.sh(("h2load -n 400 -c 4 -m 10 http://127.0.0.1:%d/"):format(port), 30)
