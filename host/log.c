@@ -193,6 +193,15 @@ static void vlog(int level, const char *file, int line, const char *fields, cons
   last_time = now;
 }
 
+/* vlog with its arguments, for this file's own lines. */
+static void __attribute__((format(printf, 2, 3))) log_line(int level, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, NULL, 0, NULL, fmt, ap);
+  va_end(ap);
+}
+
 void ch_log(int level, const char *fmt, ...)
 {
   if (level > ch_opts.log_level) return;
@@ -218,6 +227,137 @@ void ch_log_at(int level, const char *file, int line, const char *fields, const 
   va_start(ap, fmt);
   vlog(level, file, line, fields, fmt, ap);
   va_end(ap);
+}
+
+/* -- Events per kind ------------------------------------------------------
+**
+** The repeat filter above holds back a line identical to the last; a line
+** per attacking connection names its peer, so it never is (a rapid reset
+** from one client wrote 7,362 lines in 12 s). A kind counts instead. Its
+** state is the process's, behind a mutex: the workers of one process
+** share a kind, and an event takes the lock only to count (the lines are
+** written outside it, so a full pipe on stderr stalls the writer alone). */
+
+#define WINDOW_NS ((uint64_t)CH_LOG_KIND_WINDOW * 1000000000u)
+
+static pthread_mutex_t kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ch_log_kind *kinds;   /* every kind that had an event;
+                                    ** guarded by kinds_lock */
+
+/* The thread's flush timer: armed on a worker thread when a count starts,
+** so a kind whose events stop still gets its summary near its window's
+** end. Weak: a worker that is done does not wait for it. Per thread, and
+** not on a coroutine's stack (copy-stack mode). */
+static __thread struct ch_timer flush_timer;
+static __thread uint8_t flush_armed;
+
+/* "7361" as "7,361", into buf (at least 16 bytes). */
+static void thousands(char *buf, unsigned v)
+{
+  char d[16];
+  int n = snprintf(d, sizeof d, "%u", v), k = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = d[i];
+  }
+  buf[k] = '\0';
+}
+
+static void summary(const char *what, int level, unsigned count, uint64_t ns)
+{
+  char n[16];
+  thousands(n, count);
+  unsigned secs = (unsigned)((ns + 500000000u) / 1000000000u);
+  log_line(level, "%s ... and %s more in the last %u s", what, n, secs ? secs : 1);
+}
+
+static void on_flush(struct ch_timer *t);
+
+static void arm(int ms)
+{
+  if (flush_armed || !ch_worker_self || ms < 0) return;
+  flush_timer.weak = 1;
+  if (ch_timer_start(&flush_timer, ms, on_flush) == 0) flush_armed = 1;
+}
+
+static void on_flush(struct ch_timer *t)
+{
+  (void)t;
+  flush_armed = 0;
+  arm(ch_log_flush(0));
+}
+
+static int ms_left(const struct ch_log_kind *k, uint64_t now)
+{
+  uint64_t end = k->since_ns + WINDOW_NS;
+  return end > now ? (int)((end - now + 999999) / 1000000u) : 0;
+}
+
+void ch_log_event(struct ch_log_kind *k, int level, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  uint64_t now = ch_now_ns();
+  unsigned count = 0;
+  uint64_t over = 0;
+  int write, due = -1, list;
+  pthread_mutex_lock(&k->lock);
+  list = !k->listed;
+  k->listed = 1;
+  k->level = level;
+  if (!k->since_ns || (!k->held && now - k->since_ns >= WINDOW_NS)) {
+    write = 1;                       /* the first in a window: in full */
+    k->since_ns = now;
+  } else if (now - k->since_ns < WINDOW_NS) {
+    write = 0;
+    if (k->held++ == 0) due = ms_left(k, now);
+  } else {
+    write = 0;                       /* the window is over: its summary, */
+    count = k->held;                 /* and this one starts the next */
+    over = now - k->since_ns;
+    k->since_ns = now;
+    k->held = 1;
+    due = ms_left(k, now);
+  }
+  pthread_mutex_unlock(&k->lock);
+  if (list) {
+    pthread_mutex_lock(&kinds_lock);
+    k->next = kinds;
+    kinds = k;
+    pthread_mutex_unlock(&kinds_lock);
+  }
+  if (count) summary(k->what, level, count, over);
+  if (write) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, NULL, 0, NULL, fmt, ap);
+    va_end(ap);
+  }
+  arm(due);
+}
+
+int ch_log_flush(int all)
+{
+  uint64_t now = ch_now_ns();
+  int next = -1;
+  pthread_mutex_lock(&kinds_lock);
+  for (struct ch_log_kind *k = kinds; k; k = k->next) {
+    pthread_mutex_lock(&k->lock);
+    unsigned count = 0;
+    uint64_t over = now - k->since_ns;
+    int level = k->level;
+    if (k->held && (all || over >= WINDOW_NS)) {
+      count = k->held;
+      k->held = 0;
+      k->since_ns = now;
+    } else if (k->held) {
+      int left = ms_left(k, now);
+      if (next < 0 || left < next) next = left;
+    }
+    pthread_mutex_unlock(&k->lock);
+    if (count) summary(k->what, level, count, over);
+  }
+  pthread_mutex_unlock(&kinds_lock);
+  return next;
 }
 
 /* -- Log files SIGUSR1 reopens -------------------------------------------- */
