@@ -166,11 +166,16 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 	$(CC) $(CFLAGS) $< -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
 # Tests of host modules below Lua link the objects they test: the
-# stream's the Lua-free network layer, test_tlsf the allocator.
+# stream's the Lua-free network layer, test_log the log's kinds of event,
+# test_tlsf the allocator.
 STREAM_OBJ := $(B)/host/net/stream.o $(B)/host/net/tls.o $(B)/host/log.o
 $(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -iquote host $< $(STREAM_OBJ) -o $@ $(LIB) $(CTEST_LIBS) -lssl $(LDLIBS)
+
+$(B)/spec/test_log: spec/c/test_log.c $(B)/host/log.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -iquote host $< $(B)/host/log.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
 $(B)/spec/test_tlsf: spec/c/test_tlsf.c $(B)/host/shdict/tlsf.o $(LIB)
 	@mkdir -p $(@D)

@@ -26,6 +26,7 @@
 #include "http/response.h"
 #include "http/sendfile.h"
 #include "http/url.h"
+#include "proc/metrics.h"
 #include "lib.h"
 #include "lib_listen.h"
 #include "lib_socket.h"
@@ -590,6 +591,15 @@ static int req_settimeout(lua_State *L)
   return 1;
 }
 
+/* route_id(pattern) -> the pattern's id for the route label (see
+** ch_metrics_route): a router asks once per route it adds, and puts the
+** matched one's id at res[1] for run_handler. */
+static int l_route_id(lua_State *L)
+{
+  lua_pushinteger(L, ch_metrics_route(luaL_checkstring(L, 1)));
+  return 1;
+}
+
 /* Yields. The server's run callback: handler(req, res) for request rq on
 ** a task. Everything that needs Lua happens here, before any later wait:
 ** once the handler has returned, the server touches the Lua thread no
@@ -613,8 +623,9 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
   lua_rawgeti(T, LUA_REGISTRYINDEX, dispatch_ref);
   /* A body declared over max_body_size: on_error answers (conn.c). */
   lua_rawgeti(T, LUA_REGISTRYINDEX, rq->body_status == 413 && srv->on_error ? srv->on_error : srv->handler);
-  /* res: the box at [0], in the array part, and no hash part until the
-  ** handler sets a field (status reads 200 from the metatable). */
+  /* res: the box at [0], in the array part (whose slot 1 is the router's
+  ** route id), and no hash part until the handler sets a field (status
+  ** reads 200 from the metatable). */
   lua_createtable(T, 1, 0);
   int res = lua_gettop(T);
   struct rbox *box = lua_newuserdata(T, sizeof *box);
@@ -649,6 +660,12 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
     lua_rawset(T, -3);
     lua_pop(T, 1);
   }
+  /* The router's route id (res[1], next to the box in res's array part:
+  ** the router's store there costs no allocation and no C call, and this
+  ** read is the label's whole cost to a request without a router). Left
+  ** on the stack: the settop below drops it. */
+  lua_rawgeti(T, 1, 1);
+  rq->route = (int)lua_tointeger(T, -1);
   rq->failed = t->status != CH_TASK_DONE;
   if (rq->failed && srv->debug && t->nresults > 0 && lua_isstring(T, 2))
     snprintf(rq->err, sizeof rq->err, "%s", lua_tostring(T, 2));   /* the error, above res */
@@ -742,6 +759,23 @@ static int l_server(lua_State *L)
     }
   }
   lua_pop(L, 1);
+  lua_getfield(L, 2, "access_log_format");
+  const char *fmt = lua_tostring(L, -1);
+  if (lua_isnil(L, -1)) {
+    s->log_json = (uint8_t)ch_log_is_json();   /* --log-format's */
+  } else if (fmt && (!strcmp(fmt, "json") || !strcmp(fmt, "text"))) {
+    s->log_json = fmt[0] == 'j';
+  } else {
+    if (s->log_owned) ch_log_file_close(s->log_fd);
+    free(s);
+    return luaL_error(L, "bad option access_log_format (\"text\" or \"json\" expected)");
+  }
+  lua_pop(L, 1);
+  /* metrics = false: the listener's requests stay out of cohost_http_*
+  ** (the status endpoint's scrapes and health checks). */
+  lua_getfield(L, 2, "metrics");
+  s->uncounted = lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1);
+  lua_pop(L, 1);
   if (s->lim.max_line < 64 || s->lim.max_header < 64 || s->keepalive_requests < 1 ||
       s->h2_max_streams < 1) {
     free(s);
@@ -807,6 +841,7 @@ static const luaL_Reg res_methods[] = {
 
 static const luaL_Reg funcs[] = {
   { "track_current", l_track_current },
+  { "route_id", l_route_id },
   { "current", l_current },
   { "server", l_server },
   { "listen", l_listen },

@@ -91,9 +91,9 @@ static void fields_json(lua_State *L, int idx, char *out, int cap)
 }
 
 /* Logs the arguments from first on, concatenated with tostring, at
-** where:line. A table as the last argument holds fields: a JSON line
-** (--log-format json) carries them as "fields", a text line ends with
-** " key=value" for each. */
+** where:line (a JSON line's "file" and "line"). A table as the last
+** argument holds fields: a JSON line (--log-format json) carries them as
+** "fields", a text line ends with " key=value" for each. */
 static void log_args(lua_State *L, int level, int first, const char *where, int line)
 {
   int n = lua_gettop(L);
@@ -126,13 +126,9 @@ static void log_args(lua_State *L, int level, int first, const char *where, int 
     }
     lua_concat(L, parts);
   }
-  if (fields && ch_log_is_json()) {
-    char json[2048];
-    fields_json(L, fields, json, sizeof json);
-    ch_log_fields(level, json, "%s:%d: %s", where, line, lua_tostring(L, -1));
-  } else {
-    ch_log(level, "%s:%d: %s", where, line, lua_tostring(L, -1));
-  }
+  char json[2048];
+  if (fields && ch_log_is_json()) fields_json(L, fields, json, sizeof json);
+  ch_log_at(level, where, line, fields && ch_log_is_json() ? json : NULL, "%s", lua_tostring(L, -1));
 }
 
 /* log(level, ...): the arguments concatenated with tostring, like

@@ -202,6 +202,17 @@ static int l_kill(lua_State *L)
   return 1;
 }
 
+/* cancelled() -> whether the running task was cancelled (cohost.kill, a
+** client that reset its HTTP/2 stream): its blocking calls raise
+** "cancelled" and its end is logged at info. For an xpcall message handler
+** that must tell that "cancelled" from a bug's error. */
+static int l_cancelled(lua_State *L)
+{
+  struct ch_coro *c = ch_current();
+  lua_pushboolean(L, c && ch_cancelled(c));
+  return 1;
+}
+
 static int handle_tostring(lua_State *L)
 {
   struct handle *h = check_handle(L, 1);
@@ -374,6 +385,7 @@ static const luaL_Reg task_funcs[] = {
   { "spawn_daemon", l_spawn_daemon },
   { "wait", l_wait },
   { "kill", l_kill },
+  { "cancelled", l_cancelled },
   { "sleep", l_sleep },
   { "setpriority", l_setpriority },
   { "getpriority", l_getpriority },

@@ -39,10 +39,16 @@ int ch_log_set_format(const char *name)
 }
 
 /* Appends s as a JSON string's contents (without quotes) at buf + n, at
-** most cap - n bytes; returns the new length. Control bytes are \u00XX. */
+** most cap - n bytes; returns the new length. Control bytes are \u00XX;
+** "/" stays as it is (JSON allows "\/", and log readers grep for paths). */
 int ch_log_json_escape(char *buf, int n, int cap, const char *s)
 {
-  for (; *s && n < cap - 7; s++) {
+  return ch_log_json_escape_n(buf, n, cap, s, strlen(s));
+}
+
+int ch_log_json_escape_n(char *buf, int n, int cap, const char *s, size_t len)
+{
+  for (const char *end = s + len; s < end && n < cap - 7; s++) {
     unsigned char ch = (unsigned char)*s;
     if (ch == '"' || ch == '\\') {
       buf[n++] = '\\';
@@ -67,10 +73,13 @@ int ch_log_is_json(void)
 #define LINE_MAX_BYTES 4096   /* one log line's message */
 
 /* Writes one line: msg[0..len), with " (repeated N times)" when repeats >
-** 0, as text or JSON. One write keeps lines whole between workers. A raw
-** system call, not the hooked write: stderr may be a pipe that fills, and
-** a log line must never park (every worker writes to this one fd). */
-static void emit(int level, const char *fields, const char *msg, size_t len, unsigned repeats)
+** 0, as text or JSON. When loc > 0, msg starts with a "file:line: " of loc
+** bytes (ch_log_at): a text line keeps it there, a JSON line carries it as
+** "file" and "line" and the message without it. One write keeps lines
+** whole between workers. A raw system call, not the hooked write: stderr
+** may be a pipe that fills, and a log line must never park (every worker
+** writes to this one fd). */
+static void emit(int level, size_t loc, const char *fields, const char *msg, size_t len, unsigned repeats)
 {
   char text[LINE_MAX_BYTES + 32], buf[2 * LINE_MAX_BYTES];
   if (len > LINE_MAX_BYTES) len = LINE_MAX_BYTES;
@@ -94,8 +103,18 @@ static void emit(int level, const char *fields, const char *msg, size_t len, uns
                   pid, gen);
     if (w) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w->id, ch_self());
     else n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":\"%s\",", who);
+    const char *m = text;
+    if (loc >= 4 && loc <= len) {   /* "file:line: ": the line's digits end 2 bytes before loc */
+      const char *digits = text + loc - 2;
+      while (digits > text && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+      if (digits > text + 1 && digits[-1] == '-') digits--;   /* a C caller's -1 */
+      n += snprintf(buf + n, sizeof buf - (size_t)n, "\"file\":\"");
+      n = ch_log_json_escape_n(buf, n, n + 1024, text, (size_t)(digits - 1 - text));
+      n += snprintf(buf + n, sizeof buf - (size_t)n, "\",\"line\":%d,", atoi(digits));
+      m = text + loc;
+    }
     n += snprintf(buf + n, sizeof buf - (size_t)n, "\"message\":\"");
-    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, text);
+    n = ch_log_json_escape(buf, n, (int)sizeof buf - 3, m);
     buf[n++] = '"';
     size_t fl = fields ? strlen(fields) : 0;
     if (fl && (size_t)n + fl + 12 < sizeof buf) {   /* else dropped: a line stays whole */
@@ -127,45 +146,60 @@ static void emit(int level, const char *fields, const char *msg, size_t len, uns
 #define REPEAT_WINDOW 1   /* seconds an identical line stays held back */
 static __thread char last[LINE_MAX_BYTES];
 static __thread size_t last_len;
+static __thread size_t last_loc;   /* its "file:line: " prefix's length */
 static __thread int last_level;
 static __thread unsigned held;     /* identical lines held back since the last write */
 static __thread time_t last_time;  /* when the last one was written */
 
-static void vlog(int level, const char *fields, const char *fmt, va_list ap)
+/* file: NULL, or the place the message is about (ch_log_at), which leads
+** it as "file:line: " (a JSON line makes that its fields). */
+static void vlog(int level, const char *file, int line, const char *fields, const char *fmt, va_list ap)
 {
   char msg[LINE_MAX_BYTES];
-  int m = vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t loc = 0;
+  if (file) loc = (size_t)snprintf(msg, sizeof msg, "%.256s:%d: ", file, line);
+  int m = vsnprintf(msg + loc, sizeof msg - loc, fmt, ap);
   /* A message longer than the buffer is cut, and says so. */
   if (m < 0) m = 0;
-  size_t len = (size_t)m;
+  size_t len = loc + (size_t)m;
   if (len >= sizeof msg - 1) {
     len = sizeof msg - 4;
     memcpy(msg + len, "...", 3);
     len += 3;
   }
   if (level > CH_LOG_WARN || fields) {   /* only errors and warnings are filtered */
-    emit(level, fields, msg, len, 0);
+    emit(level, loc, fields, msg, len, 0);
     return;
   }
   time_t now = time(NULL);
-  if (level == last_level && len == last_len && !memcmp(msg, last, len)) {
+  if (level == last_level && len == last_len && loc == last_loc && !memcmp(msg, last, len)) {
     if (now - last_time < REPEAT_WINDOW) {
       held++;
       return;
     }
     /* This one and those held back since the last write. */
-    emit(level, NULL, msg, len, held + 1);
+    emit(level, loc, NULL, msg, len, held + 1);
     held = 0;
     last_time = now;
     return;
   }
-  if (held) emit(last_level, NULL, last, last_len, held);
-  emit(level, NULL, msg, len, 0);
+  if (held) emit(last_level, last_loc, NULL, last, last_len, held);
+  emit(level, loc, NULL, msg, len, 0);
   memcpy(last, msg, len);
   last_len = len;
+  last_loc = loc;
   last_level = level;
   held = 0;
   last_time = now;
+}
+
+/* vlog with its arguments, for this file's own lines. */
+static void __attribute__((format(printf, 2, 3))) log_line(int level, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, NULL, 0, NULL, fmt, ap);
+  va_end(ap);
 }
 
 void ch_log(int level, const char *fmt, ...)
@@ -173,7 +207,7 @@ void ch_log(int level, const char *fmt, ...)
   if (level > ch_opts.log_level) return;
   va_list ap;
   va_start(ap, fmt);
-  vlog(level, NULL, fmt, ap);
+  vlog(level, NULL, 0, NULL, fmt, ap);
   va_end(ap);
 }
 
@@ -182,8 +216,148 @@ void ch_log_fields(int level, const char *fields, const char *fmt, ...)
   if (level > ch_opts.log_level) return;
   va_list ap;
   va_start(ap, fmt);
-  vlog(level, fields, fmt, ap);
+  vlog(level, NULL, 0, fields, fmt, ap);
   va_end(ap);
+}
+
+void ch_log_at(int level, const char *file, int line, const char *fields, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(level, file, line, fields, fmt, ap);
+  va_end(ap);
+}
+
+/* -- Events per kind ------------------------------------------------------
+**
+** The repeat filter above holds back a line identical to the last; a line
+** per attacking connection names its peer, so it never is (a rapid reset
+** from one client wrote 7,362 lines in 12 s). A kind counts instead. Its
+** state is the process's, behind a mutex: the workers of one process
+** share a kind, and an event takes the lock only to count (the lines are
+** written outside it, so a full pipe on stderr stalls the writer alone). */
+
+#define WINDOW_NS ((uint64_t)CH_LOG_KIND_WINDOW * 1000000000u)
+
+static pthread_mutex_t kinds_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ch_log_kind *kinds;   /* every kind that had an event;
+                                    ** guarded by kinds_lock */
+
+/* The thread's flush timer: armed on a worker thread when a count starts,
+** so a kind whose events stop still gets its summary near its window's
+** end. Weak: a worker that is done does not wait for it. Per thread, and
+** not on a coroutine's stack (copy-stack mode). */
+static __thread struct ch_timer flush_timer;
+static __thread uint8_t flush_armed;
+
+/* "7361" as "7,361", into buf (at least 16 bytes). */
+static void thousands(char *buf, unsigned v)
+{
+  char d[16];
+  int n = snprintf(d, sizeof d, "%u", v), k = 0;
+  for (int i = 0; i < n; i++) {
+    if (i && (n - i) % 3 == 0) buf[k++] = ',';
+    buf[k++] = d[i];
+  }
+  buf[k] = '\0';
+}
+
+static void summary(const char *what, int level, unsigned count, uint64_t ns)
+{
+  char n[16];
+  thousands(n, count);
+  unsigned secs = (unsigned)((ns + 500000000u) / 1000000000u);
+  log_line(level, "%s ... and %s more in the last %u s", what, n, secs ? secs : 1);
+}
+
+static void on_flush(struct ch_timer *t);
+
+static void arm(int ms)
+{
+  if (flush_armed || !ch_worker_self || ms < 0) return;
+  flush_timer.weak = 1;
+  if (ch_timer_start(&flush_timer, ms, on_flush) == 0) flush_armed = 1;
+}
+
+static void on_flush(struct ch_timer *t)
+{
+  (void)t;
+  flush_armed = 0;
+  arm(ch_log_flush(0));
+}
+
+static int ms_left(const struct ch_log_kind *k, uint64_t now)
+{
+  uint64_t end = k->since_ns + WINDOW_NS;
+  return end > now ? (int)((end - now + 999999) / 1000000u) : 0;
+}
+
+void ch_log_event(struct ch_log_kind *k, int level, const char *fmt, ...)
+{
+  if (level > ch_opts.log_level) return;
+  uint64_t now = ch_now_ns();
+  unsigned count = 0;
+  uint64_t over = 0;
+  int write, due = -1, list;
+  pthread_mutex_lock(&k->lock);
+  list = !k->listed;
+  k->listed = 1;
+  k->level = level;
+  if (!k->since_ns || (!k->held && now - k->since_ns >= WINDOW_NS)) {
+    write = 1;                       /* the first in a window: in full */
+    k->since_ns = now;
+  } else if (now - k->since_ns < WINDOW_NS) {
+    write = 0;
+    if (k->held++ == 0) due = ms_left(k, now);
+  } else {
+    write = 0;                       /* the window is over: its summary, */
+    count = k->held;                 /* and this one starts the next */
+    over = now - k->since_ns;
+    k->since_ns = now;
+    k->held = 1;
+    due = ms_left(k, now);
+  }
+  pthread_mutex_unlock(&k->lock);
+  if (list) {
+    pthread_mutex_lock(&kinds_lock);
+    k->next = kinds;
+    kinds = k;
+    pthread_mutex_unlock(&kinds_lock);
+  }
+  if (count) summary(k->what, level, count, over);
+  if (write) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, NULL, 0, NULL, fmt, ap);
+    va_end(ap);
+  }
+  arm(due);
+}
+
+int ch_log_flush(int all)
+{
+  uint64_t now = ch_now_ns();
+  int next = -1;
+  pthread_mutex_lock(&kinds_lock);
+  for (struct ch_log_kind *k = kinds; k; k = k->next) {
+    pthread_mutex_lock(&k->lock);
+    unsigned count = 0;
+    uint64_t over = now - k->since_ns;
+    int level = k->level;
+    if (k->held && (all || over >= WINDOW_NS)) {
+      count = k->held;
+      k->held = 0;
+      k->since_ns = now;
+    } else if (k->held) {
+      int left = ms_left(k, now);
+      if (next < 0 || left < next) next = left;
+    }
+    pthread_mutex_unlock(&k->lock);
+    if (count) summary(k->what, level, count, over);
+  }
+  pthread_mutex_unlock(&kinds_lock);
+  return next;
 }
 
 /* -- Log files SIGUSR1 reopens -------------------------------------------- */

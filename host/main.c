@@ -681,6 +681,7 @@ int main(int argc, char **argv)
   ch_set_resume_hook(ch_ljvm_resumed);
 
   ch_workers_run(new_state, main_task);
+  ch_log_flush(1);   /* the counts of rate-limited events still held */
   fflush(NULL);
   /* No lua_close: other threads' states and parked coroutines may still
   ** reference memory; the kernel reclaims it all at once. */

@@ -489,6 +489,48 @@ out(rpc("unary_unary", "/t.S/Seen", b""))
     assert.are.same({ 0, "cancelled" }, { r.code, r.reply })
   end)
 
+  it("log a cancel at info, not as a handler error, wherever the handler was parked", function()
+    -- Parked in cohost.sleep and in a cosocket read: the cancel raises
+    -- "cancelled" there, which is no bug (stream:recv raises the quiet
+    -- error instead, and was logged right before).
+    local p = h.start("--log-level info " .. h.shell_quote(h.tmpfile(h.server_script([[
+local grpc = require "cohost.grpc"
+local mute = assert(cohost.listen("127.0.0.1:0", function(sock) sock:receive("*a") end))
+local _, mute_port = mute:addr()
+local srv = grpc.server():service("t.S", {
+  Sleep = { server_stream = function(_, stream)
+    stream:send("first")
+    cohost.sleep(30)
+  end },
+  Read = { server_stream = function(_, stream)
+    local s = cohost.tcp()
+    assert(s:connect("127.0.0.1", mute_port))
+    stream:send("first")
+    s:receive("*l")
+  end },
+  Echo = function(msg) return msg end,
+})
+listener = assert(grpc.listen("127.0.0.1:0", srv))
+]]))))
+    h.defer(p.stop)
+    local r = py(p.port, [[
+for path in ("/t.S/Sleep", "/t.S/Read"):
+    it = ch.unary_stream(path)(b"", timeout=None)
+    next(it)
+    it.cancel()
+out(rpc("unary_unary", "/t.S/Echo", b"after", timeout=None))
+]])
+    assert.are.same({ 0, "after" }, { r.code, r.reply })
+    assert.is_true(h.wait_for(function()
+      local _, n = h.slurp(p.err):gsub("%[info%][^\n]*: handler cancelled\n", "")
+      return n >= 2
+    end), h.slurp(p.err))
+    local log = h.slurp(p.err)
+    assert.is_nil(log:find("handler error", 1, true), log)
+    assert.is_nil(log:find("[error]", 1, true), log)
+    assert.is_nil(p.exited())
+  end)
+
   it("parse grpc-timeout into ctx.deadline and ctx:remaining()", function()
     local srv = grpc.server():service("t.S", {
       Left = function(_, ctx)

@@ -284,6 +284,48 @@ out({"statuses": [c.streams[i]["status"] for i in ids], "reset": c.streams[ids[2
     assert.are.equal(7, r.reset)   -- REFUSED_STREAM
   end)
 
+  it("past the limit are refused after the client acknowledged SETTINGS too; the connection goes on", function()
+    local gate = sema.new(0)
+    local port = serve(function(req, res)
+      if req.path == "/release" then
+        gate:post(2)
+        return res:send("released")
+      end
+      if req.path == "/park" then assert(gate:wait(10), "never released") end
+      res:send("done " .. req.path)
+    end, { http2_max_concurrent_streams = 2 })
+    local r = py([=[
+c = Client(int(sys.argv[1]))
+# The server's SETTINGS read: the client's ACKs go out before the streams.
+c.until(lambda: c.c.remote_settings.max_concurrent_streams == 2)
+ids = [c.request("/park"), c.request("/park")]
+# python-h2 would hold a third stream back itself: it is told the limit
+# is higher, so the HEADERS go out.
+rs = c.c.remote_settings
+rs[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = 100
+rs.acknowledge()
+extra = c.request("/extra")
+try:
+    c.until(lambda: c.done(extra))
+    other = Client(int(sys.argv[1]))
+    rel = other.request("/release")
+    other.until(lambda: other.done(rel))
+    c.until(lambda: c.done(ids[0]) and c.done(ids[1]))
+    retry = c.request("/retry")   # the refused stream, retried
+    c.until(lambda: c.done(retry))
+except SystemExit as e:
+    out({"closed": str(e), "goaway": c.goaway})
+    sys.exit(0)
+out({"reset": c.streams[extra]["reset"], "statuses": [c.streams[i]["status"] for i in ids],
+     "retry": c.text(retry), "goaway": c.goaway})
+]=], tostring(port))
+    assert.is_nil(r.closed, "the connection ended: GOAWAY " .. require("cjson").encode(r.goaway))
+    assert.are.equal(7, r.reset)   -- REFUSED_STREAM
+    assert.are.same({ 200, 200 }, r.statuses)
+    assert.are.equal("done /retry", r.retry)
+    assert.is_not_table(r.goaway)
+  end)
+
   it("carry many concurrent requests on few connections (h2load -c 4 -m 10)", function()
     local port = serve(function(req, res) res:send("hello") end)
     local code, out = h.sh(("h2load -n 400 -c 4 -m 10 http://127.0.0.1:%d/"):format(port), 30)
@@ -480,9 +522,9 @@ describe("HTTP/2 metrics", function()
       if req.path == "/missing" then res.status = 404 end
       res:send("x")
     end)
-    local A = 'cohost_http_requests_total{code="200",method="GET"}'
-    local B = 'cohost_http_requests_total{code="404",method="PUT"}'
-    local D = "cohost_http_request_duration_seconds_count"
+    local A = 'cohost_http_requests_total{code="200",method="GET",route=""}'
+    local B = 'cohost_http_requests_total{code="404",method="PUT",route=""}'
+    local D = 'cohost_http_request_duration_seconds_count{route=""}'
     local before = samples()
     -- Three streams on one connection (nghttp: curl 7.88 fails to reuse
     -- an h2c connection before it sends anything), then a PUT.
@@ -800,6 +842,55 @@ out({"goaway": c.goaway})
     assert.are.equal(11, r.goaway.code)   -- ENHANCE_YOUR_CALM
     assert.is_true(started < 1000, "every reset stream ran its handler")
     assert.matches("GET /d 2", curl(("--http2-prior-knowledge http://127.0.0.1:%d/d"):format(serve(describe_req))))
+  end)
+
+  it("logs the first of many connections' rapid resets, then a summary line with their count", function()
+    -- One line per connection filled the log (7,362 lines in 12 s from
+    -- one client). 30 connections over both workers of -w 2, each opening
+    -- 400 streams and resetting each at once, from raw bytes: the
+    -- preface, an empty SETTINGS, then HEADERS (GET / from HPACK's static
+    -- table) and RST_STREAM CANCEL per stream, all in one write.
+    local p = h.start("-w 2 " .. h.shell_quote(h.tmpfile(h.server_script([[
+local http = require "cohost.http"
+listener = assert(http.listen("127.0.0.1:0", function(req, res) res:send("hi") end))
+]]))), 60)
+    h.defer(p.stop)
+    local function frame(t, flags, id, payload)
+      local n = #payload
+      return string.char(math.floor(n / 65536), math.floor(n / 256) % 256, n % 256, t, flags,
+        math.floor(id / 16777216), math.floor(id / 65536) % 256, math.floor(id / 256) % 256, id % 256) .. payload
+    end
+    local parts = { "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", frame(4, 0, 0, "") }
+    for i = 1, 400 do
+      parts[#parts + 1] = frame(1, 5, 2 * i - 1, "\130\134\132\1\1x") .. frame(3, 0, 2 * i - 1, "\0\0\0\8")
+    end
+    local bytes = table.concat(parts)
+    local function attack(n)
+      h.run_all(n, function()
+        local s = h.dial(p.port, 10000)
+        assert(s:send(bytes))
+        s:receive("*a")   -- GOAWAY, then the close
+      end)
+    end
+    local function count(pattern)
+      local _, n = h.slurp(p.err):gsub(pattern, "")
+      return n
+    end
+    local FULL = "http2: 127%.0%.0%.1:%d+ resets streams too fast %(rapid reset%): GOAWAY\n"
+    local SUMMARY = "http2: a client resets streams too fast %(rapid reset%): GOAWAY %.%.%. and (%d+) more in the last %d+ s\n"
+    attack(30)
+    assert.are.equal(1, count(FULL), h.slurp(p.err))
+    -- The count comes when the 10 s window ends, from a timer.
+    assert.is_true(h.wait_for(function() return count(SUMMARY) == 1 end, 40), h.slurp(p.err))
+    assert.are.equal("29", h.slurp(p.err):match(SUMMARY))
+    -- One more opens the next window: the exit writes its count.
+    attack(1)
+    p.signal("TERM")
+    assert.is_not_nil(p.wait(20), "no exit after SIGTERM")
+    local log = h.slurp(p.err)
+    assert.are.equal(2, count(SUMMARY), log)
+    assert.matches("%.%.%. and 1 more in the last %d+ s\n", log)
+    assert.are.equal(1, count(FULL), log)
   end)
 
   it("ends a CONTINUATION flood (CVE-2024-27316) and serves on", function()

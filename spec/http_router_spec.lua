@@ -269,6 +269,56 @@ describe("router mount", function()
   end)
 end)
 
+-- -- req.route -----------------------------------------------------------------
+
+describe("req.route", function()
+  it("is the matched pattern, behind the prefixes it is mounted under, and nil when no route matches", function()
+    local function show(req, res) res:send(tostring(req.route)) end
+    local v1 = router.new()
+    v1:get("/notes/:id", show)
+    v1:get("/", show)
+    local api = router.new()
+    api:mount("/v1", v1)
+    api:get("/files/*path", show)
+    local r = router.new()
+    local after = {}   -- req.route as a middleware sees it once next() is back
+    r:use(function(req, _, next)
+      next()
+      after[req.method .. " " .. req.path] = req.route or "nil"
+    end)
+    r:mount("/api", api)
+    r:get("/notes/:id", show)
+    r:get("/notes/new", show)
+    r:any("/any", show)
+    r:static("/assets", h.tmpdir())
+    local port = serve(r)
+    assert.equal("/notes/:id", get(port, "/notes/42").body)
+    assert.equal("/notes/new", get(port, "/notes/new").body)
+    assert.equal("/any", request(port, "POST", "/any", nil, "").body)
+    assert.equal("/api/files/*path", get(port, "/api/files/a/b%20c").body)
+    assert.equal("/api/v1/notes/:id", get(port, "/api/v1/notes/7").body)
+    assert.equal("/api/v1/", get(port, "/api/v1").body)
+    assert.equal("/api/v1/", get(port, "/api/v1/").body)
+    assert.equal(200, request(port, "HEAD", "/notes/1").status)   -- GET's route
+    assert.equal(404, get(port, "/assets/missing.css").status)
+    assert.equal(404, get(port, "/nothing").status)
+    assert.equal(404, get(port, "/api/v1/nothing").status)
+    assert.equal(405, request(port, "DELETE", "/notes/1", nil, "").status)
+    assert.same({
+      ["GET /notes/42"] = "/notes/:id", ["GET /notes/new"] = "/notes/new", ["POST /any"] = "/any",
+      ["GET /api/files/a/b c"] = "/api/files/*path", ["GET /api/v1/notes/7"] = "/api/v1/notes/:id",
+      ["GET /api/v1"] = "/api/v1/", ["GET /api/v1/"] = "/api/v1/", ["HEAD /notes/1"] = "/notes/:id",
+      ["GET /assets/missing.css"] = "/assets/*",
+      ["GET /nothing"] = "nil", ["GET /api/v1/nothing"] = "nil", ["DELETE /notes/1"] = "nil",
+    }, after)
+  end)
+
+  it("is nil without a router", function()
+    local port = serve(function(req, res) res:send(tostring(req.route)) end)
+    assert.equal("nil", get(port, "/notes/1").body)
+  end)
+end)
+
 -- -- Errors -------------------------------------------------------------------
 
 describe("router errors", function()

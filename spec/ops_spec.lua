@@ -135,8 +135,8 @@ describe("the command line", function()
     end
   end)
 
-  it("--log-format json writes one object a line with pid, generation and fields", function()
-    local code, _, err = h.run([[--log-format json -e 'require("cohost").log("warn", "hi \"there\"", { user = "bob", n = 3 })']])
+  it("--log-format json writes one object a line with pid, generation, fields, and file and line apart", function()
+    local code, _, err = h.run([[--log-format json -e 'require("cohost").log("warn", "hi \"there\" /a/b", { user = "bob", n = 3 })']])
     assert.equal(0, code, err)
     local line = assert(err:match("[^\n]+"), err)
     local o = cjson.decode(line)
@@ -146,7 +146,83 @@ describe("the command line", function()
     assert.equal(0, o.generation)
     assert.is_number(o.pid)
     assert.truthy(o.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"), o.time)
-    assert.equal('(command line):1: hi "there"', o.message)
+    assert.equal('hi "there" /a/b', o.message)
+    assert.equal("(command line)", o.file)
+    assert.equal(1, o.line)
+    assert.truthy(line:find('"message":"hi \\"there\\" /a/b"', 1, true), line)   -- "/" as it is
+  end)
+
+  it("--log-format json puts a handler error's file and line in fields, and writes the access log as JSON", function()
+    local access, plain = h.tmpfile(""), h.tmpfile("")
+    local script = h.tmpfile(h.server_script([[
+local http = require "cohost.http"
+local r = http.router()
+r:get("/notes/:id", function(req, res) res:send("note " .. req.params.id) end)
+r:get("/boom", function() error("boom") end)
+listener = assert(http.listen("127.0.0.1:0", function(req, res)
+  if req.path == "/raw" then error("raw boom") end
+  return r(req, res)
+end, { access_log = arg[1] }))
+assert(http.listen("127.0.0.1:0", r, { access_log = arg[2], access_log_format = "text" }))
+]]))
+    local p = h.start(("--log-format json %s %s %s"):format(q(script), q(access), q(plain)))
+    defer(p.stop)
+    assert.equal(200, h.request(p.port, "GET", "/notes/7?x=a/b", { ["User-Agent"] = "spec/1", Referer = "http://r/" }).status)
+    assert.equal(404, h.request(p.port, "GET", "/nothing").status)
+    assert.equal(500, h.request(p.port, "GET", "/raw").status)
+    assert.is_true(h.wait_for(function() return select(2, h.slurp(access):gsub("\n", "")) == 3 end))
+    local lines = {}
+    for l in h.slurp(access):gmatch("[^\n]+") do lines[#lines + 1] = l end
+    local a = cjson.decode(lines[1])
+    assert.truthy(a.time:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$"), a.time)
+    assert.is_number(a.duration)
+    a.time, a.duration = nil, nil
+    assert.same({ remote_addr = "127.0.0.1", method = "GET", target = "/notes/7?x=a/b", protocol = "HTTP/1.1",
+                  status = 200, bytes = 6, route = "/notes/:id", referer = "http://r/", user_agent = "spec/1" }, a)
+    assert.truthy(lines[1]:find('"target":"/notes/7?x=a/b"', 1, true), lines[1])   -- "/" as it is
+    local miss = cjson.decode(lines[2])
+    assert.equal(404, miss.status)
+    assert.is_nil(miss.route)
+    assert.equal(500, cjson.decode(lines[3]).status)
+    -- The handler error: its place as fields, the message without it.
+    assert.is_true(h.wait_for(function() return h.slurp(p.err):find("raw boom", 1, true) end))
+    local e
+    for l in h.slurp(p.err):gmatch("[^\n]+") do
+      local o = cjson.decode(l)
+      if o.message:find("raw boom", 1, true) then e = o end
+    end
+    assert.equal("error", e.level)
+    assert.equal(script, e.file)
+    assert.equal(7, e.line)
+    assert.truthy(e.message:find("^handler error: raw boom\nstack traceback:\n"), e.message)
+    -- access_log_format = "text" on a listener keeps the combined format.
+    -- Its port: the second listener's, from the process's sockets.
+    local f = io.popen(("ss -Hltnp 2>/dev/null | grep 'pid=%d,'"):format(p.pid))
+    local other
+    for l in f:lines() do
+      local port = tonumber(l:match("127%.0%.0%.1:(%d+)"))
+      if port and port ~= p.port then other = port end
+    end
+    f:close()
+    assert.equal(200, h.request(assert(other), "GET", "/notes/8").status)
+    assert.is_true(h.wait_for(function() return h.slurp(plain) ~= "" end))
+    assert.truthy(h.slurp(plain):match('^127%.0%.0%.1 %- %- %[[^%]]+%] "GET /notes/8 HTTP/1%.1" 200 6 "%-" "%-"\n$'),
+                  h.slurp(plain))
+  end)
+
+  it("writes a listener's access log as JSON with access_log_format = \"json\", over HTTP/2 too", function()
+    local log = h.tmpfile("")
+    local r = require("cohost.http.router").new()
+    r:get("/spec-json/:id", function(_, res) res:send("ok") end)
+    local port = h.http_serve(r, { access_log = log, access_log_format = "json" })
+    local code, _, err = h.sh(("curl -sS --http2-prior-knowledge -o /dev/null http://127.0.0.1:%d/spec-json/1"):format(port))
+    assert.equal(0, code, err)
+    assert.is_true(h.wait_for(function() return h.slurp(log) ~= "" end))
+    local a = cjson.decode(h.slurp(log))
+    assert.same({ "GET", "/spec-json/1", "HTTP/2.0", 200, 2, "/spec-json/:id" },
+                { a.method, a.target, a.protocol, a.status, a.bytes, a.route })
+    assert.has_error(function() http.listen("127.0.0.1:0", r, { access_log_format = "xml" }) end,
+                     'bad option access_log_format ("text" or "json" expected)')
   end)
 
   it("puts a log call's fields at the end of a text line", function()

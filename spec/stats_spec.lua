@@ -222,6 +222,32 @@ end))
     assert.equal(404, (get(sport, "/nothing")))
   end)
 
+  it("keeps its own requests (health checks, scrapes) out of cohost_http_requests_total", function()
+    local sport = h.free_port()
+    local p = start(sport)
+    status(sport)
+    for _ = 1, 3 do assert.equal(200, (get(sport, "/healthz"))) end
+    assert.equal(200, (get(sport, "/metrics")))
+    assert.equal(404, (get(sport, "/nothing")))
+    for _ = 1, 5 do assert.equal(200, (get(p.port, "/"))) end
+    local _, _, body = get(sport, "/metrics")
+    -- Summed over every label set of the family (whatever labels it has):
+    -- only the app's 5 requests.
+    local function sum(family)
+      local n = 0
+      for name, value in body:gmatch("\n(" .. family .. "%b{}) (%S+)") do n = n + tonumber(value) end
+      for value in body:gmatch("\n" .. family .. " (%S+)") do n = n + tonumber(value) end
+      return n
+    end
+    assert.equal(5, sum("cohost_http_requests_total"), body)
+    assert.equal(5, sum("cohost_http_request_duration_seconds_count"), body)
+    -- The per-worker count of requests begun still has them all, this
+    -- scrape included (counted as it began).
+    local m = parse_metrics(body)
+    assert.equal(1 + 3 + 1 + 1 + 5 + 1, m['cohost_worker_http_requests_total{worker="0"}'] +
+                                    m['cohost_worker_http_requests_total{worker="1"}'])
+  end)
+
   it("listens nowhere else without the flag", function()
     local p = start(nil)
     assert.equal(200, (get(p.port, "/")))

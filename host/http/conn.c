@@ -336,45 +336,113 @@ int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *
 
 /* -- The connection coroutine ------------------------------------------------- */
 
-void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq)
+/* The Referer and User-Agent of rq: pointers into its head and lengths,
+** NULL when it has none. */
+static void log_headers(const struct ch_http_req *rq, const char *base, const char **ref, int *refl,
+                        const char **ua, int *ual)
+{
+  const struct ch_http_head *h = &rq->h;
+  *ref = *ua = NULL;
+  *refl = *ual = 0;
+  for (int i = 0; i < h->nheaders; i++) {
+    if (ch_http_name_is(base, h->name[i], "referer")) {
+      *ref = base + h->value[i].off;
+      *refl = (int)h->value[i].len;
+    } else if (ch_http_name_is(base, h->name[i], "user-agent")) {
+      *ua = base + h->value[i].off;
+      *ual = (int)h->value[i].len;
+    }
+  }
+}
+
+/* Appends ,"key":"value" at line + n, the value escaped into at most max
+** bytes (cut there: the escape never splits a sequence); returns the new
+** length. */
+static int json_str(char *line, int n, const char *key, const char *v, size_t len, int max)
+{
+  n += sprintf(line + n, ",\"%s\":\"", key);
+  n = ch_log_json_escape_n(line, n, n + max, v, len);
+  line[n++] = '"';
+  return n;
+}
+
+/* The JSON access line's bound: its strings' escaped caps below (100 +
+** 64 + 2000 + 20 + 400 + 600 + 600) and the rest (keys, time, numbers:
+** under 400), so no cap needs checking against the buffer. */
+#define ACCESS_JSON_MAX 4800
+
+/* rq's access log line as one JSON object (access_log_format "json", or
+** --log-format json): the combined format's fields, by name, plus the
+** protocol, the duration and the router's pattern. Returns its length. */
+static int access_json(struct ch_http_req *rq, const char *peer, char *line)
+{
+  const struct ch_http_head *h = &rq->h;
+  const char *base = ch_http_req_base(rq);
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  int n = (int)strftime(line, 64, "{\"time\":\"%Y-%m-%dT%H:%M:%SZ\"", &tm);
+  n = json_str(line, n, "remote_addr", peer, strlen(peer), 100);
+  n = json_str(line, n, "method", base + h->method.off, h->method.len, 64);
+  n = json_str(line, n, "target", base + h->target.off, h->target.len, 2000);
+  const char *proto = rq->h2 ? "HTTP/2.0" : h->version_minor ? "HTTP/1.1" : "HTTP/1.0";
+  n = json_str(line, n, "protocol", proto, 8, 20);
+  n += sprintf(line + n, ",\"status\":%d,\"bytes\":%llu,\"duration\":%.6f", rq->status,
+               (unsigned long long)rq->sent, (double)(ch_now_ns() - rq->start_ns) / 1e9);
+  if (rq->route) {
+    const char *r = ch_metrics_route_name(rq->route);
+    n = json_str(line, n, "route", r, strlen(r), 400);
+  }
+  const char *ref, *ua;
+  int refl, ual;
+  log_headers(rq, base, &ref, &refl, &ua, &ual);
+  if (ref) n = json_str(line, n, "referer", ref, (size_t)refl, 600);
+  if (ua) n = json_str(line, n, "user_agent", ua, (size_t)ual, 600);
+  line[n++] = '}';
+  line[n++] = '\n';
+  return n;
+}
+
+/* Out of line: its line buffer stays out of serve's frame, which lies
+** under the handler (copy-stack mode saves it while the handler parks). */
+__attribute__((noinline)) void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq)
 {
   struct ch_http_server *s = c->srv;
   if (s->log_fd < 0) return;
   const struct ch_http_head *h = &rq->h;
   const char *base = ch_http_req_base(rq);
-  char peer[80], when[40], line[2048];
+  char peer[80], when[40], line[ACCESS_JSON_MAX];
   ch_http_peer(c, peer, sizeof peer);
   char *colon = strrchr(peer, ':');
   if (colon && peer[0] != '[') *colon = 0;
-  time_t now = time(NULL);
-  struct tm tm;
-  localtime_r(&now, &tm);
-  strftime(when, sizeof when, "%d/%b/%Y:%H:%M:%S %z", &tm);
-  const char *ref = "-", *ua = "-";
-  int refl = 1, ual = 1;
-  for (int i = 0; i < h->nheaders; i++) {
-    if (ch_http_name_is(base, h->name[i], "referer")) {
-      ref = base + h->value[i].off;
-      refl = (int)h->value[i].len;
-    } else if (ch_http_name_is(base, h->name[i], "user-agent")) {
-      ua = base + h->value[i].off;
-      ual = (int)h->value[i].len;
+  int n;
+  if (s->log_json) {
+    n = access_json(rq, peer, line);
+  } else {
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(when, sizeof when, "%d/%b/%Y:%H:%M:%S %z", &tm);
+    const char *ref, *ua;
+    int refl, ual;
+    log_headers(rq, base, &ref, &refl, &ua, &ual);
+    if (!ref) ref = "-", refl = 1;
+    if (!ua) ua = "-", ual = 1;
+    int reql = (int)(h->line_end - h->start - 2);
+    const char *reqp = base + h->start;
+    char h2line[1024];
+    if (rq->h2) {   /* no request line: one made of its parts */
+      reql = snprintf(h2line, sizeof h2line, "%.*s %.*s HTTP/2.0", (int)h->method.len,
+                      base + h->method.off, h->target.len > 900 ? 900 : (int)h->target.len,
+                      base + h->target.off);
+      reqp = h2line;
     }
+    n = snprintf(line, sizeof line, "%s - - [%s] \"%.*s\" %d %llu \"%.*s\" \"%.*s\"\n", peer,
+                 when, reql > 1000 ? 1000 : reql, reqp, rq->status,
+                 (unsigned long long)rq->sent, refl > 300 ? 300 : refl, ref,
+                 ual > 300 ? 300 : ual, ua);
+    if (n > (int)sizeof line) n = sizeof line;
   }
-  int reql = (int)(h->line_end - h->start - 2);
-  const char *reqp = base + h->start;
-  char h2line[1024];
-  if (rq->h2) {   /* no request line: one made of its parts */
-    reql = snprintf(h2line, sizeof h2line, "%.*s %.*s HTTP/2.0", (int)h->method.len,
-                    base + h->method.off, h->target.len > 900 ? 900 : (int)h->target.len,
-                    base + h->target.off);
-    reqp = h2line;
-  }
-  int n = snprintf(line, sizeof line, "%s - - [%s] \"%.*s\" %d %llu \"%.*s\" \"%.*s\"\n", peer,
-                   when, reql > 1000 ? 1000 : reql, reqp, rq->status,
-                   (unsigned long long)rq->sent, refl > 300 ? 300 : refl, ref,
-                   ual > 300 ? 300 : ual, ua);
-  if (n > (int)sizeof line) n = sizeof line;
   ssize_t w = write(s->log_fd, line, (size_t)n);
   (void)w;
 }
@@ -418,7 +486,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     size_t mlen = h->method.len < sizeof method ? h->method.len : sizeof method - 1;
     memcpy(method, ch_stream_data(&c->s) + h->method.off, mlen);
     ch_http_answer_error(c, 413);
-    ch_metrics_http(413, method, mlen, (double)(ch_now_ns() - t0) / 1e9);
+    if (!srv->uncounted) ch_metrics_http(413, method, mlen, 0, (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
     return 0;
   }
@@ -447,8 +515,9 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   int keep = ch_http_response_finish(rq);
   if (!rq->hijacked) {
     ch_http_access_log(c, rq);
-    ch_metrics_http(rq->status, base + h->method.off, h->method.len,
-                    (double)(ch_now_ns() - rq->start_ns) / 1e9);
+    if (!srv->uncounted)
+      ch_metrics_http(rq->status, base + h->method.off, h->method.len, rq->route,
+                      (double)(ch_now_ns() - rq->start_ns) / 1e9);
   }
   /* What the handler left of the body: drain a little to keep the
   ** connection, else close. */

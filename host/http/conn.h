@@ -50,6 +50,9 @@ struct ch_http_server {
   int debug;                      /* 500 bodies carry the error */
   int log_fd;                     /* access log, or -1 */
   int log_owned;                  /* log_fd is ours to close */
+  uint8_t log_json;               /* access log lines are JSON objects */
+  uint8_t uncounted;              /* not in cohost_http_* (opts.metrics =
+                                  ** false: the status endpoint's own) */
   char server_hdr[64];            /* "Server: cohost\r\n" or "" */
   uint8_t http2;                  /* HTTP/2 allowed (opts.http2) */
   uint32_t h2_max_streams;        /* concurrent streams per connection */
@@ -135,6 +138,9 @@ struct ch_http_req {
   struct ch_h2_stream *h2;        /* the HTTP/2 stream this request is, or
                                   ** NULL for HTTP/1.1 (http/h2.h) */
   uint64_t start_ns;              /* for the access log */
+  int route;                      /* the router's pattern, as an id of
+                                  ** ch_metrics_route (0: none), for the
+                                  ** metrics' route label and the log */
   /* What the run callback says */
   int failed;                     /* the handler raised; -1: a target that
                                   ** is no path (400) */
@@ -168,7 +174,8 @@ int ch_http_body_more(struct ch_http_req *rq, int discard);
 ** "timeout", "no memory", "closed". */
 const char *ch_http_body_error(int r);
 
-/* Writes rq's access log line (combined format) if its server has a log. */
+/* Writes rq's access log line if its server has a log: the combined
+** format, or a JSON object (log_json). */
 void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq);
 
 /* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */

@@ -44,6 +44,10 @@
                                   ** once the connection is over */
 #define DRAIN_MAX     (1 << 20)   /* request body bytes thrown away after
                                   ** the answer before RST_STREAM */
+#define LIMIT_ACK     2           /* the client's ACK of the SETTINGS
+                                  ** frame with the stream limit (its 2nd) */
+#define HIDDEN_TYPE   0xfe        /* what that ACK becomes: a frame type
+                                  ** nghttp2 does not know, and ignores */
 #define RESET_BURST   200         /* rapid reset (CVE-2023-44487): streams
                                   ** a client may reset before their answer
                                   ** is out, at once, then */
@@ -80,6 +84,11 @@ struct ch_h2_conn {
                                   ** then the notice's second step */
   struct ch_timer idle_timer;     /* while draining: DRAIN_IDLE_MS without
                                   ** a stream */
+  uint32_t scan_at;               /* the next frame header's offset in
+                                  ** the unread input, while feed looks
+                                  ** for the limit's ACK */
+  uint8_t acks;                   /* SETTINGS ACKs from the client so far,
+                                  ** up to the limit's (LIMIT_ACK) */
   double reset_tokens;            /* early resets still allowed */
   uint64_t reset_ns;              /* when reset_tokens was last refilled */
   struct ch_h2_conn *prev, *next; /* this worker's HTTP/2 connections */
@@ -321,7 +330,8 @@ static void stream_main(void *arg)
   ch_h2_response_finish(rq);
   ch_http_access_log(c, rq);
   /* Counted as HTTP/1.1's serve counts a response (the same series). */
-  ch_metrics_http(rq->status, m, rq->h.method.len, (double)(ch_now_ns() - rq->start_ns) / 1e9);
+  if (!srv->uncounted)
+    ch_metrics_http(rq->status, m, rq->h.method.len, rq->route, (double)(ch_now_ns() - rq->start_ns) / 1e9);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
     /* A complete answer before the whole request: what is left of the
@@ -484,12 +494,19 @@ static void head_done(struct ch_h2_stream *st)
   hd->nheaders++;
 }
 
+/* One line per attacking connection, rate-limited (log.h). */
+static struct ch_log_kind rapid_reset_kind =
+  CH_LOG_KIND_INIT("http2: a client resets streams too fast (rapid reset): GOAWAY");
+
 /* A RST_STREAM from the client on a stream not yet answered: rapid reset
 ** (CVE-2023-44487) makes the server start work for streams it cancels at
 ** once, so they are rationed by a token bucket (RESET_BURST, RESET_RATE
-** a second); past it the connection ends with ENHANCE_YOUR_CALM. */
+** a second); past it the connection ends with ENHANCE_YOUR_CALM, once:
+** the resets nghttp2 still parses after that (the rest of the read) are
+** neither counted nor logged. */
 static void early_reset(struct ch_h2_conn *h, nghttp2_session *s)
 {
+  if (!nghttp2_session_want_read(s)) return;   /* terminated already */
   uint64_t now = ch_now_ns();
   h->reset_tokens += (double)(now - h->reset_ns) * RESET_RATE / 1e9;
   if (h->reset_tokens > RESET_BURST) h->reset_tokens = RESET_BURST;
@@ -500,7 +517,7 @@ static void early_reset(struct ch_h2_conn *h, nghttp2_session *s)
   }
   char peer[80];
   ch_http_peer(h->c, peer, sizeof peer);
-  ch_log(CH_LOG_WARN, "http2: %s resets streams too fast (rapid reset): GOAWAY", peer);
+  ch_log_event(&rapid_reset_kind, CH_LOG_WARN, "http2: %s resets streams too fast (rapid reset): GOAWAY", peer);
   nghttp2_session_terminate_session(s, NGHTTP2_ENHANCE_YOUR_CALM);
 }
 
@@ -669,15 +686,50 @@ static int session_new(struct ch_h2_conn *h)
   nghttp2_option_del(opt);
   if (r != 0) return -1;
   nghttp2_settings_entry iv[] = {
-    { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->h2_max_streams },
     { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW },
     { NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, srv->lim.max_line + srv->lim.max_header },
     { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
   };
+  /* The stream limit in a SETTINGS frame of its own, the second (see
+  ** hide_limit_ack). */
+  nghttp2_settings_entry limit = { NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->h2_max_streams };
   if (nghttp2_submit_settings(h->sess, NGHTTP2_FLAG_NONE, iv, sizeof iv / sizeof iv[0]) != 0 ||
+      nghttp2_submit_settings(h->sess, NGHTTP2_FLAG_NONE, &limit, 1) != 0 ||
       nghttp2_session_set_local_window_size(h->sess, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW) != 0)
     return -1;
+  h->scan_at = PREFACE_LEN;
   return 0;
+}
+
+/* A stream past the limit is refused, and the connection goes on. nghttp2
+** refuses one (RST_STREAM REFUSED_STREAM) only while the SETTINGS frame
+** with the limit is unacknowledged; once the client's ACK is in, it ends
+** the whole connection for it instead (GOAWAY PROTOCOL_ERROR), losing
+** every stream in flight. RFC 9113 5.1.2 allows both; clients retry a
+** refused stream. So the limit goes out in a SETTINGS frame of its own,
+** the second, and the client's second ACK never reaches nghttp2: its type
+** byte becomes HIDDEN_TYPE, which nghttp2 skips, and the limit stays
+** pending there (the refusing kind) for the connection's life. Until that
+** ACK has passed, this walks the frame headers of the n unread bytes at
+** p; it returns how many nghttp2 may have: all but a frame header cut
+** short, whose type must be seen before nghttp2 reads it. O(frames), and
+** only at the start of a connection (a client ACKs at once). */
+static size_t hide_limit_ack(struct ch_h2_conn *h, unsigned char *p, size_t n)
+{
+  size_t at = h->scan_at;
+  while (h->acks < LIMIT_ACK && at + 9 <= n) {
+    size_t len = (size_t)p[at] << 16 | (size_t)p[at + 1] << 8 | p[at + 2];
+    if (p[at + 3] == NGHTTP2_SETTINGS && (p[at + 4] & NGHTTP2_FLAG_ACK) && ++h->acks == LIMIT_ACK)
+      p[at + 3] = HIDDEN_TYPE;
+    at += 9 + len;
+  }
+  if (h->acks == LIMIT_ACK) return n;
+  if (at < n) {   /* a header cut short: it waits for its last bytes */
+    h->scan_at = 0;
+    return at;
+  }
+  h->scan_at = (uint32_t)(at - n);
+  return n;
 }
 
 /* Feeds what the stream has buffered to nghttp2. 0, or -1 when the
@@ -686,6 +738,7 @@ static int feed(struct ch_h2_conn *h)
 {
   struct ch_http_conn *c = h->c;
   size_t n = ch_stream_avail(&c->s);
+  if (n && h->acks < LIMIT_ACK) n = hide_limit_ack(h, (unsigned char *)ch_stream_data(&c->s), n);
   if (n == 0) return 0;
   ssize_t r = nghttp2_session_mem_recv(h->sess, (const uint8_t *)ch_stream_data(&c->s), n);
   if (r < 0) {

@@ -262,7 +262,10 @@ static int header_line(struct ch_http_head *h, const char *buf, uint32_t s, uint
 }
 
 /* "HTTP/1.x" at the request line's end, before http-parser sees it, so the
-** status for a wrong version is 505 and not a generic 400. */
+** status for a wrong version is 505 and not a generic 400. A higher minor
+** version than ours, HTTP/1.2 to 1.9, is taken as HTTP/1.1 (RFC 9110 2.5:
+** a recipient SHOULD treat it as the highest minor version it supports;
+** nginx does so); only another major version is a 505. */
 static int version(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t e)
 {
   const char *sp = NULL;
@@ -271,8 +274,8 @@ static int version(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t
   if (!sp || (size_t)(buf + e - sp) != 8 || memcmp(sp, "HTTP/", 5) != 0 ||
       sp[6] != '.' || sp[5] < '0' || sp[5] > '9' || sp[7] < '0' || sp[7] > '9')
     return -400;
-  if (sp[5] != '1' || (sp[7] != '0' && sp[7] != '1')) return -505;
-  h->version_minor = (uint8_t)(sp[7] - '0');
+  if (sp[5] != '1') return -505;
+  h->version_minor = sp[7] == '0' ? 0 : 1;
   uint32_t m = s;
   while (m < e && tchar[(unsigned char)buf[m]]) m++;
   /* One space each side of the target, exactly (RFC 9112 3: lenient
@@ -377,7 +380,8 @@ int ch_http_head_parse(struct ch_http_head *h, const char *buf, size_t len,
     h->head_len = 0;
     return -400;
   }
-  if (h->p.http_major != 1 || h->p.http_minor != h->version_minor) {
+  /* The minor digit on the wire, which version() may have lowered. */
+  if (h->p.http_major != 1 || h->p.http_minor != (unsigned short)(buf[h->line_end - 3] - '0')) {
     h->head_len = 0;
     return -400;
   }

@@ -216,7 +216,6 @@ struct ch_listener {
 };
 
 static __thread struct ch_listener *listeners;   /* open ones */
-static __thread uint64_t warned_ns;   /* last rate-limited warning */
 static __thread int busy_n;           /* busy_main coroutines running */
 
 static void release(struct ch_listener *l)
@@ -263,14 +262,14 @@ int ch_listener_prio(const struct ch_listener *l) { return l->o.prio; }
 SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l) { return l->o.ssl_ctx; }
 int ch_listener_proxy(const struct ch_listener *l) { return l->o.proxy_protocol; }
 
-/* Logs at most once a second per worker. */
-static int may_warn(void)
-{
-  uint64_t now = ch_now_ns();
-  if (warned_ns && now - warned_ns < 1000000000u) return 0;
-  warned_ns = now;
-  return 1;
-}
+/* A flood of connections makes these once per connection: each is a
+** kind of event, logged at once and then counted (log.h). */
+static struct ch_log_kind busy_kind =
+  CH_LOG_KIND_INIT("connections over --max-connections refused");
+static struct ch_log_kind shed_kind =
+  CH_LOG_KIND_INIT("accept: out of descriptors: new connections closed");
+static struct ch_log_kind accept_kind =
+  CH_LOG_KIND_INIT("accept failed; each retried after 100 ms");
 
 /* -- Over the limit --------------------------------------------------------- */
 
@@ -322,7 +321,7 @@ static void busy_main(void *arg)
 /* A connection over --max-connections: HTTP listeners answer 503 on a
 ** small coroutine, unless they speak TLS (the answer would need a
 ** handshake first) or BUSY_MAX answers are under way; everything else is
-** closed at once. Logs once a second at most. */
+** closed at once. Logged as busy_kind. */
 static void refuse(struct ch_listener *l, int fd)
 {
   int answered = 0;
@@ -332,9 +331,8 @@ static void refuse(struct ch_listener *l, int fd)
     else busy_n--;
   }
   if (!answered) close(fd);
-  if (may_warn())
-    ch_log(CH_LOG_WARN, "%d connections reached (--max-connections): %s new ones",
-           ch_opts.max_connections, l->o.answer_503 ? "answering 503 to" : "closing");
+  ch_log_event(&busy_kind, CH_LOG_WARN, "%d connections reached (--max-connections): %s new ones",
+               ch_opts.max_connections, l->o.answer_503 ? "answering 503 to" : "closing");
 }
 
 /* Hands a new connection to the protocol, or refuses it when the worker
@@ -366,8 +364,7 @@ static void admit(struct ch_listener *l, int fd, const union ch_addr *peer)
 ** off 100 ms. */
 static int shed(struct ch_listener *l, int err)
 {
-  if (may_warn())
-    ch_log(CH_LOG_ERR, "accept: %s; closing new connections", strerror(err));
+  ch_log_event(&shed_kind, CH_LOG_ERR, "accept: %s; closing new connections", strerror(err));
   if (l->reserve < 0) {
     ch_sleep_ms(100);
     l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -419,7 +416,7 @@ static void acceptor(void *arg)
     case -ENOTSOCK:
       goto done;
     default:   /* ENOBUFS, ENOMEM: wait for memory */
-      if (may_warn()) ch_log(CH_LOG_ERR, "accept: %s", strerror(-fd));
+      ch_log_event(&accept_kind, CH_LOG_ERR, "accept: %s", strerror(-fd));
       ch_sleep_ms(100);
     }
   }

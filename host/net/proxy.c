@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cohost.h"
 #include "log.h"
 #include "net/proxy.h"
 #include "net/tls.h"
@@ -52,34 +53,38 @@ static long parse_v1(const char *p, size_t n, union ch_addr *peer)
   return end + 1 - p;
 }
 
+/* Needs only the fixed part and the addresses: the length it returns may
+** reach past n, over TLVs the caller skips as they come (up to 65,535
+** bytes, so the header is never buffered whole). */
 static long parse_v2(const unsigned char *p, size_t n, union ch_addr *peer)
 {
   if (n < V2_HEAD) return 0;
   int ver = p[12] >> 4, cmd = p[12] & 0xf, fam = p[13];
   size_t len = (size_t)p[14] << 8 | p[15];
   if (ver != 2 || cmd > 1) return -EPROTO;
-  if (n < V2_HEAD + len) return 0;
+  long total = (long)(V2_HEAD + len);
+  if (cmd == 0) return total;   /* LOCAL: the balancer's own */
+  size_t need;
+  if (fam == 0x11) need = 12;          /* TCP over IPv4: src, dst, sport, dport */
+  else if (fam == 0x21) need = 36;     /* TCP over IPv6 */
+  else if (fam == 0x00) return total;  /* UNSPEC: keep the socket's address */
+  else return -EPROTO;                 /* UDP or unix under a TCP listener */
+  if (len < need) return -EPROTO;
+  if (n < V2_HEAD + need) return 0;
   const unsigned char *a = p + V2_HEAD;
-  if (cmd == 0) return (long)(V2_HEAD + len);   /* LOCAL: the balancer's own */
   union ch_addr out;
   memset(&out, 0, sizeof out);
-  if (fam == 0x11) {          /* TCP over IPv4: src, dst, sport, dport */
-    if (len < 12) return -EPROTO;
+  if (fam == 0x11) {
     out.in.sin_family = AF_INET;
     memcpy(&out.in.sin_addr, a, 4);
     memcpy(&out.in.sin_port, a + 8, 2);
-  } else if (fam == 0x21) {   /* TCP over IPv6 */
-    if (len < 36) return -EPROTO;
+  } else {
     out.in6.sin6_family = AF_INET6;
     memcpy(&out.in6.sin6_addr, a, 16);
     memcpy(&out.in6.sin6_port, a + 32, 2);
-  } else if (fam == 0x00) {   /* UNSPEC: keep the socket's address */
-    return (long)(V2_HEAD + len);
-  } else {
-    return -EPROTO;           /* UDP or unix under a TCP listener */
   }
   *peer = out;
-  return (long)(V2_HEAD + len);   /* TLVs after the addresses are skipped */
+  return total;   /* TLVs after the addresses are skipped */
 }
 
 long ch_proxy_parse(const char *p, size_t n, union ch_addr *peer)
@@ -93,17 +98,29 @@ long ch_proxy_parse(const char *p, size_t n, union ch_addr *peer)
   return -EPROTO;
 }
 
-/* The read loop of ch_proxy_read, on a plain stream. */
+/* Yields. The read loop of ch_proxy_read, on a plain stream, all of it
+** within timeout_ms. Once the header's length is known its bytes are
+** consumed as they come: the buffer holds a read's worth of them at a
+** time, never the 65,551 bytes a v2 header may take (its protocol may
+** allow far less, an HTTP head's). */
 static int read_header(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
 {
+  uint64_t deadline = ch_now_ns() + (uint64_t)timeout_ms * 1000000u;
+  size_t left = 0;   /* the header's bytes still to consume, once known */
   for (;;) {
-    long r = ch_proxy_parse(ch_stream_data(s), ch_stream_avail(s), peer);
-    if (r > 0) {
-      ch_stream_consume(s, (size_t)r);
-      return 0;
+    if (!left) {
+      long r = ch_proxy_parse(ch_stream_data(s), ch_stream_avail(s), peer);
+      if (r < 0) return (int)r;
+      left = (size_t)r;
     }
-    if (r < 0) return (int)r;
-    ssize_t got = ch_stream_fill(s, V1_MAX, timeout_ms);
+    if (left) {
+      size_t k = ch_stream_avail(s) < left ? ch_stream_avail(s) : left;
+      ch_stream_consume(s, k);
+      if (!(left -= k)) return 0;
+    }
+    uint64_t now = ch_now_ns();
+    if (now >= deadline) return -ETIMEDOUT;
+    ssize_t got = ch_stream_fill(s, V1_MAX, (int)((deadline - now + 999999) / 1000000u));
     if (got == 0) return -ECONNRESET;
     if (got < 0) return (int)got;
   }
@@ -131,8 +148,18 @@ int ch_proxy_read(struct ch_stream *s, union ch_addr *peer, int timeout_ms)
   return r;
 }
 
+/* One line per connection, from anyone who reaches the port: a scanner,
+** a client that bypasses the balancer, a port probe. Rate-limited, bad
+** bytes and a header that never came apart (log.h). */
+static struct ch_log_kind bad_kind =
+  CH_LOG_KIND_INIT("proxy protocol: a connection without a valid PROXY header closed");
+static struct ch_log_kind cut_kind =
+  CH_LOG_KIND_INIT("proxy protocol: a connection that ended or timed out before its header closed");
+
 void ch_proxy_log_bad(const char *who, int r)
 {
-  ch_log(CH_LOG_WARN, "proxy protocol: %s: %s; connection closed", who,
-         r == -EPROTO ? "no valid PROXY header" : ch_errstr(-r));
+  if (r == -EPROTO)
+    ch_log_event(&bad_kind, CH_LOG_WARN, "proxy protocol: %s: no valid PROXY header; connection closed", who);
+  else
+    ch_log_event(&cut_kind, CH_LOG_WARN, "proxy protocol: %s: %s; connection closed", who, ch_errstr(-r));
 }

@@ -12,8 +12,10 @@
 #include "net/addr.h"
 #include "net/stream.h"
 
-/* Yields. Reads the PROXY header at the start of stream s (each wait at
-** most timeout_ms), consumes it, and sets *peer to the client it names;
+/* Yields. Reads the PROXY header at the start of stream s (all of it
+** within timeout_ms: a v2 header may take 65,551 bytes, TLVs included,
+** which are consumed as they come), consumes it, and sets *peer to the
+** client it names;
 ** a LOCAL (v2) or UNKNOWN (v1) header, a health check of the balancer's
 ** own, leaves *peer as it was. A TLS stream must not have started its
 ** handshake: the header comes in clear before it, and the bytes read past
@@ -28,7 +30,8 @@ void ch_proxy_log_bad(const char *who, int r);
 
 /* Parses a PROXY header at p (n bytes). Returns its length (> 0) with
 ** *peer set (or left for LOCAL/UNKNOWN), 0 when more bytes are needed,
-** or -EPROTO. Never yields. */
+** or -EPROTO. A v2 header's length comes once its addresses are in, and
+** may be more than n: the rest is TLVs, to be skipped. Never yields. */
 long ch_proxy_parse(const char *p, size_t n, union ch_addr *peer);
 
 #endif

@@ -43,9 +43,23 @@ int ch_metrics_add(int series, double v);
 int ch_metrics_set(int series, double v);
 int ch_metrics_observe(int series, double v);
 
-/* cohost.http, after each response: counts it by status code and method
-** and observes its duration. Never blocks, never yields. */
-void ch_metrics_http(int status, const char *method, size_t mlen, double seconds);
+/* The id of a route pattern ("/notes/:id") for ch_metrics_http's route
+** label: the same id for the same text, in this process (every worker
+** registers its router's patterns). 0 is the empty route (no router, or
+** none matched), and so is every pattern past CH_METRICS_MAX_ROUTES or
+** over 200 bytes: the label's values stay bounded by the patterns,
+** whatever the paths. Takes
+** a lock: call it when a route is added, not per request. */
+#define CH_METRICS_MAX_ROUTES 1024
+int ch_metrics_route(const char *pattern);
+
+/* The pattern of route id (from ch_metrics_route), "" for 0 or a bad id. */
+const char *ch_metrics_route_name(int route);
+
+/* cohost.http, after each response: counts it by status code, method and
+** route (an id from ch_metrics_route) and observes its duration by route.
+** Never blocks, never yields. */
+void ch_metrics_http(int status, const char *method, size_t mlen, int route, double seconds);
 
 /* Every metric in the Prometheus text format 0.0.4 into a malloc'd buffer
 ** (*len bytes), or NULL on ENOMEM. */

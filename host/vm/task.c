@@ -7,6 +7,7 @@
 */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,32 @@ void ch_task_raise_quiet(lua_State *L, const char *msg)
   __builtin_unreachable();   /* lua_error longjmps or unwinds */
 }
 
+/* Where the error msg was raised, for a JSON line's "file" and "line":
+** the "file:line: " Lua put in front of msg when it names a frame on the
+** stack (error's level chose which), else the first Lua frame. Fills file
+** (n bytes) and *line, or leaves file "" when no Lua frame is there;
+** returns the length of msg's prefix to drop (0: msg has none). */
+static size_t error_place(lua_State *L, const char *msg, char *file, size_t n, int *line)
+{
+  lua_Debug ar;
+  file[0] = '\0';
+  *line = 0;
+  /* Level 0 is this handler; 1 is error() or the Lua function that
+  ** faulted. 20 levels: error(msg, level) names one of the nearest. */
+  for (int level = 1; level <= 20 && lua_getstack(L, level, &ar); level++) {
+    if (!lua_getinfo(L, "Sl", &ar) || ar.currentline <= 0) continue;   /* a C function */
+    char pfx[LUA_IDSIZE + 24];
+    int k = snprintf(pfx, sizeof pfx, "%s:%d: ", ar.short_src, ar.currentline);
+    int named = k > 0 && (size_t)k < sizeof pfx && strncmp(msg, pfx, (size_t)k) == 0;
+    if (named || !file[0]) {
+      snprintf(file, n, "%s", ar.short_src);
+      *line = ar.currentline;
+    }
+    if (named) return (size_t)k;
+  }
+  return 0;
+}
+
 /* Message handler of every task's pcall: runs where the error was raised,
 ** with the stack intact, so the traceback names the real frames. It logs
 ** and returns the error value unchanged, for cohost.wait. */
@@ -166,8 +193,18 @@ static int on_error(lua_State *L)
     if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
     else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
-  luaL_traceback(L, L, msg, 1);
-  ch_log(CH_LOG_ERR, "%s error: %s", t ? t->name : "lua", lua_tostring(L, -1));
+  const char *name = t ? t->name : "lua";
+  if (ch_log_is_json()) {   /* the place as fields, the message without it */
+    char file[LUA_IDSIZE];
+    int line;
+    size_t skip = error_place(L, msg, file, sizeof file, &line);
+    luaL_traceback(L, L, msg + skip, 1);
+    if (file[0]) ch_log_at(CH_LOG_ERR, file, line, NULL, "%s error: %s", name, lua_tostring(L, -1));
+    else ch_log(CH_LOG_ERR, "%s error: %s", name, lua_tostring(L, -1));
+  } else {
+    luaL_traceback(L, L, msg, 1);
+    ch_log(CH_LOG_ERR, "%s error: %s", name, lua_tostring(L, -1));
+  }
   lua_settop(L, 1);
   return 1;
 }

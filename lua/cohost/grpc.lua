@@ -15,6 +15,7 @@ local frame = require "cohost.grpc.frame"
 local status = require "cohost.grpc.status"
 local metadata = require "cohost.grpc.metadata"
 local client = require "cohost.grpc.client"
+local task = require "cohost.core.task"
 
 local format, lower = string.format, string.lower
 local monotonic = cohost.monotonic
@@ -181,12 +182,15 @@ local function body(call)
 end
 
 -- The message handler of the call's xpcall: status errors and a client
--- gone away (the HTTP layer's quiet error) pass through; anything else
--- is a bug in the handler, logged with its traceback here, where the
--- stack still holds the frames that raised it.
+-- gone away pass through, be it the HTTP layer's quiet error (a handler
+-- parked on the stream) or "cancelled" (one parked anywhere else, a sleep
+-- or a cosocket, its task cancelled by the stream's reset: the task's end
+-- logs that at info); anything else is a bug in the handler, logged with
+-- its traceback here, where the stack still holds the frames that raised
+-- it.
 local function traced(call)
   return function(e)
-    if getmetatable(e) == Error or call.expired then return e end
+    if getmetatable(e) == Error or call.expired or task.cancelled() then return e end
     local quiet = debug.getregistry()["cohost.quiet_error"]
     if quiet and getmetatable(e) == quiet then return e end
     cohost.log(cohost.ERR, "grpc ", call.ctx.method, " handler error: ", debug.traceback(tostring(e), 2))

@@ -189,7 +189,8 @@ M.cases = {
   { "HTTP/1.0 without Host, keep-alive", stage = "ok", echo = "GET / 0",
     raw = head("GET / HTTP/1.0", "Connection: keep-alive") },
   { "HTTP/2.0", stage = "head", status = 505, raw = head("GET / HTTP/2.0", HOST) },
-  { "HTTP/1.2", stage = "head", status = 505, raw = head("GET / HTTP/1.2", HOST) },
+  -- A higher minor version is served as HTTP/1.1 (RFC 9110 2.5), kept alive.
+  { "HTTP/1.2, served as HTTP/1.1", stage = "ok", echo = "GET / 0", raw = head("GET / HTTP/1.2", HOST) },
   -- With HTTP/2 on (the default) the preface starts HTTP/2 (http2_spec).
   { "the HTTP/2 connection preface with opts.http2 = false", stage = "head", status = 505,
     raw = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", opts = { http2 = false } },

@@ -17,6 +17,7 @@ local cohost = require "cohost"
 local log_at = require("cohost.core.sys").log_at
 local MY_SRC = debug.getinfo(1, "S").short_src   -- this file, as tracebacks name it
 local static = require "cohost.http.static"
+local route_id = require("cohost.core.http").route_id
 
 local M = {}
 
@@ -82,7 +83,10 @@ end
 
 -- A tree node: lit (segment -> node), param (node), splat (node), and at
 -- the end of a pattern, routes (method or "*" -> route). A route is
--- { fn =, names = { param names in order }, mount = subrouter or nil }.
+-- { fn =, names = { param names in order }, mount = subrouter or nil,
+-- route = its pattern, id = route_id(pattern), under = { mount prefix ->
+-- { prefix .. pattern, its id } } }; a mount's prefix is its pattern
+-- without the "/*" or trailing "/".
 local function node() return {} end
 
 -- Compiles "/users/:id/*rest" into its segments; raises on a bad pattern.
@@ -257,11 +261,34 @@ end
 
 -- -- Dispatch -----------------------------------------------------------------
 
+-- Sets req.route to rt's pattern, behind the prefixes of the routers it is
+-- mounted under (outer, or nil at the top), and res[1] to its id, which
+-- the server reads for the metrics' route label (lib_http.c's
+-- run_handler): an int in a slot res already has, so the label costs no
+-- string, no table and no C call per request. A mounted route's full
+-- pattern is made once per prefix.
+local function matched(req, res, rt, outer)
+  if not outer then
+    req.route = rt.route
+    res[1] = rt.id
+    return
+  end
+  local u = rt.under[outer]
+  if not u then
+    local full = outer .. rt.route
+    u = { full, route_id(full) }
+    rt.under[outer] = u
+  end
+  req.route = u[1]
+  res[1] = u[2]
+end
+
 -- Routes a request whose path segments from index i on belong to this
--- router (a mounted router sees only what follows its prefix).
+-- router (a mounted router sees only what follows its prefix, and outer
+-- is the prefixes it is mounted under).
 -- segs is false for a top-level request whose target has no escapes: its
 -- segments are split from req.path only if the exact lookup misses.
-local function route(self, req, res, segs, i, n)
+local function route(self, req, res, segs, i, n, outer)
   local method = req.method
   local rt, at, caps
   -- Exact lookup first: patterns without parameters are in a hash. Raw
@@ -273,7 +300,8 @@ local function route(self, req, res, segs, i, n)
   if exact then rt = pick(exact, method) end
   if rt then
     req.params = {}
-    if rt.mount then return rt.mount:_dispatch(req, res, ROOT, 1, 1) end
+    if rt.mount then return rt.mount:_dispatch(req, res, ROOT, 1, 1, (outer or "") .. rt.prefix) end
+    matched(req, res, rt, outer)
     return rt.fn(req, res)
   end
   if not segs then
@@ -305,15 +333,17 @@ local function route(self, req, res, segs, i, n)
   for k = 1, #names do params[names[k]] = caps[k] end
   req.params = params
   if rt.mount then
-    if at then return rt.mount:_dispatch(req, res, segs, at, n) end
-    return rt.mount:_dispatch(req, res, ROOT, 1, 1)
+    local prefix = (outer or "") .. rt.prefix
+    if at then return rt.mount:_dispatch(req, res, segs, at, n, prefix) end
+    return rt.mount:_dispatch(req, res, ROOT, 1, 1, prefix)
   end
+  matched(req, res, rt, outer)
   return rt.fn(req, res)
 end
 
 -- Runs the middleware matching the path in order, then the route. next()
 -- does nothing once the response has started or when called again.
-local function chain(self, req, res, segs, i, n)
+local function chain(self, req, res, segs, i, n, outer)
   local mw = self.middleware
   local count = #mw
   local path = segs and "/" .. concat(segs, "/", i, n) or req.path
@@ -322,7 +352,7 @@ local function chain(self, req, res, segs, i, n)
     while true do
       k = k + 1
       if res:sent() then return end
-      if k > count then return route(self, req, res, segs, i, n) end
+      if k > count then return route(self, req, res, segs, i, n, outer) end
       local m = mw[k]
       local p = m.prefix
       if not p or path == p or sub(path, 1, #p + 1) == p .. "/" or p == "/" then
@@ -341,9 +371,9 @@ end
 -- Dispatches the segments i..n of a request (all of them at the top;
 -- what follows the prefix in a mounted router). Kept free of closures, so
 -- it compiles when there is no middleware.
-function Router:_dispatch(req, res, segs, i, n)
-  if self.middleware[1] then return chain(self, req, res, segs, i, n) end
-  return route(self, req, res, segs, i, n)
+function Router:_dispatch(req, res, segs, i, n, outer)
+  if self.middleware[1] then return chain(self, req, res, segs, i, n, outer) end
+  return route(self, req, res, segs, i, n, outer)
 end
 
 -- An error value that must reach the server unchanged: the server's quiet
@@ -420,7 +450,12 @@ function Router:add(method, pattern, fn, mount)
   end
   local parts, names = compile(pattern)
   local nd = insert(self.root, parts)
-  local rt = { fn = fn, names = names, mount = mount }
+  local rt = { fn = fn, names = names, mount = mount, route = pattern, under = {} }
+  if mount then
+    rt.prefix = pattern:gsub("/%*$", ""):gsub("/$", "")   -- "/api/*" -> "/api", "/*" -> ""
+  else
+    rt.id = route_id(pattern)
+  end
   nd.routes[method] = rt
   if #names == 0 then self.exact[pattern] = nd.routes end
   return self
