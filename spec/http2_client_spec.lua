@@ -300,7 +300,19 @@ describe("the HTTP/2 client when a connection drops", function()
   end)
 end)
 
--- -- The end of a script -----------------------------------------------------------
+-- -- The end of a script, and client:close() --------------------------------------
+
+-- A relay to real counting the connections open through it: returns its
+-- port and a function saying how many are open.
+local function counting_relay(real)
+  local open = 0
+  local _, port = h.serve(function(sock)
+    open = open + 1
+    h.relay(sock, assert(h.connect(real)))
+    open = open - 1
+  end)
+  return port, function() return open end
+end
 
 describe("the HTTP/2 client's idle connections", function()
   -- A child cohost running source with the port of a server in this
@@ -363,6 +375,37 @@ local _, port = l:addr()
     assert.is_true(h.wait_for(function() return asked end, 10))
     p.signal("TERM")
     assert.are.equal(0, (p.wait(10)))
+  end)
+end)
+
+describe("client:close()", function()
+  it("closes the HTTP/2 and HTTP/1.1 connections its requests went on, after a response in flight", function()
+    local go = false
+    local real = serve(function(req, res)
+      if req.path == "/slow" then
+        res:write("a")
+        assert(h.wait_for(function() return go end, 10))
+      end
+      res:send("b")
+    end)
+    local port2, open2 = counting_relay(real)
+    local port1, open1 = counting_relay(real)
+    local c = http.client({ timeout = 10000 })
+    assert.are.equal(2, assert(c:get(("http://127.0.0.1:%d/"):format(port2), H2C)).version)
+    assert.are.equal(1.1, assert(c:get(("http://127.0.0.1:%d/"):format(port1))).version)
+    local res = assert(c:get(("http://127.0.0.1:%d/slow"):format(port2), h2c { stream = true }))
+    assert.are.equal(1, open2())
+    assert.are.equal(1, open1())
+    c:close()
+    -- HTTP/1.1's idle one at once; HTTP/2's once its stream has ended.
+    assert.is_true(h.wait_for(function() return open1() == 0 end, 10))
+    assert.are.equal(1, open2())
+    go = true
+    assert.are.equal("ab", res:body())
+    assert.is_true(h.wait_for(function() return open2() == 0 end, 10))
+    -- The client goes on, on new connections.
+    assert.are.equal("b", assert(c:get(("http://127.0.0.1:%d/"):format(port2), H2C)).body)
+    assert.are.equal(1, open2())
   end)
 end)
 
