@@ -395,7 +395,8 @@ static void find_lua_dir(void)
 
 /* -- Lua states ----------------------------------------------------------- */
 
-static void set_path(lua_State *L)
+/* 0, or -1 when out of memory. */
+static int set_path(lua_State *L)
 {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -407,7 +408,19 @@ static void set_path(lua_State *L)
     lua_pushcfunction(L, r->func);
     lua_setfield(L, -2, r->name);
   }
+  /* "cjson" and "cjson.safe" are lua/cohost/cjson.lua's faces of Debian's
+  ** lua-cjson, whose encode honours http.array's mark. Preloaded, so no
+  ** path, LUA_PATH or LUA_CPATH decides it. */
+  static const char *const cjson_faces[][2] = {
+    { "cjson", "return require('cohost.cjson').cjson" },
+    { "cjson.safe", "return require('cohost.cjson').safe" },
+  };
+  for (size_t i = 0; i < sizeof cjson_faces / sizeof cjson_faces[0]; i++) {
+    if (luaL_loadstring(L, cjson_faces[i][1]) != 0) return -1;
+    lua_setfield(L, -2, cjson_faces[i][0]);
+  }
   lua_pop(L, 2);
+  return 0;
 }
 
 /* arg as luajit sets it: arg[0] the script, arg[1..] its arguments,
@@ -433,7 +446,7 @@ static lua_State *new_state(void)
     exit(1);
   }
   if (ch_cstack_init(L) < 0) return NULL;
-  set_path(L);
+  if (set_path(L) < 0) return NULL;
   set_arg(L);
   return L;
 }
