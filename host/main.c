@@ -66,6 +66,8 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+static char exe[PATH_MAX];        /* this binary's path (/proc/self/exe),
+                                  ** or argv[0] if unknown */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
 static int test_mode;             /* --test, or busted's script as the script */
@@ -376,20 +378,22 @@ static int parse_args(int argc, char **argv, int *check)
 ** lua/), else the installed copy. */
 static void find_lua_dir(void)
 {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  char dir[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
   if (n > 0) {
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
+    dir[n] = '\0';
+    snprintf(exe, sizeof exe, "%s", dir);
+    char *slash = strrchr(dir, '/');
     if (slash) {
       *slash = '\0';
       char probe[PATH_MAX + 32];
-      if (snprintf(lua_dir, sizeof lua_dir, "%s/../lua", exe) < (int)sizeof lua_dir &&
+      if (snprintf(lua_dir, sizeof lua_dir, "%s/../lua", dir) < (int)sizeof lua_dir &&
           snprintf(probe, sizeof probe, "%s/cohost/init.lua", lua_dir) < (int)sizeof probe &&
           access(probe, R_OK) == 0)
         return;
     }
   }
+  if (!exe[0]) snprintf(exe, sizeof exe, "%s", all_argv[0]);
   snprintf(lua_dir, sizeof lua_dir, "%s", COHOST_LUA_DIR);
 }
 
@@ -424,13 +428,19 @@ static int set_path(lua_State *L)
 }
 
 /* arg as luajit sets it: arg[0] the script, arg[1..] its arguments,
-** arg[-1..] the interpreter and options. */
+** arg[-1..] the interpreter and options. In test mode arg[-1] is this
+** binary's full path instead (lua/cohost/testing.lua keeps it for the
+** specs), so that a spec starts the cohost that runs it. */
 static void set_arg(lua_State *L)
 {
   lua_createtable(L, script_argc, script_index + 1);
   for (int i = 0; all_argv[i]; i++) {
     lua_pushstring(L, all_argv[i]);
     lua_rawseti(L, -2, i - script_index);
+  }
+  if (test_mode) {
+    lua_pushstring(L, exe);
+    lua_rawseti(L, -2, -1);
   }
   lua_setglobal(L, "arg");
 }
@@ -641,6 +651,7 @@ static void enter_test_mode(void)
   if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
   chunks[nchunks++] = CH_TESTMODE_CHUNK;
   script = NULL;
+  test_mode = 1;
 }
 
 int main(int argc, char **argv)
