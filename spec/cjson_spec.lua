@@ -63,7 +63,8 @@ describe("require \"cjson\" under cohost", function()
   end)
 
   it("has OpenResty's cjson.empty_array_mt, the same mark", function()
-    assert.equal('{"a":[],"b":{}}', cjson.encode({ a = setmetatable({}, cjson.empty_array_mt), b = {} }))
+    local s = cjson.encode({ a = setmetatable({}, cjson.empty_array_mt), b = {} })
+    assert.truthy(s == '{"a":[],"b":{}}' or s == '{"b":{},"a":[]}', s)   -- in either key order
     assert.equal(http.array_mt, safe.empty_array_mt)
   end)
 
