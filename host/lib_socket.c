@@ -949,8 +949,17 @@ static const luaL_Reg tcp_methods[] = {
   { NULL, NULL }
 };
 
+/* close_pool(name): closes the idle connections of the worker's pool
+** name (connect's pool option, else "host:port"). */
+static int sock_close_pool(lua_State *L)
+{
+  ch_keepalive_close(luaL_checkstring(L, 1));
+  return 0;
+}
+
 static const luaL_Reg socket_funcs[] = {
   { "tcp", sock_tcp },
+  { "close_pool", sock_close_pool },
   { NULL, NULL }
 };
 

@@ -66,6 +66,8 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+static char exe[PATH_MAX];        /* this binary's path (/proc/self/exe),
+                                  ** or argv[0] if unknown */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
 static int test_mode;             /* --test, or busted's script as the script */
@@ -381,25 +383,32 @@ static int parse_args(int argc, char **argv, int *check)
 static void find_lua_dir(void)
 {
   static const char *const beside[] = { "../lua", "../share/cohost/lua" };
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  char *slash = n > 0 ? memrchr(exe, '/', (size_t)n) : NULL;
+  char dir[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  char *slash = NULL;
+  if (n > 0) {
+    dir[n] = '\0';
+    snprintf(exe, sizeof exe, "%s", dir);
+    slash = strrchr(dir, '/');
+  }
   if (slash) {
     *slash = '\0';
     for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
       char probe[PATH_MAX + 32];
-      if (snprintf(lua_dir, sizeof lua_dir, "%s/%s", exe, beside[i]) < (int)sizeof lua_dir &&
+      if (snprintf(lua_dir, sizeof lua_dir, "%s/%s", dir, beside[i]) < (int)sizeof lua_dir &&
           snprintf(probe, sizeof probe, "%s/cohost/init.lua", lua_dir) < (int)sizeof probe &&
           access(probe, R_OK) == 0)
         return;
     }
   }
+  if (!exe[0]) snprintf(exe, sizeof exe, "%s", all_argv[0]);
   snprintf(lua_dir, sizeof lua_dir, "%s", COHOST_LUA_DIR);
 }
 
 /* -- Lua states ----------------------------------------------------------- */
 
-static void set_path(lua_State *L)
+/* 0, or -1 when out of memory. */
+static int set_path(lua_State *L)
 {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -411,17 +420,35 @@ static void set_path(lua_State *L)
     lua_pushcfunction(L, r->func);
     lua_setfield(L, -2, r->name);
   }
+  /* "cjson" and "cjson.safe" are lua/cohost/cjson.lua's faces of Debian's
+  ** lua-cjson, whose encode honours http.array's mark. Preloaded, so no
+  ** path, LUA_PATH or LUA_CPATH decides it. */
+  static const char *const cjson_faces[][2] = {
+    { "cjson", "return require('cohost.cjson').cjson" },
+    { "cjson.safe", "return require('cohost.cjson').safe" },
+  };
+  for (size_t i = 0; i < sizeof cjson_faces / sizeof cjson_faces[0]; i++) {
+    if (luaL_loadstring(L, cjson_faces[i][1]) != 0) return -1;
+    lua_setfield(L, -2, cjson_faces[i][0]);
+  }
   lua_pop(L, 2);
+  return 0;
 }
 
 /* arg as luajit sets it: arg[0] the script, arg[1..] its arguments,
-** arg[-1..] the interpreter and options. */
+** arg[-1..] the interpreter and options. In test mode arg[-1] is this
+** binary's full path instead (lua/cohost/testing.lua keeps it for the
+** specs), so that a spec starts the cohost that runs it. */
 static void set_arg(lua_State *L)
 {
   lua_createtable(L, script_argc, script_index + 1);
   for (int i = 0; all_argv[i]; i++) {
     lua_pushstring(L, all_argv[i]);
     lua_rawseti(L, -2, i - script_index);
+  }
+  if (test_mode) {
+    lua_pushstring(L, exe);
+    lua_rawseti(L, -2, -1);
   }
   lua_setglobal(L, "arg");
 }
@@ -437,7 +464,7 @@ static lua_State *new_state(void)
     exit(1);
   }
   if (ch_cstack_init(L) < 0) return NULL;
-  set_path(L);
+  if (set_path(L) < 0) return NULL;
   set_arg(L);
   return L;
 }
@@ -632,6 +659,7 @@ static void enter_test_mode(void)
   if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
   chunks[nchunks++] = CH_TESTMODE_CHUNK;
   script = NULL;
+  test_mode = 1;
 }
 
 int main(int argc, char **argv)

@@ -40,6 +40,9 @@ struct ch_coro {
   uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
   uint8_t saved_delta;      /* COPY: saved is a delta against a reference
                             ** image (coro.c), not the bytes themselves */
+  uint8_t weak;             /* does not keep ch_run running
+                            ** (ch_coro_set_weak); in the padding before
+                            ** wake_value */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
   struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
