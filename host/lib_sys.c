@@ -231,19 +231,21 @@ static int l_exit(lua_State *L)
   ch_worker_exit((int)luaL_optinteger(L, 1, 0));
 }
 
-/* shutdown() starts the graceful stop a SIGTERM would. */
-/* draining() -> whether this process drains (SIGTERM, cohost.shutdown):
-** what /healthz reports. */
+/* draining() -> whether this process is being stopped (SIGTERM,
+** cohost.shutdown): what /healthz reports. */
 static int l_draining(lua_State *L)
 {
   lua_pushboolean(L, ch_workers_draining());
   return 1;
 }
 
+/* shutdown() starts the graceful stop a SIGTERM would, on this worker. */
 static int l_shutdown(lua_State *L)
 {
   (void)L;
-  if (ch_worker_self) ch_worker_shutdown(ch_worker_self);
+  if (!ch_worker_self) return 0;
+  ch_workers_set_draining();
+  ch_worker_shutdown(ch_worker_self);
   return 0;
 }
 

@@ -198,7 +198,6 @@ void ch_worker_shutdown(struct ch_worker *w)
 {
   if (w->stopping) return;
   w->stopping = 1;
-  ch_workers_set_draining();
   ch_log(CH_LOG_INFO, "shutting down");
   ch_listener_drain(w);
   ch_http_close_idle(w);

@@ -87,15 +87,19 @@ void ch_workers_shutdown(void);
 ** worker's thread). Returns how many took it. Any thread. */
 int ch_workers_post(void (*fn)(void *), void *arg);
 
-/* Whether this process drains: a SIGTERM (or cohost.shutdown) came, and
-** /healthz answers 503 (during --drain-delay, and after). Any thread. */
+/* Whether this process is being stopped: a SIGTERM (or cohost.shutdown)
+** came, and /healthz answers 503 (during --drain-delay, and after). A
+** reload's old workers drain without it: the node still serves. Any
+** thread. */
 int ch_workers_draining(void);
 
 /* Marks this process as draining (ch_workers_draining). Any thread. */
 void ch_workers_set_draining(void);
 
 /* Starts an orderly shutdown of the calling worker: listeners close, daemon
-** tasks are cancelled, the rest have the shutdown timeout to finish. */
+** tasks are cancelled, the rest have the shutdown timeout to finish.
+** /healthz is not touched: a stop says 503 first (ch_workers_set_draining),
+** a reload's old workers do not. */
 void ch_worker_shutdown(struct ch_worker *w);
 
 /* The worker count (for cohost.worker_count). */
