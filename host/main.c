@@ -588,12 +588,13 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
-    /* A reload's drain never turns /healthz 503, and skips the delay:
-    ** the node keeps serving. */
-    if (sig != CH_MASTER_RELOAD_SIGNAL) {
-      ch_workers_set_draining();
-      drain_delay();
-    }
+    /* A stop turns /healthz 503 first, so that what the on_shutdown
+    ** functions do already finds it so; a reload's drain never does,
+    ** and skips the delay: the node keeps serving. */
+    int stop = sig != CH_MASTER_RELOAD_SIGNAL;
+    if (stop) ch_workers_set_draining();
+    ch_workers_drain_begin();   /* on_shutdown functions, at the signal */
+    if (stop) drain_delay();
     ch_workers_shutdown();
   }
   return NULL;
@@ -689,6 +690,7 @@ int main(int argc, char **argv)
   pthread_detach(sig_thread);
   if (!ch_opts.processes) ch_notify_watchdog_start();   /* else the master pings */
 
+  ch_workers_set_drain_hook(ch_sys_drain);
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);
 
