@@ -506,8 +506,6 @@ static void main_task(void *p)
   else lua_pushnil(T);
   for (int i = 0; i < script_argc; i++) lua_pushstring(T, script_argv[i]);
   ch_task_run(t, 3 + script_argc);
-  if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
-    ch_master_ready();   /* the master may now drain the old workers */
   /* A main chunk that a requested stop ends (cancelled at the shutdown
   ** timeout in a script that loops after listening, or failing because
   ** listen refuses once a drain began, as in a worker that was still
@@ -519,10 +517,17 @@ static void main_task(void *p)
     ** use to its master half-started: it ends, and the master restarts
     ** it, or abandons the reload or the start that made it. */
     if (ch_opts.processes) ch_worker_exit(1);
+    ch_workers_set_draining();   /* /healthz: this process is stopping */
     ch_worker_shutdown(w);
   } else if (status_addr && w->id == 0 && ch_stats_endpoint_start(w, status_addr) < 0) {
     ch_worker_exit(1);   /* the reason was logged; asked for, so fatal */
   }
+  /* Started once the status endpoint listens too: a reload's new worker
+  ** must have asked the master for that socket before the master retires
+  ** what the new generation did not ask for, or the old worker's copy
+  ** would be the last one and the new one could not bind the port. */
+  if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
+    ch_master_ready();   /* the master may now drain the old workers */
   ch_task_release(t);
 }
 
@@ -535,7 +540,10 @@ static void main_task(void *p)
 ** the process at once. Handlers rather than a blocked mask, because exec
 ** resets handlers but keeps the mask: programs a script starts must get
 ** their signals. A worker process of --processes also ignores SIGHUP
-** (through a no-op handler, for the same reason): it is the master's. */
+** (through a no-op handler, for the same reason): it is the master's; and
+** takes CH_MASTER_RELOAD_SIGNAL as a reload's drain: the same shutdown,
+** without the stop's /healthz 503 and --drain-delay, since the new
+** processes serve on the same sockets. */
 static int sig_pipe[2];
 
 static void on_signal(int sig)
@@ -569,15 +577,18 @@ static void catch_signals(void)
   sigaction(SIGUSR1, &sa, NULL);   /* reopen the log files, not die */
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
-  if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
+  if (ch_opts.processes) {
+    sigaction(SIGHUP, &sa, NULL);   /* the no-op */
+    sa.sa_handler = on_signal;
+    sigaction(CH_MASTER_RELOAD_SIGNAL, &sa, NULL);
+  }
 }
 
-/* --drain-delay: /healthz says 503 while the listeners still serve, so a
-** load balancer stops sending before they close. A second signal ends the
-** wait (and, read by the loop, the process). */
+/* --drain-delay, in a stop: /healthz says 503 while the listeners still
+** serve, so a load balancer stops sending before they close. A second
+** signal ends the wait (and, read by the loop, the process). */
 static void drain_delay(void)
 {
-  ch_workers_set_draining();
   if (ch_opts.drain_delay_ms <= 0) return;
   ch_log(CH_LOG_NOTICE, "draining: /healthz answers 503; listeners close in %.1f s",
          ch_opts.drain_delay_ms / 1000.0);
@@ -608,7 +619,13 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
-    drain_delay();
+    /* A stop turns /healthz 503 first, so that what the on_shutdown
+    ** functions do already finds it so; a reload's drain never does,
+    ** and skips the delay: the node keeps serving. */
+    int stop = sig != CH_MASTER_RELOAD_SIGNAL;
+    if (stop) ch_workers_set_draining();
+    ch_workers_drain_begin();   /* on_shutdown functions, at the signal */
+    if (stop) drain_delay();
     ch_workers_shutdown();
   }
   return NULL;
@@ -705,6 +722,7 @@ int main(int argc, char **argv)
   pthread_detach(sig_thread);
   if (!ch_opts.processes) ch_notify_watchdog_start();   /* else the master pings */
 
+  ch_workers_set_drain_hook(ch_sys_drain);
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);
 

@@ -802,6 +802,19 @@ static void on_idle_timer(struct ch_timer *t)
   kick(h);
 }
 
+void ch_h2_goaway(struct ch_h2_stream *st)
+{
+  struct ch_h2_conn *h = st->conn;
+  if (h->dead || h->draining >= 2) return;
+  /* What the drain deadline does, now: a stream that never ends on its
+  ** own (gRPC's) must not keep its client on a worker that goes. */
+  h->draining = 2;
+  ch_timer_stop(&h->drain_timer);
+  nghttp2_submit_shutdown_notice(h->sess);
+  kick(h);
+  if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) < 0) final_goaway(h);
+}
+
 /* A draining connection has no stream: its GOAWAY in DRAIN_IDLE_MS. */
 static void drain_idle(struct ch_h2_conn *h)
 {
