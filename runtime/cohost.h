@@ -249,6 +249,43 @@ static inline unsigned ch_cancel_hits(const struct ch_coro *c)
   return CH_CORO_FIELD(c, CH_CORO_OFS_CANCEL_HITS, uint32_t);
 }
 
+/* -- Wait queues --------------------------------------------------------- */
+
+/* A FIFO of coroutines parked until another wakes them (Tarantool's
+** fiber_cond): what a hand-written "the coroutine waiting here" slot does,
+** for any number of waiters, with timeouts and cancellation. All zero is
+** an empty queue. A queue belongs to one thread's coroutines; in COPY
+** stack mode it must not be on a coroutine's stack. Wake every waiter
+** (ch_waitq_wake_all) before the queue's memory goes. */
+struct ch_waiter;
+struct ch_waitq {
+  struct ch_waiter *head;         /* the longest waiter; the runtime's */
+  struct ch_waiter *tail;         /* the newest; the runtime's */
+};
+
+/* Yields. Parks the running coroutine at the back of q until a wake
+** reaches it, timeout_ms passes (< 0: never) or it is cancelled. Returns
+** 0 when woken by q, -ETIMEDOUT, -ECANCELED (also at once when already
+** cancelled), what a direct ch_unpark gave, or -EINVAL outside a
+** coroutine. However it returns, it is off q. */
+int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms);
+
+/* Wakes q's longest waiter; one timed out or cancelled meanwhile (woken,
+** not yet run) is skipped and taken off. Returns 1, or 0 when q had no
+** waiter. Never yields; the woken coroutine runs later. */
+int ch_waitq_wake_one(struct ch_waitq *q);
+
+/* Wakes every waiter of q, in order; q is empty after. Returns how many
+** were woken (skipped ones, as above, not counted). Never yields. */
+int ch_waitq_wake_all(struct ch_waitq *q);
+
+/* Non-zero when no coroutine is queued on q (one timed out or cancelled
+** stays queued until it runs again). */
+static inline int ch_waitq_empty(const struct ch_waitq *q)
+{
+  return q->head == NULL;
+}
+
 /* -- Stack modes --------------------------------------------------------- */
 
 /* Where a scheduler's coroutines keep their stacks (docs/stacks.md).

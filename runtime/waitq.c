@@ -1,0 +1,75 @@
+/*
+** Wait queues (Tarantool's fiber_cond): a FIFO of parked coroutines that
+** others wake one at a time or all at once. See cohost.h.
+**
+** A waiter's node is the coroutine's own first fd waiter (wnodes[0] in
+** struct ch_coro): a coroutine parks on one thing at a time, so the node
+** is free whenever it is not in ch_poll_wait, and it lives in the
+** coroutine's struct, never on its stack, which in COPY mode is saved
+** away while it is parked. In the node, coro is the waiting coroutine
+** while the node is queued and NULL once a wake took it off the queue.
+**
+** A waiter woken by something else (its timeout, ch_cancel) stays queued
+** until it runs again and unlinks itself; a wake that meets it meanwhile
+** takes it off and moves on to the next waiter, so a wake is never spent
+** on a coroutine that is not waiting any more.
+*/
+#include <assert.h>
+#include <errno.h>
+#include <stddef.h>
+
+#include "cohost.h"
+#include "coro.h"
+#include "sched.h"
+
+static void unlink_node(struct ch_waitq *q, struct ch_waiter *w)
+{
+  if (w->prev) w->prev->next = w->next;
+  else q->head = w->next;
+  if (w->next) w->next->prev = w->prev;
+  else q->tail = w->prev;
+  w->next = w->prev = NULL;
+  w->coro = NULL;
+}
+
+int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_coro *self = s ? s->current : NULL;
+  if (!self) return -EINVAL;
+  struct ch_waiter *w = &self->wnodes[0];
+  w->coro = self;
+  w->next = NULL;
+  w->prev = q->tail;
+  if (q->tail) q->tail->next = w;
+  else q->head = w;
+  q->tail = w;
+  int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
+  /* Still queued: the timeout, a cancellation (maybe before the park, which
+  ** then returned at once) or a direct ch_unpark woke it, not a wake. */
+  if (w->coro) unlink_node(q, w);
+  return r;
+}
+
+int ch_waitq_wake_one(struct ch_waitq *q)
+{
+  struct ch_waiter *w;
+  while ((w = q->head) != NULL) {
+    struct ch_coro *c = w->coro;
+    assert(c && w->prev == NULL);
+    unlink_node(q, w);
+    /* -EALREADY: it was woken otherwise and has not run yet; it returns
+    ** what woke it, and the next waiter gets this wake. */
+    if (ch_unpark(c, 0) == 0) return 1;
+  }
+  return 0;
+}
+
+int ch_waitq_wake_all(struct ch_waitq *q)
+{
+  /* Woken coroutines only become READY: none can queue again before the
+  ** loop ends, so it ends. */
+  int n = 0;
+  while (ch_waitq_wake_one(q)) n++;
+  return n;
+}
