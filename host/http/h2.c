@@ -63,8 +63,8 @@ struct ch_h2_conn {
                                   ** ends (nothing is left to send) */
   uint8_t idle;                   /* idle with no coroutine: conn.c's watch
                                   ** brings it back (ch_h2_serve) */
-  struct ch_coro *writer_parked;  /* the writer while it waits for work */
-  struct ch_coro *reader_parked;  /* the reader while it waits: for input
+  struct ch_waitq writer_wq;      /* the writer while it waits for work */
+  struct ch_waitq reader_wq;      /* the reader while it waits: for input
                                   ** (with watch armed), for the writer, or
                                   ** for the streams to end */
   struct ch_watch watch;          /* input for the parked reader */
@@ -150,11 +150,7 @@ nghttp2_session *ch_h2_session(struct ch_h2_stream *st)
 
 static void kick(struct ch_h2_conn *h)
 {
-  if (h->writer_parked) {
-    struct ch_coro *w = h->writer_parked;
-    h->writer_parked = NULL;
-    ch_unpark(w, 0);
-  }
+  ch_waitq_wake_one(&h->writer_wq);
 }
 
 void ch_h2_kick(struct ch_h2_stream *st)
@@ -164,19 +160,13 @@ void ch_h2_kick(struct ch_h2_stream *st)
 
 int ch_h2_wait(struct ch_h2_stream *st, int ms)
 {
-  st->waiter = ch_current();
-  int r = ch_park(ms);
-  st->waiter = NULL;
+  int r = ch_waitq_wait(&st->waiters, ms);
   return r < 0 ? r : 0;
 }
 
 void ch_h2_wake(struct ch_h2_stream *st)
 {
-  if (st->waiter) {
-    struct ch_coro *w = st->waiter;
-    st->waiter = NULL;
-    ch_unpark(w, 0);
-  }
+  ch_waitq_wake_all(&st->waiters);
 }
 
 /* -- Streams ---------------------------------------------------------------- */
@@ -241,11 +231,7 @@ static void stream_unref(struct ch_h2_stream *st)
   free(st->ob);
   free(st);
   if (h->nstreams == 0 && !h->dead) drain_idle(h);
-  if (h->nstreams == 0 && h->reader_parked) {   /* the teardown waits for this */
-    struct ch_coro *r = h->reader_parked;
-    h->reader_parked = NULL;
-    ch_unpark(r, 0);
-  }
+  if (h->nstreams == 0) ch_waitq_wake_one(&h->reader_wq);   /* the teardown waits for this */
 }
 
 /* The stream is over for nghttp2 (or the connection went): no more I/O on
@@ -595,11 +581,7 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
 
 static void wake_reader(struct ch_h2_conn *h)
 {
-  if (h->reader_parked) {
-    struct ch_coro *r = h->reader_parked;
-    h->reader_parked = NULL;
-    ch_unpark(r, 0);
-  }
+  ch_waitq_wake_one(&h->reader_wq);
 }
 
 /* Yields. Sends what nghttp2 has, in batches of one write, and parks when
@@ -631,10 +613,7 @@ static void writer_main(void *arg)
     /* No stream and nothing to send: the reader, parked on input, may
     ** now let the connection go idle with no coroutine (read_loop). */
     if (h->nstreams == 0) wake_reader(h);
-    h->writer_parked = ch_current();
-    int r = ch_park(-1);
-    h->writer_parked = NULL;
-    if (r == -ECANCELED) break;
+    if (ch_waitq_wait(&h->writer_wq, -1) == -ECANCELED) break;
   }
   ch_h2_batch_release(&b);
   h->writer_alive = 0;
@@ -783,10 +762,8 @@ static void on_readable(struct ch_watch *w, int revents)
 ** tasks wake it as they end). */
 #define WAIT_UNTIL(h, cond) \
   while (!(cond)) { \
-    (h)->reader_parked = ch_current(); \
-    int r_ = ch_park(-1); \
-    (h)->reader_parked = NULL; \
-    if (r_ == -ECANCELED) ch_yield();   /* the worker is going: they end soon */ \
+    if (ch_waitq_wait(&(h)->reader_wq, -1) == -ECANCELED) \
+      ch_yield();   /* the worker is going: they end soon */ \
   }
 
 static int start_writer(struct ch_h2_conn *h)
@@ -839,7 +816,7 @@ static int read_loop(struct ch_h2_conn *h)
       continue;
     }
     if (n != -EAGAIN) return 0;   /* EOF, a read error */
-    if (h->writer_parked && quiet(h)) {
+    if (!ch_waitq_empty(&h->writer_wq) && quiet(h)) {
       int r = park_idle(h);
       if (r != 0) return r > 0;
       if (feed(h) < 0) return 0;   /* input came meanwhile: it is buffered */
@@ -847,9 +824,7 @@ static int read_loop(struct ch_h2_conn *h)
     }
     ch_stream_release(&c->s);   /* park without a buffer */
     if (ch_watch_fd(&h->watch, c->s.fd, c->s.want_ev, on_readable) < 0) return 0;
-    h->reader_parked = ch_current();
-    n = ch_park(c->srv->keepalive_ms);
-    h->reader_parked = NULL;
+    n = ch_waitq_wait(&h->reader_wq, c->srv->keepalive_ms);
     ch_unwatch_fd(&h->watch);
     if (n == -ETIMEDOUT) {
       /* Running streams have their own timeouts; streams a client left
@@ -902,9 +877,7 @@ int ch_h2_serve(struct ch_http_conn *c)
   while (h->writer_alive) {
     uint64_t now = ch_now_ns();
     int64_t left = now < give_up ? (int64_t)((give_up - now) / 1000000u) + 1 : -1;
-    h->reader_parked = ch_current();
-    int r = ch_park(left);
-    h->reader_parked = NULL;
+    int r = ch_waitq_wait(&h->reader_wq, left);
     if (r == -ETIMEDOUT && c->s.fd >= 0) shutdown(c->s.fd, SHUT_RDWR);
     if (r == -ECANCELED) ch_yield();
   }
