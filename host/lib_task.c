@@ -134,21 +134,14 @@ static int collect(lua_State *L, struct handle *h)
   return n + 1;
 }
 
-static void drop_waiter(struct ch_task *t, struct ch_coro *c)
-{
-  for (int i = 0; i < t->nwaiters; i++)
-    if (t->waiters[i] == c) {
-      t->waiters[i] = t->waiters[--t->nwaiters];
-      return;
-    }
-}
-
-/* Yields. wait(t1, ...) -> ok, results... of the first to finish. */
+/* Yields. wait(t1, ...) -> ok, results... of the first to finish. Parks
+** on the joiners' queues of every live one at once (ch_waitq_wait_any). */
 static int l_wait(lua_State *L)
 {
   int n = lua_gettop(L);
   if (n == 0) return luaL_error(L, "bad argument #1 to 'wait' (thread expected)");
   struct ch_coro *self = ch_current();
+  struct ch_waitq *few[8], **qs = few;
   for (;;) {
     int live = 0;
     for (int i = 1; i <= n; i++) {
@@ -165,21 +158,20 @@ static int l_wait(lua_State *L)
     }
     if (!self) return luaL_error(L, "cohost.wait outside a coroutine");
     ch_task_check_cancel(L);
-    int room = 1;
+    /* Past 8 the list is a userdata above the arguments, kept by this
+    ** Lua stack while the coroutine parks. */
+    if (live > 8 && qs == few) qs = lua_newuserdata(L, (size_t)n * sizeof *qs);
+    int nq = 0;
     for (int i = 1; i <= n; i++) {
       struct ch_task *t = check_handle(L, i)->t;
       if (!t) continue;
-      if (!t->waiters && !(t->waiters = malloc(CH_TASK_WAITERS * sizeof *t->waiters))) room = 0;
-      else if (t->nwaiters == CH_TASK_WAITERS) room = 0;
-      else t->waiters[t->nwaiters++] = self;
+      if (!t->joiners && !(t->joiners = calloc(1, sizeof *t->joiners))) break;
+      qs[nq++] = t->joiners;
     }
-    /* More waiters than slots on one thread (or no memory for the
-    ** slots): poll at 1 ms rather than fail; rare, and documented. */
-    int r = ch_park(room ? -1 : 1);
-    for (int i = 1; i <= n; i++) {
-      struct ch_task *t = check_handle(L, i)->t;
-      if (t) drop_waiter(t, self);
-    }
+    /* No memory for a queue or the waiters' nodes: poll at 1 ms rather
+    ** than fail. */
+    int r = nq == live ? ch_waitq_wait_any(qs, nq, -1) : -ENOMEM;
+    if (r == -ENOMEM) r = ch_park(1);
     if (r == -ECANCELED) ch_task_check_cancel(L);
   }
 }

@@ -207,7 +207,7 @@ static inline struct ch_coro *ch_current(void) { return ch_running; }
 /* Id of c. */
 int ch_coro_id(const struct ch_coro *c);
 
-/* -- Parking: the primitive under semaphores, channels and joins --------- */
+/* -- Parking: the primitive under wait queues ---------------------------- */
 
 /* Yields. Parks the running coroutine until ch_unpark or timeout_ms (< 0:
 ** never). Returns the value given to ch_unpark, -ETIMEDOUT, or -ECANCELED.
@@ -269,6 +269,13 @@ struct ch_waitq {
 ** cancelled), what a direct ch_unpark gave, or -EINVAL outside a
 ** coroutine. However it returns, it is off q. */
 int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms);
+
+/* Yields. ch_waitq_wait on the n queues qs[0..n) at once (n >= 1):
+** returns 0 when a wake of any of them reaches the
+** coroutine, or as ch_waitq_wait; -ENOMEM when more than two queues need
+** nodes and no memory is left (nothing parked then). Off every queue when
+** it returns. */
+int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms);
 
 /* Wakes q's longest waiter; one timed out or cancelled meanwhile (woken,
 ** not yet run) is skipped and taken off. Returns 1, or 0 when q had no

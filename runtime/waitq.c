@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "cohost.h"
 #include "coro.h"
@@ -32,22 +33,47 @@ static void unlink_node(struct ch_waitq *q, struct ch_waiter *w)
   w->coro = NULL;
 }
 
-int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
+static void link_node(struct ch_waitq *q, struct ch_waiter *w, struct ch_coro *self)
 {
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *self = s ? s->current : NULL;
-  if (!self) return -EINVAL;
-  struct ch_waiter *w = &self->wnodes[0];
   w->coro = self;
   w->next = NULL;
   w->prev = q->tail;
   if (q->tail) q->tail->next = w;
   else q->head = w;
   q->tail = w;
+}
+
+int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_coro *self = s ? s->current : NULL;
+  if (!self) return -EINVAL;
+  struct ch_waiter *w = &self->wnodes[0];
+  link_node(q, w, self);
   int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
   /* Still queued: the timeout, a cancellation (maybe before the park, which
   ** then returned at once) or a direct ch_unpark woke it, not a wake. */
   if (w->coro) unlink_node(q, w);
+  return r;
+}
+
+int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_coro *self = s ? s->current : NULL;
+  if (!self || n < 1) return -EINVAL;
+  /* One node per queue: the coroutine's two, or a heap array for more
+  ** (never on the stack: see the top of this file). The first wake takes
+  ** one node off its queue; the others are still queued when the
+  ** coroutine runs, and later wakes of their queues skip them meanwhile,
+  ** as they skip any waiter that is not waiting any more. */
+  struct ch_waiter *nodes = self->wnodes;
+  if (n > 2 && !(nodes = malloc((size_t)n * sizeof *nodes))) return -ENOMEM;
+  for (int i = 0; i < n; i++) link_node(qs[i], &nodes[i], self);
+  int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
+  for (int i = 0; i < n; i++)
+    if (nodes[i].coro) unlink_node(qs[i], &nodes[i]);
+  if (nodes != self->wnodes) free(nodes);
   return r;
 }
 

@@ -2,7 +2,7 @@
 ** Tests of wait queues (struct ch_waitq): FIFO wakes, wake-all, timeouts,
 ** cancellation, waiters that were woken otherwise before a wake reached
 ** them, a waiter gone with its coroutine, wakes from a timer callback,
-** and COPY stack mode (the node is not on the coroutine's stack).
+** waits on several queues at once, and COPY stack mode (the node is not on the coroutine's stack).
 */
 #include "helpers.h"
 
@@ -294,6 +294,52 @@ static void test_a_woken_waiter_can_wait_again(void **state) {
   assert_true(ch_waitq_empty(&q));
 }
 
+/* -- Several queues at once ---------------------------------------------------- */
+
+static struct ch_waitq qs[4];
+static int any_rc, any_n, any_other_wake, any_timeout_rc;
+
+static void wait_on_any(void *arg) {
+  (void)arg;
+  struct ch_waitq *list[4] = { &qs[0], &qs[1], &qs[2], &qs[3] };
+  any_rc = ch_waitq_wait_any(list, any_n, 5000);
+  for (int i = 0; i < any_n; i++) CHECK(ch_waitq_empty(&qs[i]));
+  any_timeout_rc = ch_waitq_wait_any(list, any_n, 10);
+  for (int i = 0; i < any_n; i++) CHECK(ch_waitq_empty(&qs[i]));
+}
+
+/* Wakes the last queue, then at once the first: the waiter has not run
+** yet, so that wake finds it not waiting any more and skips it. */
+static void wake_last_then_first(void *arg) {
+  (void)arg;
+  for (int i = 0; i < any_n; i++) CHECK(!ch_waitq_empty(&qs[i]));
+  CHECK_EQ(ch_waitq_wake_one(&qs[any_n - 1]), 1);
+  any_other_wake = ch_waitq_wake_one(&qs[0]);
+}
+
+static void run_wait_any(int n) {
+  memset(qs, 0, sizeof qs);
+  any_n = n;
+  any_rc = any_timeout_rc = any_other_wake = 1;
+  assert_true(ch_spawn(wait_on_any, NULL) > 0);
+  assert_true(ch_spawn(wake_last_then_first, NULL) > 0);
+  th_run();
+  assert_int_equal(any_rc, 0);
+  assert_int_equal(any_other_wake, 0);
+  assert_int_equal(any_timeout_rc, -ETIMEDOUT);
+  for (int i = 0; i < n; i++) assert_true(ch_waitq_empty(&qs[i]));
+}
+
+static void test_a_waiter_on_two_queues_wakes_on_either_and_leaves_both(void **state) {
+  (void)state;
+  run_wait_any(2);   /* the coroutine's own two nodes */
+}
+
+static void test_a_waiter_on_four_queues_wakes_on_any_and_leaves_all(void **state) {
+  (void)state;
+  run_wait_any(4);   /* nodes on the heap */
+}
+
 /* -- COPY stack mode ------------------------------------------------------------ */
 
 static struct waiter copied[3];
@@ -331,6 +377,8 @@ int main(void) {
     TH_TEST(test_a_waiter_freed_after_cancellation_leaves_nothing_queued),
     TH_TEST(test_a_timer_callback_wakes_a_waiter),
     TH_TEST(test_a_woken_waiter_can_wait_again),
+    TH_TEST(test_a_waiter_on_two_queues_wakes_on_either_and_leaves_both),
+    TH_TEST(test_a_waiter_on_four_queues_wakes_on_any_and_leaves_all),
     TH_TEST(test_waiters_in_copy_stack_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
