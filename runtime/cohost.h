@@ -293,6 +293,44 @@ static inline int ch_waitq_empty(const struct ch_waitq *q)
   return q->head == NULL;
 }
 
+/* -- Growable buffers ---------------------------------------------------- */
+
+/* Bytes that grow as they are appended to (Redis's sds, nginx's
+** ngx_array_t), and the same for arrays: one growth rule, the capacity
+** doubled (from a first capacity the caller picks) until what is asked
+** fits, and one overflow check, for every buffer in cohost that grows.
+** All zero is an empty buffer holding no memory. */
+struct ch_buf {
+  char *p;                        /* the bytes; owned; NULL until the first
+                                  ** growth */
+  size_t len;                     /* bytes in use; the caller moves it */
+  size_t cap;                     /* bytes allocated at p */
+};
+
+/* Grows array p, of *cap elements of size bytes, to hold need elements
+** (need > *cap): *cap doubled, or first when it is 0, until need fits.
+** Returns the array (p moved, or p itself) with *cap updated, or NULL
+** when memory is short or need elements overflow a size_t: then p is
+** untouched and still the caller's. For arrays that keep their own
+** count; bytes are easier in a struct ch_buf. */
+void *ch_buf_grow(void *p, size_t size, size_t *cap, size_t need, size_t first);
+
+/* ch_buf_reserve's slow path. */
+int ch_buf_expand(struct ch_buf *b, size_t n, size_t first);
+
+/* Makes room for n more bytes after b->len (ch_buf_grow's rule, from
+** first bytes). Returns 0, or -ENOMEM with b unchanged. */
+static inline int ch_buf_reserve(struct ch_buf *b, size_t n, size_t first)
+{
+  return b->cap - b->len >= n ? 0 : ch_buf_expand(b, n, first);
+}
+
+/* Appends s[0..n) to b: 0, or -ENOMEM with b unchanged. */
+int ch_buf_add(struct ch_buf *b, const void *s, size_t n, size_t first);
+
+/* Frees b's bytes: b is empty again. */
+void ch_buf_free(struct ch_buf *b);
+
 /* -- Stack modes --------------------------------------------------------- */
 
 /* Where a scheduler's coroutines keep their stacks (docs/stacks.md).
