@@ -249,17 +249,23 @@ static void stream_closed(struct ch_h2_stream *st, uint32_t code)
   stream_unref(st);
 }
 
+/* Makes room for n more header bytes: 0, or -1 (no memory). They stay
+** far below 32 bits: on_header holds a head to the server's limits. */
+static int hb_room(struct ch_h2_stream *st, size_t n)
+{
+  size_t need = (size_t)st->hlen + n, cap = st->hcap;
+  if (need <= cap) return 0;
+  char *p = ch_buf_grow(st->hb, 1, &cap, need, 512);
+  if (!p) return -1;
+  st->hb = p;
+  st->hcap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
+  return 0;
+}
+
 /* Appends s[0..n) to st's header bytes; its offset, or -1 (no memory). */
 static long hb_add(struct ch_h2_stream *st, const uint8_t *s, size_t n)
 {
-  if (st->hlen + n > st->hcap) {
-    uint32_t cap = st->hcap ? st->hcap * 2 : 512;
-    while (cap < st->hlen + n) cap *= 2;
-    char *p = realloc(st->hb, cap);
-    if (!p) return -1;
-    st->hb = p;
-    st->hcap = cap;
-  }
+  if (hb_room(st, n) < 0) return -1;
   memcpy(st->hb + st->hlen, s, n);
   long off = st->hlen;
   st->hlen += (uint32_t)n;
@@ -423,14 +429,7 @@ static void join_cookies(struct ch_h2_stream *st)
   for (int i = 0; i < hd->nheaders; i++)
     if (is_cookie(st, i)) { n++; total += hd->value[i].len + 2; }
   if (n < 2) return;
-  if (st->hlen + total > st->hcap) {   /* room first: the copies below read hb */
-    uint32_t cap = st->hcap;
-    while (cap < st->hlen + total) cap *= 2;
-    char *p = realloc(st->hb, cap);
-    if (!p) return;
-    st->hb = p;
-    st->hcap = cap;
-  }
+  if (hb_room(st, total) < 0) return;   /* room first: the copies below read hb */
   uint32_t start = st->hlen;
   int k = 0, first = -1;
   for (int i = 0; i < hd->nheaders; i++) {
@@ -547,12 +546,9 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
     return 0;
   }
   if (rq->plen + len > rq->pcap) {
-    size_t cap = rq->pcap ? rq->pcap * 2 : 16384;
-    while (cap < rq->plen + len) cap *= 2;
-    char *p = realloc(rq->pend, cap);
+    char *p = ch_buf_grow(rq->pend, 1, &rq->pcap, rq->plen + len, 16384);
     if (!p) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     rq->pend = p;
-    rq->pcap = cap;
   }
   memcpy(rq->pend + rq->plen, data, len);
   rq->plen += len;

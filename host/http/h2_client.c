@@ -131,17 +131,16 @@ static int stream_err(const struct ch_h2c_stream *st)
 }
 
 /* Grows buffer *b (capacity *cap, used from 0 to *len) to hold n more
-** bytes. 0 or -1. */
+** bytes. 0 or -1 (no memory, or past the 32 bits of the fields). */
 static int room(char **b, uint32_t *cap, uint32_t len, size_t n)
 {
-  if ((size_t)len + n <= *cap) return 0;
-  size_t c = *cap ? *cap : 512;
-  while (c < (size_t)len + n) c *= 2;
-  if (c > UINT32_MAX) return -1;
-  char *p = realloc(*b, c);
+  size_t need = (size_t)len + n, c = *cap;
+  if (need <= c) return 0;
+  if (need > UINT32_MAX) return -1;
+  char *p = ch_buf_grow(*b, 1, &c, need, 512);
   if (!p) return -1;
   *b = p;
-  *cap = (uint32_t)c;
+  *cap = c < UINT32_MAX ? (uint32_t)c : UINT32_MAX;
   return 0;
 }
 

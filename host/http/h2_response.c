@@ -37,20 +37,19 @@ static int hop_by_hop(const char *n, size_t l)
 
 struct nvs {
   nghttp2_nv *v;
-  int n, cap;
+  int n;
+  size_t cap;
   nghttp2_nv small[NV_STACK];
 };
 
 static int nv_add(struct nvs *a, const char *name, size_t nl, const char *value, size_t vl)
 {
-  if (a->n == a->cap) {
-    int cap = a->cap * 2;
-    nghttp2_nv *p = a->v == a->small ? malloc((size_t)cap * sizeof *p)
-                                     : realloc(a->v, (size_t)cap * sizeof *p);
+  if ((size_t)a->n == a->cap) {
+    int in_small = a->v == a->small;
+    nghttp2_nv *p = ch_buf_grow(in_small ? NULL : a->v, sizeof *p, &a->cap, a->cap + 1, NV_STACK);
     if (!p) return -ENOMEM;
-    if (a->v == a->small) memcpy(p, a->small, sizeof a->small);
+    if (in_small) memcpy(p, a->small, sizeof a->small);
     a->v = p;
-    a->cap = cap;
   }
   /* nghttp2 copies names and values (no NO_COPY flags). */
   a->v[a->n++] = (nghttp2_nv){ (uint8_t *)name, (uint8_t *)value, nl, vl, NGHTTP2_NV_FLAG_NONE };
