@@ -95,9 +95,9 @@ static void task_free(struct ch_task *t)
   t->joiners = NULL;
   lua_settop(t->T, 0);
   if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
-    int cap = w->idle_cap ? w->idle_cap * 2 : 64;
-    int *idle = realloc(w->idle, (size_t)cap * sizeof *idle);
-    if (idle) { w->idle = idle; w->idle_cap = cap; }
+    size_t cap = (size_t)w->idle_cap;
+    int *idle = ch_buf_grow(w->idle, sizeof *idle, &cap, cap + 1, 64);
+    if (idle) { w->idle = idle; w->idle_cap = (int)cap; }   /* cap <= 2 * IDLE_MAX */
   }
   if (w->nidle < w->idle_cap) w->idle[w->nidle++] = t->ref;
   else luaL_unref(w->L, LUA_REGISTRYINDEX, t->ref);
