@@ -20,7 +20,7 @@
 #include "proc/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
-#include "http/h2_batch.h"
+#include "http/h2_writer.h"
 #include "http/response.h"
 
 #define PREFACE       "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -580,38 +580,28 @@ static void wake_reader(struct ch_h2_conn *h)
   ch_waitq_wake_one(&h->reader_wq);
 }
 
-/* Yields. Sends what nghttp2 has, in batches of one write, and parks when
-** there is nothing; ends once the reader is closing and nothing is left
-** to send, or when a write fails. When the session wants neither to read
-** nor to write (GOAWAY done, no streams left) it wakes the reader, which
-** ends the connection. */
+/* Nothing left to send: the writer ends once the reader is closing or
+** the connection goes idle, else parks (ch_h2_writer_run). When the
+** session wants neither to read nor to write (GOAWAY done, no streams
+** left) it wakes the reader, which ends the connection. */
+static int writer_idle(void *arg)
+{
+  struct ch_h2_conn *h = arg;
+  if (h->closing || h->writer_stop) return 1;
+  if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
+    wake_reader(h);
+  /* No stream and nothing to send: the reader, parked on input, may
+  ** now let the connection go idle with no coroutine (read_loop). */
+  if (h->nstreams == 0) wake_reader(h);
+  return 0;
+}
+
+/* Yields. The connection's writer. */
 static void writer_main(void *arg)
 {
   struct ch_h2_conn *h = arg;
   struct ch_http_conn *c = h->c;
-  struct ch_h2_batch b = { 0 };
-  for (;;) {
-    ssize_t n = ch_h2_batch_fill(&b, h->sess);
-    if (n < 0) {
-      ch_log(CH_LOG_INFO, "http2: %s", nghttp2_strerror((int)n));
-      break;
-    }
-    if (n > 0) {
-      int r = ch_stream_write(&c->s, b.buf, b.len, c->srv->send_ms);
-      b.len = 0;
-      if (r < 0) break;
-      continue;
-    }
-    if (h->closing || h->writer_stop) break;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
-      wake_reader(h);
-    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
-    /* No stream and nothing to send: the reader, parked on input, may
-    ** now let the connection go idle with no coroutine (read_loop). */
-    if (h->nstreams == 0) wake_reader(h);
-    if (ch_waitq_wait(&h->writer_wq, -1) == -ECANCELED) break;
-  }
-  ch_h2_batch_release(&b);
+  ch_h2_writer_run(h->sess, &c->s, c->srv->send_ms, &h->writer_wq, writer_idle, h, "http2");
   h->writer_alive = 0;
   wake_reader(h);   /* a write that failed ends the reader too */
 }

@@ -11,7 +11,7 @@
 
 #include "cohost.h"
 #include "log.h"
-#include "http/h2_batch.h"
+#include "http/h2_writer.h"
 #include "http/h2_client.h"
 
 #define READ_WANT     16384       /* room asked of the stream per read: a
@@ -278,34 +278,26 @@ static nghttp2_session_callbacks *callbacks(void)
 
 /* -- The writer and the reader ---------------------------------------------- */
 
-/* Yields. Sends what nghttp2 has, batched into one write, and parks when
-** there is nothing; ends when the reader is closing or a write fails.
-** When the session wants neither to read nor to write (GOAWAY done, no
-** streams) it shuts the socket, which ends the reader's fill. */
+/* Nothing left to send: the writer ends when the reader is closing, else
+** parks (ch_h2_writer_run). When the session wants neither to read nor
+** to write (GOAWAY done, no streams) it shuts the socket, which ends the
+** reader's fill. */
+static int writer_idle(void *arg)
+{
+  struct ch_h2c *h = arg;
+  if (h->closing) return 1;
+  if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
+      h->s.fd >= 0)
+    shutdown(h->s.fd, SHUT_RDWR);
+  return 0;
+}
+
+/* Yields. The connection's writer; ends when the reader is closing or a
+** write fails. */
 static void writer_main(void *arg)
 {
   struct ch_h2c *h = arg;
-  struct ch_h2_batch b = { 0 };
-  for (;;) {
-    ssize_t n = ch_h2_batch_fill(&b, h->sess);
-    if (n < 0) {
-      ch_log(CH_LOG_INFO, "http2 client: %s", nghttp2_strerror((int)n));
-      break;
-    }
-    if (n > 0) {
-      int r = ch_stream_write(&h->s, b.buf, b.len, WRITE_MS);
-      b.len = 0;
-      if (r < 0) break;
-      continue;
-    }
-    if (h->closing) break;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
-        h->s.fd >= 0)
-      shutdown(h->s.fd, SHUT_RDWR);
-    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
-    if (wait_on(&h->writer_wq, -1) == -ECANCELED) break;
-  }
-  ch_h2_batch_release(&b);
+  ch_h2_writer_run(h->sess, &h->s, WRITE_MS, &h->writer_wq, writer_idle, h, "http2 client");
   h->writer_alive = 0;
   if (h->s.fd >= 0) shutdown(h->s.fd, SHUT_RDWR);   /* ends the reader's fill */
   ch_waitq_wake_one(&h->reader_wq);
