@@ -12,25 +12,25 @@
 #include "cohost.h"
 
 /* The rule: cap doubled (first when there is none yet) until need fits.
-** Doubling makes n appends cost O(n) copying in all. Returns 0 when need
-** elements of size bytes cannot be had in a size_t, the check every
-** caller used to write (or forget) itself. */
-static size_t next_cap(size_t cap, size_t need, size_t first, size_t size)
+** Doubling makes n appends cost O(n) copying in all. */
+static size_t next_cap(size_t cap, size_t need, size_t first)
 {
-  size_t most = SIZE_MAX / size;
-  if (need > most) return 0;
   size_t c = cap ? cap : (first ? first : 1);
-  if (cap) c = c <= most / 2 ? c * 2 : most;
-  while (c < need) c = c <= most / 2 ? c * 2 : most;
+  if (cap) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
+  while (c < need) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
   return c;
 }
 
 void *ch_buf_grow(void *p, size_t size, size_t *cap, size_t need, size_t first)
 {
   assert(size > 0 && need > *cap);
-  size_t c = next_cap(*cap, need, first, size);
-  if (!c) return NULL;
-  void *q = realloc(p, c * size);
+  size_t c = next_cap(*cap, need, first), bytes;
+  /* The check every caller used to write (or forget): elements times size
+  ** within a size_t. A doubling past it falls back to need itself. */
+  if (__builtin_mul_overflow(c, size, &bytes) &&
+      __builtin_mul_overflow(c = need, size, &bytes))
+    return NULL;
+  void *q = realloc(p, bytes);
   if (!q) return NULL;
   *cap = c;
   return q;

@@ -277,14 +277,25 @@ int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms);
 ** it returns. */
 int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms);
 
+/* ch_waitq_wake_one's and ch_waitq_wake_all's work, out of line: the
+** wakes are inline so that one on an empty queue, the usual case of a
+** "something to do" kick, costs a load and a branch. */
+int ch_waitq_wake(struct ch_waitq *q, int all);
+
 /* Wakes q's longest waiter; one timed out or cancelled meanwhile (woken,
 ** not yet run) is skipped and taken off. Returns 1, or 0 when q had no
 ** waiter. Never yields; the woken coroutine runs later. */
-int ch_waitq_wake_one(struct ch_waitq *q);
+static inline int ch_waitq_wake_one(struct ch_waitq *q)
+{
+  return q->head ? ch_waitq_wake(q, 0) : 0;
+}
 
 /* Wakes every waiter of q, in order; q is empty after. Returns how many
 ** were woken (skipped ones, as above, not counted). Never yields. */
-int ch_waitq_wake_all(struct ch_waitq *q);
+static inline int ch_waitq_wake_all(struct ch_waitq *q)
+{
+  return q->head ? ch_waitq_wake(q, 1) : 0;
+}
 
 /* Non-zero when no coroutine is queued on q (one timed out or cancelled
 ** stays queued until it runs again). */

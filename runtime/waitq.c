@@ -2,12 +2,13 @@
 ** Wait queues (Tarantool's fiber_cond): a FIFO of parked coroutines that
 ** others wake one at a time or all at once. See cohost.h.
 **
-** A waiter's node is the coroutine's own first fd waiter (wnodes[0] in
-** struct ch_coro): a coroutine parks on one thing at a time, so the node
-** is free whenever it is not in ch_poll_wait, and it lives in the
-** coroutine's struct, never on its stack, which in COPY mode is saved
-** away while it is parked. In the node, coro is the waiting coroutine
-** while the node is queued and NULL once a wake took it off the queue.
+** A waiter's nodes are the coroutine's own fd waiters (wnodes in struct
+** ch_coro; a heap array for more than two queues): a coroutine parks on
+** one thing at a time, so they are free whenever it is not in
+** ch_poll_wait, and they live in the coroutine's struct, never on its
+** stack, which in COPY mode is saved away while it is parked. In a node,
+** coro is the waiting coroutine while the node is queued and NULL once a
+** wake took it off the queue.
 **
 ** A waiter woken by something else (its timeout, ch_cancel) stays queued
 ** until it runs again and unlinks itself; a wake that meets it meanwhile
@@ -45,8 +46,7 @@ static void link_node(struct ch_waitq *q, struct ch_waiter *w, struct ch_coro *s
 
 int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
 {
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *self = s ? s->current : NULL;
+  struct ch_coro *self = ch_running;
   if (!self) return -EINVAL;
   struct ch_waiter *w = &self->wnodes[0];
   link_node(q, w, self);
@@ -59,8 +59,7 @@ int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
 
 int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms)
 {
-  struct ch_sched *s = ch_sched_tls;
-  struct ch_coro *self = s ? s->current : NULL;
+  struct ch_coro *self = ch_running;
   if (!self || n < 1) return -EINVAL;
   /* One node per queue: the coroutine's two, or a heap array for more
   ** (never on the stack: see the top of this file). The first wake takes
@@ -77,8 +76,11 @@ int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms)
   return r;
 }
 
-int ch_waitq_wake_one(struct ch_waitq *q)
+int ch_waitq_wake(struct ch_waitq *q, int all)
 {
+  /* Woken coroutines only become READY: none can queue again before the
+  ** loop ends, so it ends. */
+  int n = 0;
   struct ch_waiter *w;
   while ((w = q->head) != NULL) {
     struct ch_coro *c = w->coro;
@@ -86,16 +88,9 @@ int ch_waitq_wake_one(struct ch_waitq *q)
     unlink_node(q, w);
     /* -EALREADY: it was woken otherwise and has not run yet; it returns
     ** what woke it, and the next waiter gets this wake. */
-    if (ch_unpark(c, 0) == 0) return 1;
+    if (ch_unpark(c, 0) < 0) continue;
+    n++;
+    if (!all) break;
   }
-  return 0;
-}
-
-int ch_waitq_wake_all(struct ch_waitq *q)
-{
-  /* Woken coroutines only become READY: none can queue again before the
-  ** loop ends, so it ends. */
-  int n = 0;
-  while (ch_waitq_wake_one(q)) n++;
   return n;
 }
