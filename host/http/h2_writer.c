@@ -20,7 +20,9 @@ static ssize_t fill(struct ch_buf *b, nghttp2_session *s)
     ssize_t n = nghttp2_session_mem_send(s, &p);
     if (n < 0) return n;
     if (n == 0) break;
-    if (ch_buf_add(b, p, (size_t)n, CH_H2_BATCH_SIZE) < 0) return NGHTTP2_ERR_NOMEM;
+    if (ch_buf_reserve(b, (size_t)n, CH_H2_BATCH_SIZE) < 0) return NGHTTP2_ERR_NOMEM;
+    memcpy(b->p + b->len, p, (size_t)n);
+    b->len += (size_t)n;
   }
   return (ssize_t)b->len;
 }

@@ -8,19 +8,20 @@
 #include "vm/refs.h"
 
 static __thread int *dead;      /* refs to drop; grown by ch_buf_grow */
-static __thread size_t ndead, dead_cap;
+static __thread size_t dead_cap;
+__thread size_t ch_refs_queued;  /* refs in dead */
 
 void ch_refs_defer(int ref)
 {
-  if (ndead == dead_cap) {
-    int *d = ch_buf_grow(dead, sizeof *d, &dead_cap, ndead + 1, 8);
+  if (ch_refs_queued == dead_cap) {
+    int *d = ch_buf_grow(dead, sizeof *d, &dead_cap, ch_refs_queued + 1, 8);
     if (!d) return;   /* leak the ref */
     dead = d;
   }
-  dead[ndead++] = ref;
+  dead[ch_refs_queued++] = ref;
 }
 
-void ch_refs_flush(lua_State *L)
+void ch_refs_drop(lua_State *L)
 {
-  while (ndead > 0) luaL_unref(L, LUA_REGISTRYINDEX, dead[--ndead]);
+  while (ch_refs_queued > 0) luaL_unref(L, LUA_REGISTRYINDEX, dead[--ch_refs_queued]);
 }
