@@ -1,40 +1,14 @@
 /*
-** Growable buffers (Redis's sds, nginx's ngx_array_t): the one growth
-** rule and the one overflow check of every buffer and array in cohost
-** that grows. See cohost.h.
+** Growable buffers (Redis's sds, nginx's ngx_array_t). The one growth
+** rule and the one overflow check are ch_buf_grow's, inline in cohost.h;
+** struct ch_buf's functions are here.
 */
-#include <assert.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cohost.h"
-
-/* The rule: cap doubled (first when there is none yet) until need fits.
-** Doubling makes n appends cost O(n) copying in all. */
-static size_t next_cap(size_t cap, size_t need, size_t first)
-{
-  size_t c = cap ? cap : (first ? first : 1);
-  if (cap) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
-  while (c < need) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
-  return c;
-}
-
-void *ch_buf_grow(void *p, size_t size, size_t *cap, size_t need, size_t first)
-{
-  assert(size > 0 && need > *cap);
-  size_t c = next_cap(*cap, need, first), bytes;
-  /* The check every caller used to write (or forget): elements times size
-  ** within a size_t. A doubling past it falls back to need itself. */
-  if (__builtin_mul_overflow(c, size, &bytes) &&
-      __builtin_mul_overflow(c = need, size, &bytes))
-    return NULL;
-  void *q = realloc(p, bytes);
-  if (!q) return NULL;
-  *cap = c;
-  return q;
-}
 
 int ch_buf_expand(struct ch_buf *b, size_t n, size_t first)
 {
