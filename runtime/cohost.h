@@ -272,10 +272,9 @@ struct ch_waitq {
 int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms);
 
 /* Yields. ch_waitq_wait on the n queues qs[0..n) at once (n >= 1):
-** returns 0 when a wake of any of them reaches the
-** coroutine, or as ch_waitq_wait; -ENOMEM when more than two queues need
-** nodes and no memory is left (nothing parked then). Off every queue when
-** it returns. */
+** returns 0 when a wake of any of them reaches the coroutine, or as
+** ch_waitq_wait; -ENOMEM when more than two queues need nodes and no
+** memory is left (nothing parked then). Off every queue when it returns. */
 int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms);
 
 /* ch_waitq_wake_one's and ch_waitq_wake_all's work, out of line: the
@@ -327,7 +326,7 @@ struct ch_buf {
 ** to write, or forget): then p is untouched and still the caller's. For
 ** arrays that keep their own count; bytes are easier in a struct ch_buf.
 ** Inline: an HTTP/2 stream's header bytes take their first 512 here, per
-** request, where a call cost twice the rule. */
+** request, where a call cost more than the rule. */
 static inline void *ch_buf_grow(void *p, size_t size, size_t *cap, size_t need, size_t first)
 {
   size_t c = *cap ? *cap : first ? first : 1, bytes;
