@@ -74,7 +74,8 @@ endif
 # program because sched.c references ch_hook_init.
 RUNTIME_SRC := runtime/panic.c runtime/libc.c runtime/stack.c runtime/fault.c \
                runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
-               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c
+               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c \
+               runtime/waitq.c runtime/buf.c
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a
 
@@ -82,11 +83,11 @@ LIB := $(B)/libcohost.a
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
-            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c \
+            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/keepalive.c host/net/proxy.c host/net/activation.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
-            host/http/url.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
+            host/http/url.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
             host/proc/stats_procs.c host/proc/watchdog.c host/proc/notify.c host/proc/metrics.c \
             host/shdict/store.c host/shdict/tlsf.c \
