@@ -109,12 +109,37 @@ local PLACEHOLDER = "\0cohost-empty-array-"
   .. require("cohost.core.crypto").random_bytes(12):gsub(".", function(c) return ("%02x"):format(c:byte()) end)
   .. "\0"
 local ENCODED = cjson.encode(PLACEHOLDER):gsub("%p", "%%%0")
+-- A 64-bit integer cdata (cohost.postgres's int8 past 2^53) is written as
+-- its exact digits: swapped for NUMBER .. digits, and the encoded string
+-- for the bare digits after.
+local NUMBER = PLACEHOLDER .. "n"
+local NUMBER_ENCODED = cjson.encode(NUMBER):sub(1, -2):gsub("%p", "%%%0") .. "(%-?%d+)\""
 
--- v with marked empty arrays replaced; true if there were any. Depth is
--- bounded as cjson's own (1000): deeper values are left as they are.
+local ffi, int64_t, uint64_t
+local function int64_digits(v)
+  if not ffi then
+    ffi = require "ffi"
+    int64_t, uint64_t = ffi.typeof("int64_t"), ffi.typeof("uint64_t")
+  end
+  if ffi.istype(int64_t, v) or ffi.istype(uint64_t, v) then
+    return (tostring(v):gsub("U?LL$", ""))
+  end
+end
+
+-- v with marked empty arrays (http.array, or a metatable with
+-- __jsonarray: cohost.postgres's rows) and 64-bit integer cdata replaced;
+-- true if there were any. Depth is bounded as cjson's own (1000): deeper
+-- values are left as they are.
 local function swap_arrays(v, depth)
-  if type(v) ~= "table" or depth > 1000 then return v, false end
-  if getmetatable(v) == array_mt and next(v) == nil then return PLACEHOLDER, true end
+  local t = type(v)
+  if t == "cdata" then
+    local digits = int64_digits(v)
+    if digits then return NUMBER .. digits, true end
+    return v, false
+  end
+  if t ~= "table" or depth > 1000 then return v, false end
+  local mt = getmetatable(v)
+  if mt and (mt == array_mt or rawget(mt, "__jsonarray")) and next(v) == nil then return PLACEHOLDER, true end
   local copy
   for k, x in pairs(v) do
     local nx, changed = swap_arrays(x, depth + 1)
@@ -129,13 +154,25 @@ local function swap_arrays(v, depth)
   return copy or v, copy ~= nil
 end
 
--- res:json(value [, status])
-function Response:json(value, status)
+-- json_encode(value) -> JSON text | nil, err: res:json's encoding, cjson's
+-- with marked empty arrays as [] and 64-bit integer cdata as digits.
+function M.json_encode(value)
   local swapped = false
   if marked then value, swapped = swap_arrays(value, 1) end
   local body, err = cjson.encode(value)
+  if not body and not marked and tostring(err):find("cdata", 1, true) then
+    value, swapped = swap_arrays(value, 1)   -- int64 cdata: the slow path
+    body, err = cjson.encode(value)
+  end
+  if not body then return nil, err end
+  if swapped then body = body:gsub(ENCODED, "[]"):gsub(NUMBER_ENCODED, "%1") end
+  return body
+end
+
+-- res:json(value [, status])
+function Response:json(value, status)
+  local body, err = M.json_encode(value)
   if not body then error("res:json: " .. err, 2) end
-  if swapped then body = body:gsub(ENCODED, "[]") end
   if status then self.status = status end
   self:header("Content-Type", "application/json")
   return self:send(body)
