@@ -198,6 +198,13 @@ describe("cohost.postgres against PostgreSQL", function()
     -- The same text with other parameter types is another statement.
     assert.equal(5, conn:query("SELECT $1::int8 AS v", 5)[1].v)
     assert.equal(6, conn:query("SELECT $1::int8 AS v", "6")[1].v)
+    -- A statement the server forgot is prepared again.
+    assert(conn:exec("DEALLOCATE ALL"))
+    assert.equal(6, conn:query("SELECT $1::int8 AS v", "6")[1].v)
+    assert(conn:exec("CREATE TABLE shape (a int)"))
+    assert(conn:query("SELECT * FROM shape"))
+    assert(conn:exec("ALTER TABLE shape ADD COLUMN b int"))
+    assert.same({ "a", "b" }, { unpack(assert(conn:query("SELECT * FROM shape")).columns) })
   end)
 
   it("reports SQLSTATE and the server's fields for constraint violations", function()

@@ -480,12 +480,11 @@ function Pool:acquire()
     return nil, failure(format("no free connection in %g s: all %d in use", self.acquire_timeout, self.size),
                         { timeout = true })
   end
-  local idle, now = self.idle, nil
+  local idle = self.idle
   for i = #idle, 1, -1 do
     local conn = idle[i]
     idle[i] = nil
-    now = now or monotonic()
-    if conn:usable() and not expired(self, conn, now) then return conn end
+    if conn:usable() and not (self.max_lifetime and expired(self, conn, monotonic())) then return conn end
     retire(self, conn)
   end
   self.count = self.count + 1
@@ -513,10 +512,10 @@ function Pool:release(conn)
     end
     st = conn:status()
   end
-  if st ~= "idle" or self.closed or expired(self, conn, monotonic()) then
+  if st ~= "idle" or self.closed or (self.max_lifetime and expired(self, conn, monotonic())) then
     retire(self, conn)
   else
-    self.last[conn] = monotonic()
+    if self.idle_timeout then self.last[conn] = monotonic() end
     self.idle[#self.idle + 1] = conn
   end
   self.free:post()
