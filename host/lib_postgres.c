@@ -1055,23 +1055,21 @@ again:;
   if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK || status == PGRES_EMPTY_QUERY)
     return push_rows(L, st, res);
   if (res && stale(res)) {
-    char sql2[40];
-    snprintf(sql2, sizeof sql2, "DEALLOCATE ch%u", st->id);
+    unsigned id = st->id;
     forget(L, p, st);
-    clear_res(&res);
-    guard_.done = 0;
-    if ((r = simple(p, sql2, &deadline, &res)) < 0) return fail_wait(L, u, r);
-    guard_.done = 1;
-    /* Outside a transaction running it again changes nothing else. */
+    /* Outside a transaction running it again changes nothing else; in
+    ** one the transaction has failed already, and the name stays on the
+    ** server (unused) until the session ends. */
     if (!retried && PQtransactionStatus(p->conn) == PQTRANS_IDLE) {
-      retried = 1;
+      char sql2[40];
+      snprintf(sql2, sizeof sql2, "DEALLOCATE ch%u", id);
       clear_res(&res);
       guard_.done = 0;
+      if ((r = simple(p, sql2, &deadline, &res)) < 0) return fail_wait(L, u, r);
+      retried = 1;
+      clear_res(&res);
       goto again;
     }
-    lua_pushnil(L);
-    push_conn_error(L, u, "prepared statement went stale");
-    return 2;
   }
   lua_pushnil(L);
   if (res) push_result_error(L, u, res);
