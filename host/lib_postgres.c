@@ -407,24 +407,32 @@ static void params_read(lua_State *L, int first, int n, struct params *pp)
 }
 
 /* The cache key of sql with pp's types: the text alone when every
-** parameter's type is left to the server, else text, NUL, signature
-** (in *owned, to free). */
+** parameter's type is left to the server, else text, NUL, signature (in
+** buf when it fits in size bytes, else in *owned, to free). */
 static const char *cache_key(const char *sql, size_t len, const struct params *pp, size_t *keylen,
-                             char **owned)
+                             char *buf, size_t size, char **owned)
 {
   *owned = NULL;
   if (!pp->typed) {
     *keylen = len;
     return sql;
   }
-  char *k = malloc(len + 1 + (size_t)pp->n);
+  size_t need = len + 1 + (size_t)pp->n;
+  char *k = need <= size ? buf : (*owned = malloc(need));
   if (!k) return NULL;
   memcpy(k, sql, len);
   k[len] = 0;
   memcpy(k + len + 1, pp->sig, (size_t)pp->n);
-  *keylen = len + 1 + (size_t)pp->n;
-  *owned = k;
+  *keylen = need;
   return k;
+}
+
+/* A statement's server-side name, "ch<id>", into buf (16 bytes). */
+static void stmt_name(char *buf, unsigned id)
+{
+  buf[0] = 'c';
+  buf[1] = 'h';
+  fmt_int(buf + 2, id);
 }
 
 /* -- Values ------------------------------------------------------------------- */
@@ -1007,8 +1015,9 @@ static int conn_query(lua_State *L)
   struct params pp __attribute__((cleanup(params_free)));
   params_read(L, 3, n, &pp);
   size_t keylen;
+  char keybuf[512];
   char *owned __attribute__((cleanup(free_ptr))) = NULL;
-  const char *key = cache_key(sql, len, &pp, &keylen, &owned);
+  const char *key = cache_key(sql, len, &pp, &keylen, keybuf, sizeof keybuf, &owned);
   if (!key) return luaL_error(L, "not enough memory");
   struct ch_pg *p = &u->p;
   GUARD(p);
@@ -1022,7 +1031,7 @@ again:;
   if (!st) {
     if ((r = evict(L, p, &deadline)) < 0) return fail_wait(L, u, r);
     if (!(st = ch_pg_stmt_add(p, key, keylen))) return luaL_error(L, "not enough memory");
-    snprintf(name, sizeof name, "ch%u", st->id);
+    stmt_name(name, st->id);
     if (!PQsendPrepare(p->conn, name, sql, n, pp.types)) {
       forget(L, p, st);
       GUARD_DONE();
@@ -1043,7 +1052,7 @@ again:;
     }
     clear_res(&res);
   }
-  snprintf(name, sizeof name, "ch%u", st->id);
+  stmt_name(name, st->id);
   if (!PQsendQueryPrepared(p->conn, name, n, pp.values, pp.lengths, pp.formats, 0)) {
     GUARD_DONE();
     return fail_wait(L, u, CH_PG_LOST);
@@ -1181,20 +1190,21 @@ static int conn_pipeline(lua_State *L)
     struct params pp __attribute__((cleanup(params_free)));
     params_read(L, q + 2, n, &pp);
     size_t keylen;
+    char keybuf[512];
     char *owned __attribute__((cleanup(free_ptr))) = NULL;
-    const char *key = cache_key(sql, len, &pp, &keylen, &owned);
+    const char *key = cache_key(sql, len, &pp, &keylen, keybuf, sizeof keybuf, &owned);
     if (!key) return luaL_error(L, "not enough memory");
     struct ch_pg_stmt *st = ch_pg_stmt_find(p, key, keylen);
     char name[16];
     int ok;
     if (!st && p->count < p->cap && (st = ch_pg_stmt_add(p, key, keylen)) != NULL) {
-      snprintf(name, sizeof name, "ch%u", st->id);
+      stmt_name(name, st->id);
       qs[i].prepared = 1;
       if (!PQsendPrepare(p->conn, name, sql, n, pp.types)) return fail_wait(L, u, CH_PG_LOST);
     }
     qs[i].st = st;
     if (st) {
-      snprintf(name, sizeof name, "ch%u", st->id);
+      stmt_name(name, st->id);
       ok = PQsendQueryPrepared(p->conn, name, n, pp.values, pp.lengths, pp.formats, 0);
     } else {   /* the cache is full of this pipeline's own: unnamed */
       ok = PQsendQueryParams(p->conn, sql, n, pp.types, pp.values, pp.lengths, pp.formats, 0);

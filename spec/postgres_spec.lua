@@ -185,7 +185,8 @@ describe("cohost.postgres against PostgreSQL", function()
   end)
 
   it("prepares a statement once per connection, in a bounded cache", function()
-    local conn = assert(pg.connect(with { statement_cache = 2 }))
+    -- A host name is resolved by cohost.dns and handed to libpq as hostaddr.
+    local conn = assert(pg.connect(with { host = "localhost", statement_cache = 2 }))
     defer(function() conn:close() end)
     for _ = 1, 3 do assert(conn:query("SELECT 1 AS one")) end
     assert.equal(1, conn:statements())
