@@ -85,7 +85,7 @@ LIB := $(B)/libcohost.a
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
-            host/net/keepalive.c host/net/proxy.c host/net/activation.c \
+            host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
@@ -93,10 +93,12 @@ HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c 
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
-             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c
+             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+# libpq (Debian's libpq-dev) for cohost.postgres: net/pg.c and its binding.
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 HOST := $(B)/cohost
 
 # C tests: one binary per spec/c/test_<mod>.c, cmocka from Debian.
@@ -155,8 +157,10 @@ $(B)/host/shdict/%.o: host/shdict/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -iquote host -c $< -o $@
 
+$(B)/host/net/pg.o $(B)/host/lib_postgres.o: CFLAGS += $(PQ_CFLAGS)
+
 $(HOST): $(HOST_OBJ) $(LIB)
-	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
+	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@

@@ -97,6 +97,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
   { "cohost.core.bus", luaopen_cohost_core_bus },
   { "cohost.core.metrics", luaopen_cohost_core_metrics },
+  { "cohost.core.postgres", luaopen_cohost_core_postgres },
   { NULL, NULL }
 };
 

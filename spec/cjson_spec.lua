@@ -77,4 +77,17 @@ describe("require \"cjson\" under cohost", function()
     assert.equal('{"a":[]}', again.encode({ a = http.array() }))
     package.loaded["cjson"] = cjson
   end)
+
+  it("writes a 64-bit integer cdata as its digits and __jsonarray tables as []", function()
+    assert.equal('[9223372036854775807,-9223372036854775808,18446744073709551615]',
+                 cjson.encode({ 9223372036854775807LL, -9223372036854775807LL - 1, 18446744073709551615ULL }))
+    assert.equal('{"a":[]}', safe.encode({ a = setmetatable({}, { __jsonarray = true }) }))
+    -- Other cdata are still refused, with lua-cjson's message.
+    local ok, err = pcall(cjson.encode, { require("ffi").new("int[1]") })
+    assert.is_false(ok)
+    assert.matches("cdata", err)
+    local s, e = safe.encode({ require("ffi").new("int[1]") })
+    assert.is_nil(s)
+    assert.matches("cdata", e)
+  end)
 end)
