@@ -182,12 +182,11 @@ function M.configure(opts)
 end
 
 -- Yields with a backend: subscribe(channel [, opts]) -> sub. opts.queue:
--- messages it may have waiting (default M.QUEUE). With a backend, the
--- first subscriber of a channel in this worker waits (the backend's
--- timeout at most) until Redis has confirmed the subscription, so that
--- what any node publishes after subscribe returns reaches it; while Redis
--- is unreachable it returns at once, and messages of other nodes come
--- once it is back.
+-- messages it may have waiting (default M.QUEUE). With a backend it waits
+-- (the backend's timeout at most) until Redis has confirmed this worker's
+-- subscription to the channel, so that what any node publishes after
+-- subscribe returns reaches it; while Redis is unreachable it returns at
+-- once, and messages of other nodes come once it is back.
 function M.subscribe(channel, opts)
   if type(channel) ~= "string" then error("bad channel: string expected", 2) end
   local cap = opts and opts.queue or M.QUEUE
