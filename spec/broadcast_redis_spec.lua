@@ -212,6 +212,43 @@ describe("cohost.broadcast over Redis, three chat nodes", function()
       end
     end
   end)
+
+  it("a burst from Redis does not overflow a subscriber that keeps reading (queue 100, 5,000 messages)", function()
+    -- The receiving worker reads what Redis sent without parking; it must
+    -- still let the subscriber's task run between messages.
+    local sub_script = h.tmpfile(([[
+local cohost = require "cohost"
+local broadcast = require "cohost.broadcast"
+broadcast.configure{ backend = "redis", url = "redis://127.0.0.1:%d" }
+local sub = broadcast.subscribe("burst", { queue = 100 })
+io.write("ready\n")
+io.stdout:flush()
+local n, err = 0
+while n < 5000 do
+  local m
+  m, err = sub:receive(10)
+  if not m then break end
+  n = n + 1
+end
+io.write(n, " ", tostring(err), "\n")
+io.stdout:flush()
+cohost.exit(0)
+]]):format(redis.port))
+    local pid, out = h.spawn(("timeout 60 %s %s"):format(h.COHOST, h.shell_quote(sub_script)))
+    defer(function() h.stop_pid(pid); os.remove(out) end)
+    assert.is_true(h.wait_for(function() return h.slurp(out):find("ready\n", 1, true) end), h.slurp(out))
+    local code, _, err = h.run_script(([[
+local cohost = require "cohost"
+local broadcast = require "cohost.broadcast"
+broadcast.configure{ backend = "redis", url = "redis://127.0.0.1:%d" }
+for i = 1, 5000 do assert(broadcast.publish("burst", "message " .. i)) end
+while broadcast.stats().redis_queued > 0 do cohost.sleep(0.001) end
+cohost.exit(0)
+]]):format(redis.port))
+    assert.equal(0, code, err)
+    assert.is_true(h.wait_for(function() return h.slurp(out):find("\n%d+ %S+\n") end), h.slurp(out))
+    assert.equal("ready\n5000 nil\n", h.slurp(out))
+  end)
 end)
 
 -- -- Redis killed and restarted ---------------------------------------------

@@ -39,6 +39,7 @@ M.RESEND = 10           -- seconds unconfirmed messages wait for Redis to come b
 M.PING = 15             -- seconds of silence on the subscriber before a PING
 M.BATCH = 1024 * 1024   -- bytes of PUBLISHes per write, at most (one message may pass it)
 M.ORIGIN_CHANNELS = 10000   -- channels an origin counts before it is renewed
+M.BURST = 64            -- replies the reader handles before it lets others run
 
 local WARN, NOTICE = 2, 3
 local type, pairs, tonumber, tostring, concat, min = type, pairs, tonumber, tostring, table.concat, math.min
@@ -391,7 +392,7 @@ end
 
 -- The reader task: one per worker while it has channels. Yields.
 local function read_loop()
-  local delay, pinged = M.BACKOFF_MIN, false
+  local delay, pinged, burst = M.BACKOFF_MIN, false, 0
   while nwanted > 0 or (conn and npending > 0) do
     if not conn then
       local ok, err = open()
@@ -411,6 +412,14 @@ local function read_loop()
           -- An answer: Redis is back (a connect alone proves little).
           if outage then regained() end
           on_reply(r)
+          -- Reading what is buffered never parks: without a pause, a
+          -- burst from Redis would fill the subscribers' queues before
+          -- the tasks that drain them could run.
+          burst = burst + 1
+          if burst >= M.BURST then
+            burst = 0
+            task.sleep(0)
+          end
         elseif r == nil or r == false then
           close(rerr)
         end
