@@ -81,7 +81,13 @@ int ch_log_is_json(void)
 ** writes to this one fd). */
 static void emit(int level, size_t loc, const char *fields, const char *msg, size_t len, unsigned repeats)
 {
-  char text[LINE_MAX_BYTES + 32], buf[2 * LINE_MAX_BYTES];
+  /* The thread's, not on its stack (and vlog's msg too): a line is often
+  ** logged where the stack is nearly used up (a handler's error with its
+  ** traceback, logged at the depth where it was raised, "C stack
+  ** overflow" included: docs/limits.md, "Recursion"), and these 16 KiB
+  ** ended the process at the guard on stacks of 96 KiB and less. Nothing
+  ** here yields or logs, so a thread is never in two lines at once. */
+  static __thread char text[LINE_MAX_BYTES + 32], buf[2 * LINE_MAX_BYTES];
   if (len > LINE_MAX_BYTES) len = LINE_MAX_BYTES;
   memcpy(text, msg, len);
   if (repeats) len += (size_t)snprintf(text + len, sizeof text - len, " (repeated %u times)", repeats);
@@ -155,7 +161,7 @@ static __thread time_t last_time;  /* when the last one was written */
 ** it as "file:line: " (a JSON line makes that its fields). */
 static void vlog(int level, const char *file, int line, const char *fields, const char *fmt, va_list ap)
 {
-  char msg[LINE_MAX_BYTES];
+  static __thread char msg[LINE_MAX_BYTES];   /* see emit */
   size_t loc = 0;
   if (file) loc = (size_t)snprintf(msg, sizeof msg, "%.256s:%d: ", file, line);
   int m = vsnprintf(msg + loc, sizeof msg - loc, fmt, ap);

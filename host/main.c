@@ -115,7 +115,8 @@ static void usage(FILE *f)
     "                             (default: one process, no master; auto = CPUs)\n"
     "      --shdict NAME:SIZE     make shared dict NAME (SIZE like 10m) before the\n"
     "                             workers start, shared by every process (repeatable)\n"
-    "      --stack-size BYTES     coroutine stack size, K/M suffix (default 1M)\n"
+    "      --stack-size BYTES     coroutine stack size, K/M suffix (default 1M, at\n"
+    "                             least 48K)\n"
     "      --stack-mode MODE      separate (a stack per coroutine, the default) or\n"
     "                             copy (one shared stack, parked frames copied to\n"
     "                             the heap): docs/stacks.md\n"
@@ -322,7 +323,16 @@ static int parse_args(int argc, char **argv, int *check)
       else if (!strcmp(m, "epoll")) ch_opts.io_backend = CH_IO_EPOLL;
       else die("--io-backend: expected uring or epoll, not %s", m);
     } else if (is(a, "--stack-size")) {
-      ch_opts.stack_size = (size_t)parse_size(value(argc, argv, &i, "--stack-size"));
+      const char *v = value(argc, argv, &i, "--stack-size");
+      ch_opts.stack_size = (size_t)parse_size(v);
+      /* Below it a handler's Lua could not even start: the margin that
+      ** ends recursion as a Lua error takes most of the stack. */
+      if (ch_opts.stack_size < CH_LJVM_STACK_MIN) {
+        char why[160];
+        snprintf(why, sizeof why, "--stack-size %.64s is too small: the minimum is %zuK", v,
+                 (size_t)CH_LJVM_STACK_MIN >> 10);
+        die("%s", why);
+      }
     } else if (is(a, "--max-connections")) {
       ch_opts.max_connections = atoi(value(argc, argv, &i, "--max-connections"));
     } else if (is(a, "--drain-delay")) {

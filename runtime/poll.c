@@ -301,6 +301,10 @@ void ch_poll_close(int fd, struct ch_fd *f)
   }
   if (f->registered && s && f->sched_id == s->id)
     epoll_ctl(s->poll.epfd, EPOLL_CTL_DEL, fd, NULL);
+  /* A connection that ends with no coroutine (an idle one's timer, a
+  ** TLS client that never sent a request) frees its memory here: the
+  ** idle trim counts it as it counts a coroutine's end (sched.c). */
+  if (s) s->closed++;
   ch_fd_reset(f);
 }
 

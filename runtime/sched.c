@@ -453,6 +453,7 @@ static void reclaim(struct ch_sched *s)
     assert(c->state == CH_CORO_EXITED && c != s->current);
     s->dead = c->next;
     ch_coro_free(c);
+    s->exited++;
   }
 }
 
@@ -795,39 +796,62 @@ static void trim_images(struct ch_sched *s, uint64_t now)
   s->saved_peak = s->saved_alloc;
 }
 
-/* After a burst: once no coroutine was spawned for CH_STACK_TRIM_NS, give
-** back what the burst left. The stack pool's warm stacks beyond its
-** watermark (ch_stack_trim gives them back only from a loop that runs, and
-** an idle loop sleeps in epoll_wait), and the malloc heap's free pages:
-** glibc returns only the top of a heap on free, so the connection structs,
-** buffers and request records of 15,000 dropped connections stayed as
-** ~200 MB of free chunks under a live one. malloc_trim(0) hands every free
-** page back (MADV_DONTNEED, middle of the heap included); it walks every
-** arena, a few milliseconds for a big heap, once per idle spell. While
-** the trim is due, loop_timeout wakes the loop for it; after it, an idle
-** loop sleeps for good again. */
+/* After a burst: once no coroutine was spawned or ended and no fd was
+** closed for CH_STACK_TRIM_NS, give back what the burst left. The stack
+** pool's warm stacks beyond its watermark (ch_stack_trim gives them back
+** only from a loop that runs, and an idle loop sleeps in epoll_wait), and
+** the malloc heap's free pages: glibc returns only the top of a heap on
+** free, so the connection structs, buffers and request records of 15,000
+** dropped connections stayed as ~200 MB of free chunks under a live one.
+** malloc_trim(0) hands every free page back (MADV_DONTNEED, middle of the
+** heap included); it walks every arena, a few milliseconds for a big heap,
+** once per idle spell.
+**
+** Ends count as much as spawns: a burst's memory is freed when its
+** coroutines end or its connections close (an idle connection has no
+** coroutine: a TLS client that never sends a request is closed by a
+** timer), and a burst held open for longer than CH_STACK_TRIM_NS
+** (half-open requests, TLS handshakes, streams stalled on a zero window)
+** ends long after its last spawn: a trim armed by spawns alone had run,
+** with nothing to give back yet, before the frees it was for. A timer or
+** a sleeping coroutine that wakes does not count, so a heartbeat does not
+** keep the trim from coming. While the trim is due, loop_timeout wakes
+** the loop once for it; after it, an idle loop sleeps for good again:
+** only a spawn, an end or a close starts another spell. */
+
+/* Starts the idle spell's clock again if a coroutine was spawned or ended
+** or an fd closed since the last look; non-zero then. */
+static int moved(struct ch_sched *s, uint64_t now)
+{
+  uint64_t m = s->spawned + s->exited + s->closed;
+  if (m == s->idle_moved) return 0;
+  s->idle_moved = m;
+  s->idle_since_ns = now;
+  s->idle_trimmed = 0;
+  return 1;
+}
+
 static void trim_idle(struct ch_sched *s, uint64_t now)
 {
-  if (s->spawned != s->idle_spawned) {
-    s->idle_spawned = s->spawned;
-    s->idle_since_ns = now;
-    s->idle_trimmed = 0;
-    return;
-  }
-  if (s->idle_trimmed || now - s->idle_since_ns < CH_STACK_TRIM_NS) return;
+  if (moved(s, now) || s->idle_trimmed || now - s->idle_since_ns < CH_STACK_TRIM_NS) return;
   s->idle_trimmed = 1;
   ch_stack_trim_idle(&s->stacks);
   malloc_trim(0);
 }
 
+/* The poll's timeout, ms: 0 with coroutines ready, else until the first
+** timer or the idle trim, -1 for neither. The batch that just ran may
+** have ended coroutines or closed fds with nothing left to run: moved
+** sees them here, or an idle loop would sleep past the trim they are due. */
 static int loop_timeout(struct ch_sched *s)
 {
   if (any_ready(s)) return 0;
+  uint64_t now = ch_now_ns();
+  moved(s, now);
   uint64_t next = ch_timerq_next(&s->timers);
   if (!s->idle_trimmed && s->idle_since_ns + CH_STACK_TRIM_NS < next)
     next = s->idle_since_ns + CH_STACK_TRIM_NS;
   if (next == UINT64_MAX) return -1;
-  uint64_t now = ch_now_ns();
   if (next <= now) return 0;
   /* Round up to whole ms: rounding down would wake early and spin. */
   uint64_t ms = (next - now + 999999) / 1000000;

@@ -71,9 +71,10 @@ struct ch_sched {
   uint64_t saved_peak;          /* COPY: most saved_alloc since the last
                                 ** image trim (see trim_images) */
   uint64_t images_trimmed_ns;   /* COPY: when trim_images last looked */
-  uint64_t idle_spawned;        /* spawned when the loop last looked (trim_idle) */
-  uint64_t idle_since_ns;       /* when spawned last moved */
-  uint8_t idle_trimmed;         /* trim_idle ran since spawned last moved */
+  uint64_t idle_moved;          /* spawned + exited + closed when the
+                                ** loop last looked (trim_idle) */
+  uint64_t idle_since_ns;       /* when that sum last moved */
+  uint8_t idle_trimmed;         /* trim_idle ran since then */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
   struct ch_poll poll;          /* the readiness backend (poll.c) */
@@ -95,6 +96,9 @@ struct ch_sched {
   uint64_t nweak;               /* of those, the weak ones */
   uint64_t nwaiting, nsleeping; /* by state, for stats */
   uint64_t spawned;             /* total spawned */
+  uint64_t exited;              /* total reclaimed after they ended */
+  uint64_t closed;              /* fds known to the runtime closed on this
+                                ** thread (poll.c's ch_poll_close) */
   uint64_t switches;            /* context switches */
   pthread_mutex_t post_lock;    /* guards posts */
   struct ch_post *posts;        /* ch_post queue, newest first */

@@ -107,6 +107,7 @@ static inline int stack_low(struct ch_coro *c, struct ch_ljvm_coro *v)
 {
   size_t size, left = ch_coro_stack_left(c, &size);
   size_t margin = size / 4 < CH_LJVM_STACK_MARGIN ? size / 4 : CH_LJVM_STACK_MARGIN;
+  if (margin < CH_LJVM_STACK_MARGIN_MIN) margin = CH_LJVM_STACK_MARGIN_MIN;
   if (__builtin_expect(left >= margin, 1)) {
     if (__builtin_expect(v->overflowed, 0) && left > 2 * margin) v->overflowed = 0;
     return 0;

@@ -48,13 +48,26 @@ struct ch_ljvm_coro {
                                ** owner: ljvm */
 };
 
-/* C stack kept free below a classic C function's call, bytes (a quarter of
-** the stack when that is less): a call with less left raises "C stack
-** overflow" instead (see ch_ljvm_wrap). It covers the deepest step between
-** two checks (LuaJIT's gsub frame is 8.8 KB), the unwinder and the
-** handlers that run at the error's depth: the task's message handler and
-** its log line take about 12 KiB. */
+/* C stack kept free below a classic C function's call, bytes: a quarter
+** of the stack, at most CH_LJVM_STACK_MARGIN and at least
+** CH_LJVM_STACK_MARGIN_MIN. A call with less left raises "C stack
+** overflow" instead (see ch_ljvm_wrap). The floor covers, twice (the
+** handlers that run while that error is raised may go down to half the
+** margin, and raise it again there), the deepest step between two checks
+** (a gsub callback level: 8,976 bytes, LuaJIT's gsub frame 8.8 KB of
+** it) and the error's own path at that depth: the unwinder, the task's
+** message handler with its traceback and log line, about 3.5 KiB since
+** the log's buffers left the stack (host/log.c). A quarter of a 96 KiB
+** stack, the margin before, left the handler 12 KiB, less than that path
+** took then: the guard ended the process. */
 #define CH_LJVM_STACK_MARGIN (64 * 1024)
+#define CH_LJVM_STACK_MARGIN_MIN (32 * 1024)
+
+/* The smallest coroutine stack the host runs Lua on (cohost --stack-size
+** refuses less): the margin's floor and 16 KiB for the frames of a
+** handler and its callers (a request's handler makes its first C call
+** about 1.2 KiB down). */
+#define CH_LJVM_STACK_MIN (48 * 1024)
 
 /* Checks that this LuaJIT build has the layout the host was written for,
 ** by probing L (hooks, C calls, a thread, a finalizer, an FFI callback and

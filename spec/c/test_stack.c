@@ -292,6 +292,66 @@ static void test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark(void *
     fail_msg("rss %ld pages before, %ld after a trim period: stacks not trimmed", warm, trimmed);
 }
 
+/* -- A burst that outlives the idle trim (issue 26): the loop trims after a
+** second with no spawn, and trimmed then while the burst still held its
+** stacks; when the burst ended nothing armed the trim again, and an idle
+** loop kept its stacks warm until the next spawn. Ends arm it now. RSS is
+** watched from a thread of its own: a coroutine polling it would wake the
+** loop, whose periodic pool trim (ch_stack_trim) then gives the stacks
+** back anyway, as it does for any loop that keeps running. */
+
+struct burst_watch {
+  struct ch_sched *sched;      /* the test's scheduler, for ch_post */
+  struct ch_coro *sleeper;     /* keeps ch_run going until the watch ends */
+  int park_ms;                 /* how long the burst stays parked */
+  long held, after;            /* RSS pages while parked, at the end */
+};
+
+static void wake_sleeper(void *arg) {
+  struct burst_watch *w = arg;
+  ch_unpark(w->sleeper, 0);
+}
+
+static void *watch_burst(void *arg) {
+  struct burst_watch *w = arg;
+  struct timespec ts = { 0, 100 * 1000000 };
+  for (int t = 0; t < w->park_ms - 400; t += 100) nanosleep(&ts, NULL);
+  w->held = th_rss_pages();
+  /* Until (BURST - 256) stacks of 12 touched pages each went back, or 10 s. */
+  for (int t = 0; t < w->park_ms + 10000; t += 100) {
+    nanosleep(&ts, NULL);
+    w->after = th_rss_pages();
+    if (w->held - w->after >= (BURST - 256) * 12 / 2) break;
+  }
+  if (ch_post(w->sched, wake_sleeper, w) != 0) abort();
+  return NULL;
+}
+
+static void sleep_until_woken(void *arg) {
+  struct burst_watch *w = arg;
+  w->sleeper = ch_current();
+  ch_park(60000);
+}
+
+static void test_a_burst_ending_after_the_idle_trim_is_trimmed_when_it_ends(void **state) {
+  (void)state;
+  if (ch_sched_stack_mode() == CH_STACK_COPY) {
+    fprintf(stderr, "skipped: copy-stack mode has one shared stack, no pool to trim\n");
+    skip();
+  }
+  /* Parked past the trim that their spawns arm, 1 s after them. */
+  struct burst_watch w = { .sched = ch_sched_self(), .park_ms = 2000 };
+  for (int i = 0; i < BURST; i++) assert_true(ch_spawn(touch_and_park, &w.park_ms) > 0);
+  assert_true(ch_spawn(sleep_until_woken, &w) > 0);
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, watch_burst, &w), 0);
+  th_run();
+  pthread_join(th, NULL);
+  if (w.held - w.after < (BURST - 256) * 12 / 2)
+    fail_msg("rss %ld pages while the burst was parked, %ld up to 10 s after it ended: its stacks stayed",
+             w.held, w.after);
+}
+
 /* -- Deep stacks: a coroutine that went deeper than CH_STACK_KEEP gives
 ** the pages below back when its stack is freed, not after the pool's
 ** trim (which keeps CH_STACK_WATERMARK stacks warm, all of their pages). */
@@ -337,6 +397,7 @@ int main(int argc, char **argv) {
     TH_TEST(test_runtime_fault_handlers_run_on_the_alternate_stack),
     TH_TEST(test_stacks_are_reused_so_mappings_stay_flat),
     TH_TEST(test_burst_stacks_stay_warm_then_are_trimmed_to_the_watermark),
+    TH_TEST(test_a_burst_ending_after_the_idle_trim_is_trimmed_when_it_ends),
     TH_TEST(test_a_deep_stack_gives_its_pages_below_the_keep_back_when_freed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
