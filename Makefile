@@ -77,7 +77,7 @@ LIB := $(B)/libcohost.a
 # The host: LuaJIT embedding and the Lua bindings. -rdynamic exports the
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
-HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
+HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/keepalive.c host/net/proxy.c host/net/activation.c \
