@@ -25,8 +25,12 @@ IO_URING ?= 1
 B := build
 WARN    := -Wall -Wextra -Wshadow -Wmissing-prototypes -Wstrict-prototypes
 CFLAGS  := $(OPT) -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer $(WARN) \
-           -MMD -MP -iquote runtime
+           -MMD -MP -I runtime/include -iquote runtime
 LDLIBS  := -ldl -lpthread
+# runtime/include/ holds the public header alone, found with -I as an
+# outside program finds it; the runtime's own headers are found with
+# -iquote, which #include <...> never searches, so runtime/poll.h cannot
+# stand in for <poll.h>.
 
 # Sanitizer builds: every C file (runtime, host, C tests, spec modules) and
 # every link gets -fsanitize=$(SAN), through CC so no rule changes. CH_ASAN
@@ -99,7 +103,7 @@ CTEST_SRC := $(wildcard spec/c/test_*.c)
 CTEST_BIN := $(CTEST_SRC:spec/c/%.c=$(B)/spec/%)
 CTEST_LIBS := -lcmocka -lhiredis -lcrypto
 
-# The LuaJIT VM-state probe: host/ljvm.c under 100 coroutines per scenario
+# The LuaJIT VM-state probe: host/vm/ljvm.c under 100 coroutines per scenario
 # (parking in classic C calls, never in FFI calls, finalizers, callbacks).
 LJVM_PROBE := $(B)/spec/ljvm_probe
 
@@ -115,7 +119,7 @@ BENCH_CXX := $(wildcard scripts/bench/*.cpp)
 BENCH_BIN := $(BENCH_C:scripts/bench/%.c=$(B)/bench/%) \
              $(BENCH_CXX:scripts/bench/%.cpp=$(B)/bench/%)
 
-.PHONY: all deps test run bench fuzz soak test-aarch64 install clean valgrind
+.PHONY: all deps test run bench fuzz soak test-aarch64 install clean valgrind FORCE
 
 all: $(LIB) $(HOST)
 
@@ -130,6 +134,9 @@ $(B)/%.o: %.S
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# COHOST_LUA_DIR is only main.c's last resort: the binary finds its Lua
+# modules from its own path first (../lua, ../share/cohost/lua), so a
+# later make install PREFIX=... needs no rebuild.
 $(B)/host/%.o: host/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
@@ -245,12 +252,38 @@ soak: deps
 test-aarch64:
 	@bash scripts/test_arm64.sh
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib \
+# pkg-config's description of the installed runtime, for outside C
+# programs (docs/runtime.md). libcohost.a is a static archive, so Libs
+# names the libraries it needs as well. Written on every install: it
+# holds PREFIX.
+VERSION := $(shell sed -n 's/^\#define COHOST_VERSION "\(.*\)"/\1/p' host/main.c)
+RUNTIME_LIBS := $(if $(filter 1,$(IO_URING)),-luring )-ldl -lpthread
+define COHOST_PC_TEXT
+prefix=$(PREFIX)
+includedir=$${prefix}/include
+libdir=$${prefix}/lib
+
+Name: cohost
+Description: native coroutines, their scheduler and libc hooks (libcohost.a)
+Version: $(VERSION)
+Cflags: -I$${includedir}
+Libs: -L$${libdir} -lcohost $(RUNTIME_LIBS)
+endef
+
+$(B)/cohost.pc: export COHOST_PC = $(COHOST_PC_TEXT)
+$(B)/cohost.pc: FORCE
+	@mkdir -p $(@D)
+	@printf '%s\n' "$$COHOST_PC" > $@
+
+FORCE:
+
+install: all $(B)/cohost.pc
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/share/cohost/lua/cohost
 	install -m 755 $(HOST) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 runtime/cohost.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/cohost.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 runtime/include/cohost.h $(DESTDIR)$(PREFIX)/include/
 	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
 	for v in 5.1 5.2 5.3 5.4; do \
 	  install -D -m 644 lua/outside/cohost.lua $(DESTDIR)$(PREFIX)/share/lua/$$v/cohost.lua; done

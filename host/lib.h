@@ -24,6 +24,13 @@ int luaopen_cohost_core_shdict(lua_State *L);   /* lib_shdict.c */
 int luaopen_cohost_core_bus(lua_State *L);      /* lib_bus.c */
 int luaopen_cohost_core_metrics(lua_State *L);  /* lib_metrics.c */
 
+struct ch_worker;
+
+/* The drain hook (ch_workers_set_drain_hook): runs cohost.drain's entry
+** point for phase (CH_DRAIN_*) on a coroutine of its own, if w's Lua
+** loaded it. lib_sys.c. */
+void ch_sys_drain(struct ch_worker *w, int phase);
+
 /* -- What the bindings share --------------------------------------------- */
 
 /* Pushes nil, msg: a call that failed the way OpenResty's fail. Returns 2. */

@@ -489,6 +489,19 @@ static int res_reset(lua_State *L)
   return 1;
 }
 
+/* res:goaway(): HTTP/2: the connection's GOAWAY starts now (a shutdown
+** notice, the last stream id a second later): its client opens no new
+** streams on it, the streams in flight go on. HTTP/1.1 carries one
+** request at a time and a drain closes it after its response: nothing to
+** do. Returns res. */
+static int res_goaway(lua_State *L)
+{
+  struct ch_http_req *rq = check_rq(L, 1);
+  if (rq->h2) ch_h2_goaway(rq->h2);
+  lua_settop(L, 1);
+  return 1;
+}
+
 /* res:sent() -> whether the response has started. */
 static int res_sent(lua_State *L)
 {
@@ -835,6 +848,7 @@ static const luaL_Reg res_methods[] = {
   { "sent", res_sent },
   { "trailer", res_trailer },
   { "reset", res_reset },
+  { "goaway", res_goaway },
   { "hijack", res_hijack },
   { NULL, NULL }
 };
@@ -890,7 +904,7 @@ int luaopen_cohost_core_http(lua_State *L)
   lua_pushvalue(L, -1);
   res_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   /* res's __index: the defaults, then the methods. A default in the
-  ** metatable costs res no hash part (~450 instructions a request). */
+  ** metatable costs res no hash part (docs/benchmarks.md). */
   lua_createtable(L, 0, 1);
   lua_pushinteger(L, 200);
   lua_setfield(L, -2, "status");

@@ -1,7 +1,7 @@
 /*
 ** cohost.core.re: PCRE2 (Debian libpcre2-8) for ngx.re, plus the few C
 ** helpers cohost.ngx needs (CRC-32, a quiet end of the running task, the
-** worker's shutdown flag). Internal: lua/cohost/ngx.lua is the face.
+** process id). Internal: lua/cohost/ngx.lua is the face.
 **
 ** A compiled regex is a userdata owning its pcre2_code and one match data
 ** block; exec fills that block and the accessors (group, captures, subst)
@@ -387,13 +387,6 @@ static int h_quiet_exit(lua_State *L)
   ch_task_raise_quiet(L, luaL_optstring(L, 1, "exit"));
 }
 
-/* exiting() -> true once this worker's shutdown started. */
-static int h_exiting(lua_State *L)
-{
-  lua_pushboolean(L, ch_worker_self && ch_worker_self->stopping);
-  return 1;
-}
-
 static int h_pid(lua_State *L)
 {
   lua_pushinteger(L, (lua_Integer)getpid());
@@ -414,7 +407,6 @@ static const luaL_Reg funcs[] = {
   { "compile", re_compile },
   { "crc32", h_crc32 },
   { "quiet_exit", h_quiet_exit },
-  { "exiting", h_exiting },
   { "pid", h_pid },
   { NULL, NULL }
 };

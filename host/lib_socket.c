@@ -6,7 +6,7 @@
 ** write path, which waits through io.c: a wait parks only the calling
 ** task, and a cancelled task's wait returns -ECANCELED, raised here as
 ** "cancelled". Connections come from net/addr.c lookups and io.c's
-** connect, or from a listener (lib_listener.c); idle ones go to
+** connect, or from a listener (lib_listen.c); idle ones go to
 ** net/keepalive.c's pools. UDP is lib_udp.c.
 */
 #include <arpa/inet.h>
@@ -191,10 +191,10 @@ static void push_tcp_mt(lua_State *L)
 }
 
 /* luaL_checkudata finds the metatable by name, interning the name and
-** reading the registry on every call (about 150 instructions, twice per
-** echoed message); lua_getmetatable, lua_topointer and the pop cost
-** about 100 more than reading the pointer where the probed layout keeps
-** it (host/vm/ljvm.h). A light userdata is not a socket whatever it
+** reading the registry on every call (twice per echoed message);
+** lua_getmetatable, lua_topointer and the pop cost several times what
+** reading the pointer where the probed layout keeps it does
+** (host/vm/ljvm.h; figures in docs/benchmarks.md). A light userdata is not a socket whatever it
 ** points to, hence the type check first. */
 static struct ch_socket *to_tcp(lua_State *L, int idx)
 {
@@ -949,8 +949,17 @@ static const luaL_Reg tcp_methods[] = {
   { NULL, NULL }
 };
 
+/* close_pool(name): closes the idle connections of the worker's pool
+** name (connect's pool option, else "host:port"). */
+static int sock_close_pool(lua_State *L)
+{
+  ch_keepalive_close(luaL_checkstring(L, 1));
+  return 0;
+}
+
 static const luaL_Reg socket_funcs[] = {
   { "tcp", sock_tcp },
+  { "close_pool", sock_close_pool },
   { NULL, NULL }
 };
 

@@ -227,20 +227,74 @@ static int l_exit(lua_State *L)
   ch_worker_exit((int)luaL_optinteger(L, 1, 0));
 }
 
-/* shutdown() starts the graceful stop a SIGTERM would. */
-/* draining() -> whether this process drains (SIGTERM, cohost.shutdown):
-** what /healthz reports. */
+/* draining() -> whether this process is being stopped (SIGTERM,
+** cohost.shutdown): what /healthz reports. */
 static int l_draining(lua_State *L)
 {
   lua_pushboolean(L, ch_workers_draining());
   return 1;
 }
 
+/* exiting() -> true once this worker's shutdown started: its listeners
+** closed (ngx.worker.exiting). */
+static int l_exiting(lua_State *L)
+{
+  lua_pushboolean(L, ch_worker_self && ch_worker_self->stopping);
+  return 1;
+}
+
+/* shutdown() starts the graceful stop a SIGTERM would, on this worker. */
 static int l_shutdown(lua_State *L)
 {
   (void)L;
-  if (ch_worker_self) ch_worker_shutdown(ch_worker_self);
+  if (!ch_worker_self) return 0;
+  ch_workers_set_draining();
+  ch_worker_shutdown(ch_worker_self);
   return 0;
+}
+
+/* -- The drain's Lua ------------------------------------------------------ */
+
+/* cohost.drain (lua/cohost/drain.lua) leaves its entry point here when a
+** script loads it: fn(phase, shutdown_timeout_s). */
+#define DRAIN_KEY "cohost.drain"
+
+/* A coroutine's body: a task that calls the entry point with phase. */
+static void drain_run(struct ch_worker *w, int phase)
+{
+  struct ch_task *t = ch_task_new(w, "shutdown");
+  if (!t) {
+    ch_log(CH_LOG_ERR, "shutdown: no memory for the on_shutdown task");
+    return;
+  }
+  lua_State *T = t->T;
+  lua_getfield(T, LUA_REGISTRYINDEX, DRAIN_KEY);
+  lua_pushinteger(T, phase);
+  lua_pushnumber(T, ch_opts.shutdown_timeout_ms / 1000.0);
+  ch_task_run(t, 2);
+  ch_task_release(t);
+}
+
+static void drain_begin_main(void *p)
+{
+  drain_run(p, CH_DRAIN_BEGIN);
+}
+
+static void drain_stop_main(void *p)
+{
+  drain_run(p, CH_DRAIN_STOP);
+}
+
+void ch_sys_drain(struct ch_worker *w, int phase)
+{
+  /* A script that never loaded cohost.drain has nothing to run: no
+  ** coroutine, no task. */
+  lua_getfield(w->L, LUA_REGISTRYINDEX, DRAIN_KEY);
+  int any = lua_isfunction(w->L, -1);
+  lua_pop(w->L, 1);
+  if (!any) return;
+  if (ch_spawn(phase == CH_DRAIN_BEGIN ? drain_begin_main : drain_stop_main, w) < 0)
+    ch_log(CH_LOG_ERR, "shutdown: no memory for the on_shutdown coroutine");
 }
 
 /* -- Statistics ----------------------------------------------------------- */
@@ -405,6 +459,7 @@ static const luaL_Reg sys_funcs[] = {
   { "exit", l_exit },
   { "shutdown", l_shutdown },
   { "draining", l_draining },
+  { "exiting", l_exiting },
   { "stats", l_stats },
   { NULL, NULL }
 };

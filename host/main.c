@@ -66,6 +66,8 @@ static int nchunks;
 static char **all_argv;           /* for arg[-n] */
 static int script_index;          /* argv index of the script */
 static char lua_dir[PATH_MAX];    /* where lua/cohost/ lives */
+static char exe[PATH_MAX];        /* this binary's path (/proc/self/exe),
+                                  ** or argv[0] if unknown */
 static const char *status_addr;   /* --status-addr: the endpoint on worker 0 */
 
 static int test_mode;             /* --test, or busted's script as the script */
@@ -372,30 +374,41 @@ static int parse_args(int argc, char **argv, int *check)
   return 0;
 }
 
-/* lua/ beside the binary's directory (a build tree: build/cohost and
-** lua/), else the installed copy. */
+/* Where the Lua modules are, found from the binary's own path so that
+** it does not matter what PREFIX it was built with: ../lua beside its
+** directory (a build tree: build/cohost and lua/), else
+** ../share/cohost/lua (make install's layout, under any PREFIX and
+** DESTDIR), else COHOST_LUA_DIR (when /proc is not mounted; the fuzz
+** harness's in-process host). */
 static void find_lua_dir(void)
 {
-  char exe[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  static const char *const beside[] = { "../lua", "../share/cohost/lua" };
+  char dir[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+  char *slash = NULL;
   if (n > 0) {
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-      *slash = '\0';
+    dir[n] = '\0';
+    snprintf(exe, sizeof exe, "%s", dir);
+    slash = strrchr(dir, '/');
+  }
+  if (slash) {
+    *slash = '\0';
+    for (size_t i = 0; i < sizeof beside / sizeof *beside; i++) {
       char probe[PATH_MAX + 32];
-      if (snprintf(lua_dir, sizeof lua_dir, "%s/../lua", exe) < (int)sizeof lua_dir &&
+      if (snprintf(lua_dir, sizeof lua_dir, "%s/%s", dir, beside[i]) < (int)sizeof lua_dir &&
           snprintf(probe, sizeof probe, "%s/cohost/init.lua", lua_dir) < (int)sizeof probe &&
           access(probe, R_OK) == 0)
         return;
     }
   }
+  if (!exe[0]) snprintf(exe, sizeof exe, "%s", all_argv[0]);
   snprintf(lua_dir, sizeof lua_dir, "%s", COHOST_LUA_DIR);
 }
 
 /* -- Lua states ----------------------------------------------------------- */
 
-static void set_path(lua_State *L)
+/* 0, or -1 when out of memory. */
+static int set_path(lua_State *L)
 {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "path");
@@ -407,17 +420,35 @@ static void set_path(lua_State *L)
     lua_pushcfunction(L, r->func);
     lua_setfield(L, -2, r->name);
   }
+  /* "cjson" and "cjson.safe" are lua/cohost/cjson.lua's faces of Debian's
+  ** lua-cjson, whose encode honours http.array's mark. Preloaded, so no
+  ** path, LUA_PATH or LUA_CPATH decides it. */
+  static const char *const cjson_faces[][2] = {
+    { "cjson", "return require('cohost.cjson').cjson" },
+    { "cjson.safe", "return require('cohost.cjson').safe" },
+  };
+  for (size_t i = 0; i < sizeof cjson_faces / sizeof cjson_faces[0]; i++) {
+    if (luaL_loadstring(L, cjson_faces[i][1]) != 0) return -1;
+    lua_setfield(L, -2, cjson_faces[i][0]);
+  }
   lua_pop(L, 2);
+  return 0;
 }
 
 /* arg as luajit sets it: arg[0] the script, arg[1..] its arguments,
-** arg[-1..] the interpreter and options. */
+** arg[-1..] the interpreter and options. In test mode arg[-1] is this
+** binary's full path instead (lua/cohost/testing.lua keeps it for the
+** specs), so that a spec starts the cohost that runs it. */
 static void set_arg(lua_State *L)
 {
   lua_createtable(L, script_argc, script_index + 1);
   for (int i = 0; all_argv[i]; i++) {
     lua_pushstring(L, all_argv[i]);
     lua_rawseti(L, -2, i - script_index);
+  }
+  if (test_mode) {
+    lua_pushstring(L, exe);
+    lua_rawseti(L, -2, -1);
   }
   lua_setglobal(L, "arg");
 }
@@ -433,7 +464,7 @@ static lua_State *new_state(void)
     exit(1);
   }
   if (ch_cstack_init(L) < 0) return NULL;
-  set_path(L);
+  if (set_path(L) < 0) return NULL;
   set_arg(L);
   return L;
 }
@@ -475,8 +506,6 @@ static void main_task(void *p)
   else lua_pushnil(T);
   for (int i = 0; i < script_argc; i++) lua_pushstring(T, script_argv[i]);
   ch_task_run(t, 3 + script_argc);
-  if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
-    ch_master_ready();   /* the master may now drain the old workers */
   /* A main chunk that a requested stop ends (cancelled at the shutdown
   ** timeout in a script that loops after listening, or failing because
   ** listen refuses once a drain began, as in a worker that was still
@@ -488,10 +517,17 @@ static void main_task(void *p)
     ** use to its master half-started: it ends, and the master restarts
     ** it, or abandons the reload or the start that made it. */
     if (ch_opts.processes) ch_worker_exit(1);
+    ch_workers_set_draining();   /* /healthz: this process is stopping */
     ch_worker_shutdown(w);
   } else if (status_addr && w->id == 0 && ch_stats_endpoint_start(w, status_addr) < 0) {
     ch_worker_exit(1);   /* the reason was logged; asked for, so fatal */
   }
+  /* Started once the status endpoint listens too: a reload's new worker
+  ** must have asked the master for that socket before the master retires
+  ** what the new generation did not ask for, or the old worker's copy
+  ** would be the last one and the new one could not bind the port. */
+  if (t->status == CH_TASK_DONE && ++started == ch_opts.threads)
+    ch_master_ready();   /* the master may now drain the old workers */
   ch_task_release(t);
 }
 
@@ -504,7 +540,10 @@ static void main_task(void *p)
 ** the process at once. Handlers rather than a blocked mask, because exec
 ** resets handlers but keeps the mask: programs a script starts must get
 ** their signals. A worker process of --processes also ignores SIGHUP
-** (through a no-op handler, for the same reason): it is the master's. */
+** (through a no-op handler, for the same reason): it is the master's; and
+** takes CH_MASTER_RELOAD_SIGNAL as a reload's drain: the same shutdown,
+** without the stop's /healthz 503 and --drain-delay, since the new
+** processes serve on the same sockets. */
 static int sig_pipe[2];
 
 static void on_signal(int sig)
@@ -538,15 +577,18 @@ static void catch_signals(void)
   sigaction(SIGUSR1, &sa, NULL);   /* reopen the log files, not die */
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
-  if (ch_opts.processes) sigaction(SIGHUP, &sa, NULL);
+  if (ch_opts.processes) {
+    sigaction(SIGHUP, &sa, NULL);   /* the no-op */
+    sa.sa_handler = on_signal;
+    sigaction(CH_MASTER_RELOAD_SIGNAL, &sa, NULL);
+  }
 }
 
-/* --drain-delay: /healthz says 503 while the listeners still serve, so a
-** load balancer stops sending before they close. A second signal ends the
-** wait (and, read by the loop, the process). */
+/* --drain-delay, in a stop: /healthz says 503 while the listeners still
+** serve, so a load balancer stops sending before they close. A second
+** signal ends the wait (and, read by the loop, the process). */
 static void drain_delay(void)
 {
-  ch_workers_set_draining();
   if (ch_opts.drain_delay_ms <= 0) return;
   ch_log(CH_LOG_NOTICE, "draining: /healthz answers 503; listeners close in %.1f s",
          ch_opts.drain_delay_ms / 1000.0);
@@ -577,7 +619,13 @@ static void *signal_main(void *p)
       ch_worker_exit(1);
     }
     ch_master_draining();   /* a master starts a replacement for us */
-    drain_delay();
+    /* A stop turns /healthz 503 first, so that what the on_shutdown
+    ** functions do already finds it so; a reload's drain never does,
+    ** and skips the delay: the node keeps serving. */
+    int stop = sig != CH_MASTER_RELOAD_SIGNAL;
+    if (stop) ch_workers_set_draining();
+    ch_workers_drain_begin();   /* on_shutdown functions, at the signal */
+    if (stop) drain_delay();
     ch_workers_shutdown();
   }
   return NULL;
@@ -628,6 +676,7 @@ static void enter_test_mode(void)
   if (nchunks == (int)(sizeof chunks / sizeof chunks[0])) die("too many -e chunks%s", "");
   chunks[nchunks++] = CH_TESTMODE_CHUNK;
   script = NULL;
+  test_mode = 1;
 }
 
 int main(int argc, char **argv)
@@ -673,6 +722,7 @@ int main(int argc, char **argv)
   pthread_detach(sig_thread);
   if (!ch_opts.processes) ch_notify_watchdog_start();   /* else the master pings */
 
+  ch_workers_set_drain_hook(ch_sys_drain);
   ch_set_yield_check(ch_task_may_park);
   ch_set_resume_hook(ch_ljvm_resumed);
 

@@ -2,12 +2,14 @@
 ** A worker's life: its thread, its CPU, its scheduler and lua_State, the
 ** per-worker parts of the statistics and the watchdog, started before the
 ** first coroutine and stopped after the scheduler returns. And its
-** shutdown, in one place and in order: first the listeners (what the
-** kernel already queued is still served), then the idle HTTP connections
-** (given a moment for one more request), then the keepalive pools, then
-** the daemon tasks; the rest have --shutdown-timeout to end. Each module
-** only closes its own things when asked: none calls up into another's
-** shutdown.
+** shutdown, in one place and in order: the drain's beginning (the Lua's
+** on_shutdown functions, through the drain hook), then the listeners
+** (what the kernel already queued is still served), the idle HTTP
+** connections (given a moment for one more request), the keepalive
+** pools, the daemon tasks, and last the Lua's closers (gRPC streams,
+** WebSockets), again through the hook; the rest have --shutdown-timeout
+** to end. Each module only closes its own things when asked: none calls
+** up into another's shutdown.
 */
 #include <pthread.h>
 #include <sched.h>
@@ -130,6 +132,7 @@ void ch_workers_run(struct lua_State *(*make_state)(void), void (*first)(void *)
 }
 
 static _Atomic int draining;   /* ch_workers_draining */
+static void (*drain_hook)(struct ch_worker *, int);   /* lib_sys.c's */
 
 int ch_workers_draining(void)
 {
@@ -152,6 +155,22 @@ void ch_workers_shutdown(void)
   for (int i = 0; workers && i < ch_opts.threads; i++)
     if (workers[i].sched) ch_post(workers[i].sched, post_shutdown, &workers[i]);
   pthread_mutex_unlock(&workers_lock);
+}
+
+static void post_drain_begin(void *p)
+{
+  (void)p;
+  ch_worker_drain_begin(ch_worker_self);
+}
+
+void ch_workers_drain_begin(void)
+{
+  ch_workers_post(post_drain_begin, NULL);
+}
+
+void ch_workers_set_drain_hook(void (*hook)(struct ch_worker *w, int phase))
+{
+  drain_hook = hook;
 }
 
 int ch_workers_post(void (*fn)(void *), void *arg)
@@ -194,11 +213,18 @@ static void stop_expired(struct ch_timer *tm)
   if (n) ch_log(CH_LOG_WARN, "shutdown timeout: cancelling %d task%s", n, n == 1 ? "" : "s");
 }
 
+void ch_worker_drain_begin(struct ch_worker *w)
+{
+  if (w->drain_begun) return;
+  w->drain_begun = 1;
+  if (drain_hook) drain_hook(w, CH_DRAIN_BEGIN);
+}
+
 void ch_worker_shutdown(struct ch_worker *w)
 {
   if (w->stopping) return;
   w->stopping = 1;
-  ch_workers_set_draining();
+  ch_worker_drain_begin(w);   /* cohost.shutdown(), a failed main chunk */
   ch_log(CH_LOG_INFO, "shutting down");
   ch_listener_drain(w);
   ch_http_close_idle(w);
@@ -206,7 +232,9 @@ void ch_worker_shutdown(struct ch_worker *w)
   kill_tasks(w, 1);
   /* Weak: once the last task and coroutine have ended, the scheduler
   ** returns without waiting for it; until then it cancels the rest at the
-  ** deadline. */
+  ** deadline. Started even with no task now: the drain hook's coroutines
+  ** make theirs in a moment. */
   w->stop_timer.weak = 1;
-  if (w->tasks) ch_timer_start(&w->stop_timer, ch_opts.shutdown_timeout_ms, stop_expired);
+  ch_timer_start(&w->stop_timer, ch_opts.shutdown_timeout_ms, stop_expired);
+  if (drain_hook) drain_hook(w, CH_DRAIN_STOP);
 }

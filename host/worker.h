@@ -26,6 +26,9 @@ struct ch_worker {
   int *idle;                    /* registry refs of reusable Lua threads */
   int nidle, idle_cap;
   int stopping;                 /* shutdown started: stop accepting */
+  int drain_begun;              /* the drain began: the Lua's on_shutdown
+                                ** functions were started (in a stop,
+                                ** --drain-delay before stopping) */
   struct ch_timer stop_timer;   /* cancels what is left at the deadline;
                                 ** weak: never keeps the worker running */
   uint64_t connections;         /* open connections */
@@ -83,27 +86,52 @@ void ch_workers_run(struct lua_State *(*new_state)(void), void (*start)(void *))
 ** shut down (ch_worker_shutdown). Any thread; the signal thread's. */
 void ch_workers_shutdown(void);
 
+/* Tells each of this process's running workers, through its scheduler,
+** that the drain begins (ch_worker_drain_begin). Any thread; the signal
+** thread's, at the signal, before --drain-delay. */
+void ch_workers_drain_begin(void);
+
+/* The two moments of a worker's drain that its Lua hears of. */
+enum { CH_DRAIN_BEGIN, CH_DRAIN_STOP };
+
+/* Installs what runs a worker's Lua at the moments of its drain
+** (lib_sys.c's ch_sys_drain; main.c installs it before the workers
+** start): CH_DRAIN_BEGIN once the drain begins, CH_DRAIN_STOP once its
+** listeners have closed. Called on the worker's thread, in a coroutine
+** or in its scheduler's loop; never yields. */
+void ch_workers_set_drain_hook(void (*hook)(struct ch_worker *w, int phase));
+
 /* Posts fn(arg) to each running worker's scheduler (it runs on that
 ** worker's thread). Returns how many took it. Any thread. */
 int ch_workers_post(void (*fn)(void *), void *arg);
 
-/* Whether this process drains: a SIGTERM (or cohost.shutdown) came, and
-** /healthz answers 503 (during --drain-delay, and after). Any thread. */
+/* Whether this process is being stopped: a SIGTERM (or cohost.shutdown)
+** came, and /healthz answers 503 (during --drain-delay, and after). A
+** reload's old workers drain without it: the node still serves. Any
+** thread. */
 int ch_workers_draining(void);
 
 /* Marks this process as draining (ch_workers_draining). Any thread. */
 void ch_workers_set_draining(void);
 
+/* The drain of the calling worker begins: its Lua's on_shutdown
+** functions start (the drain hook's CH_DRAIN_BEGIN), once. Its listeners
+** still serve. ch_worker_shutdown does this first if nobody did. */
+void ch_worker_drain_begin(struct ch_worker *w);
+
 /* Starts an orderly shutdown of the calling worker: listeners close, daemon
-** tasks are cancelled, the rest have the shutdown timeout to finish. */
+** tasks are cancelled, cohost's own closers end the streams handlers
+** left open (the drain hook's CH_DRAIN_STOP), the rest have the shutdown
+** timeout to finish. /healthz is not touched: a stop says 503 first
+** (ch_workers_set_draining), a reload's old workers do not. */
 void ch_worker_shutdown(struct ch_worker *w);
 
 /* The worker count (for cohost.worker_count). */
 int ch_worker_count(void);
 
 /* Counts one accepted connection, or one HTTP request, on w from its own
-** thread. One writer: a load and a store, not a locked add (~20 cycles
-** saved). */
+** thread. One writer: a load and a store, not a locked add (what that
+** saves: docs/benchmarks.md). */
 static inline void ch_worker_bump(_Atomic uint64_t *n)
 {
   atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,

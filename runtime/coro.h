@@ -40,6 +40,9 @@ struct ch_coro {
   uint8_t prio;             /* CH_PRIO_*: the ready queue it joins */
   uint8_t saved_delta;      /* COPY: saved is a delta against a reference
                             ** image (coro.c), not the bytes themselves */
+  uint8_t weak;             /* does not keep ch_run running
+                            ** (ch_coro_set_weak); in the padding before
+                            ** wake_value */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
   struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
@@ -53,9 +56,10 @@ struct ch_coro {
   void *saved;              /* COPY: heap image of [ctx.sp, top) while
                             ** swapped out, maybe a delta against a
                             ** reference (coro.c); owned */
-  struct ch_waiter wnodes[2]; /* COPY: the fd waiters ch_sched_wait links
-                            ** for it (the caller's copies are on its
-                            ** stack, which the loop cannot reach) */
+  struct ch_waiter wnodes[2]; /* the fd waiters ch_poll_wait links for it
+                            ** ([0] reads, [1] writes): never on its
+                            ** stack, which in COPY mode the loop cannot
+                            ** reach while it is parked */
   int id;                   /* > 0; read-only */
   /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
   ** bytes, one malloc chunk of 256 per coroutine, not 272. */

@@ -411,9 +411,9 @@ struct vec_op {
 /* recv(2) and send(2) on a socket as the system calls glibc makes for
 ** them (recvfrom, sendto: seccomp filters and strace see the same), less
 ** glibc's wrapper. The wrappers are cancellation points, switching the
-** thread's cancel type on and off around each call: about 60
-** instructions of the ~2,700 an echoed message costs in user space
-** (docs/benchmarks.md). Nothing here can be cancelled: the runtime never
+** thread's cancel type on and off around each call, a few percent of
+** what an echoed message costs in user space (docs/benchmarks.md).
+** Nothing here can be cancelled: the runtime never
 ** cancels its threads, and the socket is non-blocking, so the call never
 ** waits in the kernel. */
 static ssize_t sys_recv(int fd, void *buf, size_t n, int flags)

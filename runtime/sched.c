@@ -439,6 +439,7 @@ static void coro_main(void *p)
   self->state = CH_CORO_EXITED;
   ch_timerq_del(&s->timers, &self->timer);   /* a lazy timer left armed */
   s->nlive--;
+  s->nweak -= self->weak;
   self->next = s->dead;   /* the loop frees the stack we are standing on */
   s->dead = self;
   switch_out(s, self);
@@ -499,6 +500,26 @@ int ch_coro_set_priority(struct ch_coro *c, int prio)
 
 int ch_coro_priority(const struct ch_coro *c) { return c->prio; }
 
+void ch_coro_set_weak(struct ch_coro *c, int on)
+{
+  struct ch_sched *s = c->sched;
+  uint8_t weak = on != 0;
+  if (c->weak == weak || c->state == CH_CORO_EXITED) return;
+  c->weak = weak;
+  if (weak) s->nweak++;
+  else s->nweak--;
+  /* An armed park timer was counted by its old weakness: re-add it (the
+  ** del left a free slot, so the add cannot fail). */
+  if (c->timer.heap_index) {
+    uint64_t when = c->timer.when_ns;
+    ch_timerq_del(&s->timers, &c->timer);
+    c->timer.weak = weak;
+    (void)ch_timerq_add(&s->timers, &c->timer, when);
+  } else {
+    c->timer.weak = weak;
+  }
+}
+
 int ch_sched_set_fairness(unsigned switches, unsigned usec)
 {
   int err = 0;
@@ -554,11 +575,11 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   ** next park keeps it if it fires no later than the new deadline (it then
   ** moves itself on when it fires). A request/response loop with a 60 s
   ** read timeout so makes no heap operation per park, where arming and
-  ** stopping cost ~400 instructions. */
+  ** stopping cost a heap insert and delete (docs/benchmarks.md). */
   self->deadline = deadline_ns;
   if (deadline_ns && (!self->timer.heap_index || self->timer.when_ns > deadline_ns)) {
     self->timer.cb = park_timeout;
-    self->timer.weak = 0;
+    self->timer.weak = self->weak;
     if (ch_timerq_add(&s->timers, &self->timer, deadline_ns) < 0) return -ENOMEM;
   }
   assert(self->state == CH_CORO_RUNNING && self->sched == s);
@@ -831,9 +852,10 @@ int ch_run(void)
     trim_idle(s, now);
     run_batch(s);
     if (s->stopping) break;
-    /* With no coroutine left, every armed timer is a ch_timer_start one;
-    ** weak ones do not count. */
-    if (s->nlive == 0 && s->timers.n == s->timers.nweak && !any_ready(s)) {
+    /* With no coroutine left but weak ones, every armed timer is a
+    ** ch_timer_start one or a weak coroutine's park timeout; weak ones do
+    ** not count. */
+    if (s->nlive == s->nweak && s->timers.n == s->timers.nweak && !any_ready(s)) {
       pthread_mutex_lock(&s->post_lock);
       int posts = s->posts != NULL;
       pthread_mutex_unlock(&s->post_lock);

@@ -92,6 +92,7 @@ struct ch_sched {
   uint8_t running;              /* inside ch_run */
   uint8_t stopping;             /* ch_stop was called */
   uint64_t nlive;               /* coroutines not yet EXITED */
+  uint64_t nweak;               /* of those, the weak ones */
   uint64_t nwaiting, nsleeping; /* by state, for stats */
   uint64_t spawned;             /* total spawned */
   uint64_t switches;            /* context switches */

@@ -79,7 +79,7 @@ static _Atomic int light_guards = -1;
 
 static size_t page_round(size_t n)
 {
-  /* Cached: sysconf costs ~50 instructions, a tenth of a spawn. */
+  /* Cached: sysconf costs a tenth of a spawn (docs/benchmarks.md). */
   static _Atomic size_t page;
   size_t pg = atomic_load_explicit(&page, memory_order_relaxed);
   if (!pg) {

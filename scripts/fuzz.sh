@@ -99,7 +99,7 @@ EOF
 )
   flags=(-g -O1 -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer -DCH_ASAN
          -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-         -iquote runtime -iquote host $LUAJIT_CFLAGS -fexceptions
+         -I runtime/include -iquote runtime -iquote host $LUAJIT_CFLAGS -fexceptions
          -DCOHOST_LUA_DIR="\"$root/lua\"" -MMD -MP)
   for src in $vars; do
     o=$out/obj/${src%.*}.o

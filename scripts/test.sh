@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every C test binary (build/spec/test_*) and every Lua spec
-# (spec/*_spec.lua, with busted inside build/cohost), prints their output
-# and sums their counts. The last line printed is exactly "N passed, N failed".
+# Runs every C test binary (build/spec/test_*), the LuaJIT probe, the docs
+# check (scripts/check_docs.py) and every Lua spec (spec/*_spec.lua, with
+# busted inside build/cohost), prints their output and sums their counts. The last line printed is exactly "N passed, N failed".
 # Exits non-zero if anything failed. `make test` builds the binaries first.
 #
 # A binary that crashes, hangs past its timeout or exits non-zero without a
@@ -192,6 +192,20 @@ if [ -x build/spec/ljvm_probe ]; then
   passed=$(( passed + p ))
   failed=$(( failed + f ))
 fi
+
+# The docs check (scripts/check_docs.py, docs/testing.md): every path and
+# ch_ name that docs/ and the source comments cite exists, and no comment
+# holds an instruction count. One test for the whole tree: its findings
+# are lines of one report, not behaviours, and each is listed below.
+echo "== scripts/check_docs.py"
+timeout -k 10 "$TIMEOUT" /usr/bin/python3 scripts/check_docs.py >"$out" 2>&1
+rc=$?
+cat "$out"
+if [ "$rc" -eq 0 ]; then p=1 f=0; else p=0 f=1; fi
+grep -qE '^check_docs: [0-9]+ files' "$out" || abnormal scripts/check_docs.py "$rc"
+note_failures scripts/check_docs.py "$f" '^check_docs: [^0-9]'
+passed=$(( passed + p ))
+failed=$(( failed + f ))
 
 # Lua specs: busted runs inside build/cohost, one process per spec file so
 # a crash costs one file, not the suite. Errors count as failures.

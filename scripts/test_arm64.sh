@@ -72,7 +72,7 @@ if ! "${MK[@]}" "$B/libcohost.a"; then
 fi
 mkdir -p "$B/spec"
 if ! $CC -O2 -g -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer -Wall -Wextra \
-     -Wshadow -Wmissing-prototypes -Wstrict-prototypes -iquote runtime \
+     -Wshadow -Wmissing-prototypes -Wstrict-prototypes -I runtime/include -iquote runtime \
      spec/c/arm64/smoke.c -o "$B/spec/smoke" "$B/libcohost.a" -ldl -lpthread; then
   say "smoke.c does not build"
   failed=$((failed + 1))

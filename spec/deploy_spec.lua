@@ -6,6 +6,7 @@
 -- runs for real on 127.0.0.1 fixed ports, bounded by timeout(1), stopped
 -- after the test.
 local cohost = require "cohost"
+local cjson = require "cjson"
 local h = require "spec.helper"
 local defer = h.cleanups(after_each)
 local q = h.shell_quote
@@ -44,6 +45,37 @@ local function start_node(node, pp)
     :format(node.status, q(node.script), node.port, node.name, pp and "pp" or "-"))
   defer(p.stop)
   return p
+end
+
+-- HAProxy's CSV stats of backend "nodes": a row per server, by name,
+-- each a table of the columns by their header names (status, chkfail,
+-- chkdown, ...).
+local function server_rows(stats_port)
+  local code, chunked = h.get_to_close(stats_port, "/stats;csv")
+  local rows = {}
+  if code ~= 200 then return rows end
+  -- HAProxy sends it chunked.
+  local body, pos = {}, 1
+  while true do
+    local size, from = chunked:match("^(%x+)[^\r]*\r\n()", pos)
+    if not size or tonumber(size, 16) == 0 then break end
+    body[#body + 1] = chunked:sub(from, from + tonumber(size, 16) - 1)
+    pos = from + tonumber(size, 16) + 2
+  end
+  body = table.concat(body)
+  local names
+  for line in body:gmatch("[^\n]+") do
+    local cols = {}
+    for c in (line:gsub("^# ", "") .. ","):gmatch("([^,]*),") do cols[#cols + 1] = c end
+    if not names then
+      names = cols
+    elseif cols[1] == "nodes" and cols[2] ~= "BACKEND" then
+      local row = {}
+      for i, name in ipairs(names) do row[name] = cols[i] end
+      rows[cols[2]] = row
+    end
+  end
+  return rows
 end
 
 -- HAProxy's state of each server ("UP", "DOWN", ...) from its CSV stats.
@@ -152,5 +184,90 @@ describe("three nodes behind HAProxy", function()
 
   it("restart one by one under wrk with no failed request, with the PROXY protocol", function()
     rolling_restart(true)
+  end)
+end)
+
+-- The reload of one node (docs/deploy.md, "One machine, with systemd"):
+-- /healthz, which the old generation's worker 0 and the new one's serve
+-- on the socket the master hands on, says 200 throughout; the old one
+-- says 503 only when the node stops. Before, the old one turned 503 and
+-- kept the port through --drain-delay, and the new one could not bind it
+-- (a restart loop): HAProxy took the node out on every reload.
+describe("a reload behind HAProxy", function()
+  it("keeps /healthz at 200 through 20 SIGHUPs with --drain-delay: no refused check, no DOWN", function()
+    local app, status, front, stats = h.fixed_port(), h.fixed_port(), h.fixed_port(), h.fixed_port()
+    local p = h.start(("--processes 2 --status-addr 127.0.0.1:%d --drain-delay 2 --shutdown-timeout 5 %s %d n1 -")
+      :format(status, q(h.tmpfile(NODE)), app))
+    defer(p.stop)
+    -- A check every 200 ms, two failures in a row take the node out: each
+    -- reload's 2 s of 503 did, before.
+    local cfg = h.tmpfile(([[
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 10s
+  timeout server 10s
+  timeout check 2s
+frontend web
+  bind 127.0.0.1:%d
+  default_backend nodes
+listen stats
+  bind 127.0.0.1:%d
+  stats enable
+  stats uri /stats
+backend nodes
+  option httpchk GET /healthz
+  server n1 127.0.0.1:%d check port %d inter 200 fall 2 rise 1
+]]):format(front, stats, app, status))
+    local hpid, hlog = h.spawn(("exec timeout 120 haproxy -db -f %s"):format(q(cfg)))
+    defer(function() h.stop_pid(hpid); os.remove(hlog) end)
+    assert.is_true(h.wait_for(function() return server_states(stats).n1 == "UP" end, 20), h.try_slurp(hlog))
+    local before = server_rows(stats).n1
+
+    -- A client of its own asks /healthz every 50 ms, on a new connection
+    -- each time, as a balancer does; an answer is a status or an error.
+    local answers, polling = {}, true
+    local poller = cohost.spawn(function()
+      while polling do
+        local code, err = h.get_to_close(status, "/healthz")
+        answers[#answers + 1] = code or tostring(err)
+        cohost.sleep(0.05)
+      end
+    end)
+    defer(function() polling = false end)
+    local function reloads()
+      local log = h.slurp(p.err)
+      return select(2, log:gsub("master: reload: ", "")) + select(2, log:gsub("reload failed", ""))
+    end
+    assert.is_true(h.wait_for(function() return #answers > 0 end))
+    -- Each SIGHUP after the last reload ended (the master ignores one
+    -- while a reload waits for its workers) and /healthz answered since.
+    for r = 1, 20 do
+      local asked = #answers
+      p.signal("HUP")
+      assert.is_true(h.wait_for(function() return reloads() >= r end, 20), h.slurp(p.err))
+      assert.is_true(h.wait_for(function() return #answers > asked + 1 end))
+    end
+    polling = false
+    cohost.wait(poller)
+
+    local seen = {}
+    for _, a in ipairs(answers) do seen[tostring(a)] = (seen[tostring(a)] or 0) + 1 end
+    io.stderr:write(("  [deploy_spec] 20 reloads: /healthz answered %s\n"):format(cjson.encode(seen)))
+    assert.same({ ["200"] = #answers }, seen)
+    local log = h.slurp(p.err)
+    assert.equal(20, select(2, log:gsub("master: reload: 2 new worker processes started", "")), log)
+    assert.falsy(log:find("cannot listen", 1, true), log)
+    assert.falsy(log:find("restarting it", 1, true), log)
+    assert.falsy(log:find("/healthz answers 503", 1, true), log)
+    local after = server_rows(stats).n1
+    assert.equal("UP", after.status)
+    assert.equal(before.chkdown, after.chkdown, h.try_slurp(hlog))
+    assert.equal(before.chkfail, after.chkfail, h.try_slurp(hlog))
+
+    -- A stop still takes the node out: 503 during --drain-delay.
+    p.signal("TERM")
+    assert.is_true(h.wait_for(function() return (h.get_to_close(status, "/healthz")) == 503 end), h.slurp(p.err))
+    assert.equal(0, (p.wait(20)), h.slurp(p.err))
   end)
 end)

@@ -232,6 +232,90 @@ describe("grpc.channel against a cohost gRPC server in this process", function()
       "coroutines left: " .. cohost.stats().coros - coros)
   end)
 
+  it("returns from server_stream once the request is sent: a watch whose first message the caller causes next", function()
+    -- Watch sends its message only once Poke has come; Poke waits until
+    -- the watch's request has reached the server. A server_stream that
+    -- waited for the first message would never let the caller poke.
+    local watching, poked = false, false
+    local srv = grpc.server()
+    srv:service("t.Watch", {
+      Watch = { server_stream = function(_, stream)
+        watching = true
+        assert(h.wait_for(function() return poked end, 10))
+        stream:send("event")
+      end },
+      Poke = function(msg)
+        assert(h.wait_for(function() return watching end, 10))
+        poked = true
+        return msg
+      end,
+    })
+    local port = h.http_serve(srv, { http2 = true })
+    local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 5000 })
+    local call = ch:server_stream("/t.Watch/Watch", "")
+    assert.are.equal("x", (ch:unary("/t.Watch/Poke", "x")))
+    local msg, err = call:recv()
+    assert.is_nil(err)
+    assert.are.equal("event", msg)
+    assert.is_nil(call:recv())
+    assert.is_nil(call.err)
+  end)
+
+  it("ch:close() cancels the calls in flight, fails later ones, and closes the connection", function()
+    local started = 0
+    local srv = server()
+    srv:service("t.Slow", {
+      Hang = { server_stream = function()
+        started = started + 1
+        cohost.sleep(30)   -- cancelled when the client resets the stream
+      end },
+      Wait = function()
+        started = started + 1
+        cohost.sleep(30)
+      end,
+    })
+    local real = h.http_serve(srv, { http2 = true })
+    local open = 0
+    local _, port = h.serve(function(sock)
+      open = open + 1
+      h.relay(sock, assert(h.connect(real)))
+      open = open - 1
+    end)
+    local ch = grpc.channel("127.0.0.1:" .. port, { timeout = 20000 })
+    assert.are.equal("m", (ch:unary("/t.Meta/Echo", "m")))
+    local stream = ch:server_stream("/t.Slow/Hang", "")
+    local unary = cohost.spawn(function() return ch:unary("/t.Slow/Wait", "") end)
+    assert.is_true(h.wait_for(function() return started == 2 end, 10))
+    local t0 = cohost.monotonic()
+    ch:close()
+    local msg, err = stream:recv()
+    assert.is_nil(msg)
+    assert.are.equal(grpc.status.CANCELLED, err.code)
+    local ok, reply, uerr = cohost.wait(unary)
+    assert.is_true(ok)
+    assert.is_nil(reply)
+    assert.are.equal(grpc.status.CANCELLED, uerr.code)
+    assert.is_true(cohost.monotonic() - t0 < 10)   -- not the calls' 20 s deadline
+    reply, err = ch:unary("/t.Meta/Echo", "again")
+    assert.is_nil(reply)
+    assert.are.equal(grpc.status.CANCELLED, err.code)
+    assert.are.equal("the channel is closed", err.message)
+    assert.is_true(h.wait_for(function() return open == 0 end, 10), "the connection stayed open")
+  end)
+
+  it("lets a script whose one call is done exit at once: the idle connection holds nothing", function()
+    local port = h.http_serve(server(), { http2 = true })
+    local src = [[
+local grpc = require "cohost.grpc"
+print((assert(grpc.channel("127.0.0.1:" .. arg[1], { timeout = 10000 }):unary("/t.Meta/Echo", "m"))))
+]]
+    -- 10 s: well under the 60 s idle timeout that held the script before;
+    -- timeout(1) ends the child there (status 124).
+    local code, out, err = h.sh(("%s %s %d"):format(h.COHOST, h.shell_quote(h.tmpfile(src)), port), 10)
+    assert.are.equal(0, code, err)
+    assert.are.equal("m\n", out)
+  end)
+
   it("calls over https:// with the server's certificate verified, and refuses an unknown CA", function()
     local port = h.http_serve(server(), { http2 = true, ssl_cert = cert, ssl_key = key })
     local ch = grpc.channel("https://127.0.0.1:" .. port, { timeout = 10000, ca_file = ca })
@@ -240,5 +324,14 @@ describe("grpc.channel against a cohost gRPC server in this process", function()
     assert.are.equal("secure", reply)
     local _, bad = grpc.channel("https://127.0.0.1:" .. port, { timeout = 10000 }):unary("/t.Meta/Echo", "x")
     assert.are.equal(grpc.status.UNAVAILABLE, bad.code)
+  end)
+end)
+
+describe("docs/grpc.md", function()
+  it("does not list the client among what is not done", function()
+    local doc = h.slurp(h.root .. "docs/grpc.md")
+    local todo = assert(doc:match("\n## Not done yet\n(.-)\n## "), "no Not done yet section")
+    assert.is_nil(todo:lower():find("client", 1, true), todo)
+    assert.truthy(doc:find("\n## Client\n", 1, true))
   end)
 end)

@@ -300,6 +300,115 @@ describe("the HTTP/2 client when a connection drops", function()
   end)
 end)
 
+-- -- The end of a script, and client:close() --------------------------------------
+
+-- A relay to real counting the connections open through it: returns its
+-- port and a function saying how many are open.
+local function counting_relay(real)
+  local open = 0
+  local _, port = h.serve(function(sock)
+    open = open + 1
+    h.relay(sock, assert(h.connect(real)))
+    open = open - 1
+  end)
+  return port, function() return open end
+end
+
+describe("the HTTP/2 client's idle connections", function()
+  -- A child cohost running source with the port of a server in this
+  -- process as arg[1]: they wait for its exit (h.sh, h.start), parking,
+  -- so the server answers meanwhile.
+  local REQUEST = [[
+local http = require "cohost.http"
+local res = assert(http.request("http://127.0.0.1:" .. arg[1] .. "/", { http2 = "prior-knowledge", timeout = 10000 }))
+assert(res.version == 2 and res.body == "hi")
+]]
+
+  it("do not keep a script running: it exits once its request is done", function()
+    local port = serve(function(_, res) res:send("hi") end)
+    -- 10 s: well under the 60 s idle timeout a pooled connection had held
+    -- the script for; timeout(1) ends the child there (status 124).
+    local src = REQUEST .. 'print("done")\n'
+    local code, out, err = h.sh(("%s %s %d"):format(h.COHOST, h.shell_quote(h.tmpfile(src)), port), 10)
+    assert.are.equal(0, code, err)
+    assert.are.equal("done\n", out)
+  end)
+
+  it("do not keep a server from stopping on SIGTERM at once", function()
+    local port = serve(function(_, res) res:send("hi") end)
+    local src = [[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local l = assert(http.listen("127.0.0.1:0", function(_, res) res:send("x") end))
+]] .. REQUEST .. [[
+local _, port = l:addr()
+]] .. h.REPORT_PORT
+    -- The shutdown timeout is longer than the wait: an idle server exits
+    -- at once, the connection's reader and writer are no task to wait for.
+    local p = h.start(("--shutdown-timeout 30 %s %d"):format(h.shell_quote(h.tmpfile(src)), port), 60)
+    h.defer(p.stop)
+    p.signal("TERM")
+    assert.are.equal(0, (p.wait(10)))
+  end)
+
+  it("do not keep a stopping server past its shutdown timeout once its tasks are cancelled", function()
+    local asked = false
+    local port = serve(function(req, res)
+      if req.path == "/hang" then
+        asked = true
+        cohost.sleep(30)   -- cancelled when the client goes
+      end
+      res:send("hi")
+    end)
+    local src = [[
+local cohost = require "cohost"
+local http = require "cohost.http"
+local l = assert(http.listen("127.0.0.1:0", function(_, res) res:send("x") end))
+]] .. REQUEST .. [[
+cohost.spawn(function()   -- in flight at SIGTERM, cancelled at the timeout
+  http.request("http://127.0.0.1:" .. arg[1] .. "/hang", { http2 = "prior-knowledge" })
+end)
+local _, port = l:addr()
+]] .. h.REPORT_PORT
+    local p = h.start(("--shutdown-timeout 1 %s %d"):format(h.shell_quote(h.tmpfile(src)), port), 60)
+    h.defer(p.stop)
+    assert.is_true(h.wait_for(function() return asked end, 10))
+    p.signal("TERM")
+    assert.are.equal(0, (p.wait(10)))
+  end)
+end)
+
+describe("client:close()", function()
+  it("closes the HTTP/2 and HTTP/1.1 connections its requests went on, after a response in flight", function()
+    local go = false
+    local real = serve(function(req, res)
+      if req.path == "/slow" then
+        res:write("a")
+        assert(h.wait_for(function() return go end, 10))
+      end
+      res:send("b")
+    end)
+    local port2, open2 = counting_relay(real)
+    local port1, open1 = counting_relay(real)
+    local c = http.client({ timeout = 10000 })
+    assert.are.equal(2, assert(c:get(("http://127.0.0.1:%d/"):format(port2), H2C)).version)
+    assert.are.equal(1.1, assert(c:get(("http://127.0.0.1:%d/"):format(port1))).version)
+    local res = assert(c:get(("http://127.0.0.1:%d/slow"):format(port2), h2c { stream = true }))
+    assert.are.equal(1, open2())
+    assert.are.equal(1, open1())
+    c:close()
+    -- HTTP/1.1's idle one at once; HTTP/2's once its stream has ended.
+    assert.is_true(h.wait_for(function() return open1() == 0 end, 10))
+    assert.are.equal(1, open2())
+    go = true
+    assert.are.equal("ab", res:body())
+    assert.is_true(h.wait_for(function() return open2() == 0 end, 10))
+    -- The client goes on, on new connections.
+    assert.are.equal("b", assert(c:get(("http://127.0.0.1:%d/"):format(port2), H2C)).body)
+    assert.are.equal(1, open2())
+  end)
+end)
+
 describe("the HTTP/2 client with prior knowledge against a server that is not HTTP/2", function()
   it("fails every request on the connection with a clear error, at once, and never pools it", function()
     local port = serve(function(req, res) res:send("v" .. req.version) end, { http2 = false })

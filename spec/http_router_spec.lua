@@ -162,6 +162,45 @@ describe("router answers", function()
     end
   end)
 
+  it("lets on_method_not_allowed answer the 405s, routes' and r:static's, in the app's own format", function()
+    local dir = h.tmpdir()
+    h.write_file(dir .. "/a.txt", "file a")
+    local function problem(res, status, title, extra)
+      res.status = status
+      res:header("Content-Type", "application/problem+json")
+      local body = { title = title }
+      for k, v in pairs(extra or {}) do body[k] = v end
+      res:send(cjson.encode(body))
+    end
+    local seen
+    local r = router.new()
+      :on_not_found(function(_, res) problem(res, 404, "no such page") end)
+      :on_method_not_allowed(function(req, res, methods)
+        seen = res:get_header("Allow")
+        problem(res, 405, "no " .. req.method .. " here", { allowed = methods })
+      end)
+    r:get("/items/:id", function(_, res) res:send("item") end)
+    r:delete("/items/:id", function(_, res) res:send("gone") end)
+    r:static("/files", dir)
+    local p = serve(r)
+    local res = request(p, "PATCH", "/items/3")
+    assert.equal(405, res.status)
+    assert.equal("application/problem+json", res.headers["content-type"])
+    assert.equal("GET, HEAD, DELETE, OPTIONS", res.headers["allow"])
+    assert.equal(res.headers["allow"], seen)
+    assert.same({ title = "no PATCH here", allowed = { "GET", "HEAD", "DELETE", "OPTIONS" } }, cjson.decode(res.body))
+    res = request(p, "POST", "/files/a.txt", { ["Content-Length"] = "0" })
+    assert.equal(405, res.status)
+    assert.equal("GET, HEAD, OPTIONS", res.headers["allow"])
+    assert.same({ title = "no POST here", allowed = { "GET", "HEAD", "OPTIONS" } }, cjson.decode(res.body))
+    -- The rest is as before: OPTIONS 204, the 404 hook, the file.
+    res = request(p, "OPTIONS", "/items/3")
+    assert.equal(204, res.status)
+    assert.equal("GET, HEAD, DELETE, OPTIONS", res.headers["allow"])
+    assert.same({ title = "no such page" }, cjson.decode(get(p, "/nowhere").body))
+    assert.equal("file a", get(p, "/files/a.txt").body)
+  end)
+
   it("lets on_not_found replace the 404", function()
     local r = router.new():on_not_found(function(req, res)
       res.status = 404

@@ -1,5 +1,5 @@
 -- Listeners that need one owner above the worker processes of --processes
--- (host/master_listen.c): a unix socket, which the master binds once and
+-- (host/proc/master_listen.c): a unix socket, which the master binds once and
 -- hands to every process of every generation, and port 0, for which the
 -- master reserves one port they all bind. Every test starts build/cohost
 -- --processes 2 as a child (h.start); the script prints "port master-pid"

@@ -83,8 +83,6 @@ describe("cohost.stats()", function()
     assert.is_true(after.switches > before.switches)
   end)
 
-  -- Pending until host/lib_socket.c's admit() calls ch_stats_count_accept()
-  -- (see docs/stats.md): then make it an `it`.
   it("counts accepted connections", function()
     local l, port = h.serve(function(sock) sock:close() end)
     local before = cohost.stats().accepted

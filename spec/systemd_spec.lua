@@ -147,3 +147,21 @@ f:close()
     assert.is_true(h.wait_for(function() return find(messages(), "STOPPING=1") end, 20))
   end)
 end)
+
+describe("scripts/systemd", function()
+  it("sends SIGUSR1 for log rotation to the master alone, in the unit's comment as in logrotate.conf", function()
+    -- docs/deploy.md: the master reopens its logs and passes the signal
+    -- on to every worker process. Without --kill-whom=main, systemctl
+    -- kill signals every process of the unit.
+    local n = 0
+    for _, file in ipairs { "cohost.service", "logrotate.conf" } do
+      for line in h.slurp(h.root .. "scripts/systemd/" .. file):gmatch("[^\n]+") do
+        if line:find("systemctl kill", 1, true) then
+          n = n + 1
+          assert.truthy(line:find("-s USR1 --kill-whom=main", 1, true), file .. ": " .. line)
+        end
+      end
+    end
+    assert.equal(2, n)
+  end)
+end)

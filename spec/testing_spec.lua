@@ -134,6 +134,41 @@ describe("cohost --test", function()
   end)
 end)
 
+describe("arg[-1] under cohost --test", function()
+  -- docs/testing-apps.md's multi-process template, as written there but
+  -- for its port.
+  local function multi_template()
+    local doc = h.slurp(h.root .. "docs/testing-apps.md")
+    local section = assert(doc:match("\n## Several workers and processes\n(.-)\n## "))
+    local src = assert(section:match("```lua\n(.-)```"))
+    local n
+    src, n = src:gsub("local PORT = 18080", "local PORT = " .. h.free_port())
+    assert.equal(1, n)
+    return src
+  end
+
+  it("is the running cohost's full path, which the multi-process template starts the app with", function()
+    local dir = project {
+      ["app.lua"] = APP,
+      ["main.lua"] = 'require("app").start(arg[1] or "0.0.0.0:8080")\n',
+      ["spec/multi_spec.lua"] = multi_template(),
+      ["spec/arg_spec.lua"] = [[
+describe("arg", function()
+  it("-1", function() io.stderr:write("arg[-1]=", tostring(arg[-1]), "\n") end)
+end)
+]],
+    }
+    -- No cohost on PATH: only arg[-1] finds it.
+    for _, cmd in ipairs { q(COHOST) .. " --test -o plainTerminal",
+                           "busted --lua=" .. q(COHOST) .. " -o plainTerminal" } do
+      local code, out, err = run_in(dir, "env PATH=/usr/bin:/bin " .. cmd)
+      assert.equal(0, code, cmd .. ": " .. out .. err)
+      assert.matches("2 successes / 0 failures / 0 errors", out)
+      assert.matches("arg[-1]=" .. COHOST .. "\n", err, 1, true)
+    end
+  end)
+end)
+
 describe("busted --lua=cohost", function()
   it("exits 0 once busted is done, though a listener and a task remain", function()
     local dir = passing_project()

@@ -87,9 +87,9 @@ static void conn_main(void *arg);
 
 /* The idle expiry is lazy, as the coroutines' park timers are
 ** (runtime/sched.c): stopped at every request and started again after
-** it, it cost a heap delete and insert per request (about 250 of the
-** ~8,500 instructions of a keep-alive hello, scripts/bench/http_profile.sh,
-** and at 1,000 connections the heap's cold lines). So the timer stays
+** it, it cost a heap delete and insert per request (a few percent of a
+** keep-alive hello, docs/benchmarks.md, and at 1,000 connections the
+** heap's cold lines). So the timer stays
 ** armed while a coroutine serves the connection, and go_idle only moves
 ** idle_until on, arming the timer if it is not armed or would fire
 ** late. When it fires early it sets itself for idle_until: one heap
@@ -449,7 +449,8 @@ __attribute__((noinline)) void ch_http_access_log(struct ch_http_conn *c, struct
 
 /* One spare request per worker: a keep-alive client that waits for each
 ** answer makes every request an active spell of its own, and a malloc and
-** free of these 2.7 KB cost ~300 instructions a request. */
+** free of these 2.7 KB per request cost more than keeping one
+** (docs/benchmarks.md). */
 static __thread struct ch_http_req *rq_spare;
 
 static struct ch_http_req *rq_take(void)

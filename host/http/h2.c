@@ -193,7 +193,7 @@ void ch_h2_wake(struct ch_h2_stream *st)
 /* Zeroes st but for the header spans and the error text, 2.6 KB of its
 ** 3: spans are written before they are read (below nheaders) and the
 ** text is a C string. calloc's memset of all of it was the largest single
-** cost of a request on an h2 connection (11% of its instructions). */
+** cost of a request on an h2 connection (docs/benchmarks.md). */
 _Static_assert(offsetof(struct ch_http_head, value) ==
                offsetof(struct ch_http_head, name) + sizeof ((struct ch_http_head *)0)->name &&
                offsetof(struct ch_http_head, content_length) ==
@@ -800,6 +800,19 @@ static void on_idle_timer(struct ch_timer *t)
   nghttp2_session_terminate_session2(h->sess, nghttp2_session_get_last_proc_stream_id(h->sess),
                                      NGHTTP2_NO_ERROR);
   kick(h);
+}
+
+void ch_h2_goaway(struct ch_h2_stream *st)
+{
+  struct ch_h2_conn *h = st->conn;
+  if (h->dead || h->draining >= 2) return;
+  /* What the drain deadline does, now: a stream that never ends on its
+  ** own (gRPC's) must not keep its client on a worker that goes. */
+  h->draining = 2;
+  ch_timer_stop(&h->drain_timer);
+  nghttp2_submit_shutdown_notice(h->sess);
+  kick(h);
+  if (ch_timer_start(&h->drain_timer, DRAIN_MS, on_drain_timer) < 0) final_goaway(h);
 }
 
 /* A draining connection has no stream: its GOAWAY in DRAIN_IDLE_MS. */

@@ -103,6 +103,12 @@ void ch_h2_free(struct ch_http_conn *c);
 ** flight finish, then the connections close. Never yields. */
 void ch_h2_close_idle(struct ch_worker *w);
 
+/* The GOAWAY of st's connection starts now, as at the drain deadline (a
+** shutdown notice, the last stream id a second later): the client opens
+** no new streams on it, the streams in flight go on, and once none is
+** left the connection closes. Never yields. */
+void ch_h2_goaway(struct ch_h2_stream *st);
+
 /* Offers "h2" and "http/1.1" (or http/1.1 alone when h2 is 0) by ALPN on
 ** a TLS listener's context. Call before its first connection. */
 void ch_h2_alpn(SSL_CTX *ctx, int h2);

@@ -298,6 +298,7 @@ static void writer_main(void *arg)
 {
   struct ch_h2c *h = arg;
   struct ch_h2_batch b = { 0 };
+  ch_coro_set_weak(ch_current(), 1);   /* see reader_main */
   for (;;) {
     ssize_t n = ch_h2_batch_fill(&b, h->sess);
     if (n < 0) {
@@ -346,6 +347,11 @@ static int feed(struct ch_h2c *h)
 static void reader_main(void *arg)
 {
   struct ch_h2c *h = arg;
+  /* Weak, as an idle pooled HTTP/1.1 connection's timer: the tasks with
+  ** requests on the connection keep the worker running, its reader and
+  ** writer never do, so a script whose tasks are done exits (and a
+  ** worker shutting down ends) though the connection is still open. */
+  ch_coro_set_weak(ch_current(), 1);
   for (;;) {
     if (!h->writer_alive) break;
     if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess)) break;

@@ -33,8 +33,8 @@ static const uint8_t tchar[256] = {
 
 /* The bytes the head scan stops at: LF, CR and the controls it refuses
 ** (every byte below 0x20 but tab, and DEL). Anything else is skipped, by
-** next_stop, or by a table lookup per byte, ~5 instructions, where the
-** three tests per byte cost ~19. */
+** next_stop, or by a table lookup per byte, a quarter of what the three
+** tests per byte cost (docs/benchmarks.md). */
 static const uint8_t stop[256] = {
   [0x00] = 1, [0x01] = 1, [0x02] = 1, [0x03] = 1, [0x04] = 1, [0x05] = 1, [0x06] = 1,
   [0x07] = 1, [0x08] = 1, [0x0a] = 1, [0x0b] = 1, [0x0c] = 1, [0x0d] = 1, [0x0e] = 1,
@@ -290,7 +290,7 @@ static int version(struct ch_http_head *h, const char *buf, uint32_t s, uint32_t
 /* Whether the request line, already checked by version() (a token, one
 ** space, a target with no space or control byte, one space, HTTP/1.0 or
 ** HTTP/1.1), is one http-parser surely accepts with this target: then it
-** is not run (~740 instructions a request). That holds for a method it
+** is not run (its cost per request: docs/benchmarks.md). That holds for a method it
 ** knows, exactly, and an origin-form target ('/' first) of fast_target
 ** bytes, shorter than its header limit (HTTP_MAX_HEADER_SIZE, 80 KiB).
 ** Every other line goes through http-parser. */

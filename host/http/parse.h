@@ -51,7 +51,7 @@ struct ch_http_head {
   uint8_t keepalive;              /* http_should_keep_alive at head end */
   uint8_t expect_continue;        /* Expect: 100-continue */
   uint8_t body_done;              /* the whole message has been parsed */
-  uint8_t ck_state;               /* chunked decoder state (http_parse.c) */
+  uint8_t ck_state;               /* chunked decoder state (parse.c) */
   uint32_t ck_line;               /* bytes of the current chunk line */
   uint64_t ck_left;               /* chunk: size being read, then bytes left */
   uint64_t ck_total;              /* chunk data bytes so far */

@@ -25,7 +25,7 @@
 
 /* A growable byte buffer for response heads. It may start in an array on
 ** the caller's stack (OB_STACK): a head with a small body then costs no
-** malloc and free (~250 instructions a response). */
+** malloc and free (docs/benchmarks.md). */
 struct obuf {
   char *p;
   size_t len, cap;
@@ -129,8 +129,8 @@ const char *ch_http_reason(int status)
   }
 }
 
-/* printf costs ~300 instructions a call, and a response head needs two
-** numbers (h2_response.c's too). */
+/* A response head needs two numbers (h2_response.c's too), and printf
+** costs many times this loop (docs/benchmarks.md). */
 int ch_http_utoa(uint64_t v, char *out)
 {
   char tmp[24];

@@ -137,6 +137,13 @@ int ch_keepalive_put(const char *key, int size, int idle_ms, int fd, SSL *ssl, i
   return 0;
 }
 
+void ch_keepalive_close(const char *key)
+{
+  struct pool *p = pool_find(key);
+  if (p)
+    while (p->head) item_free(p->head);
+}
+
 void ch_keepalive_close_all(void)
 {
   for (struct pool *p = pools; p; p = p->next)

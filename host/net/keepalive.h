@@ -24,6 +24,10 @@ int ch_keepalive_put(const char *key, int size, int idle_ms, int fd, SSL *ssl, i
 /* True if fd has nothing to read and no EOF: fit for a pool. */
 int ch_keepalive_quiet(int fd);
 
+/* Closes every idle connection of key's pool on this thread (a client's
+** close). Never yields. */
+void ch_keepalive_close(const char *key);
+
 /* Closes every idle connection of this thread's pools (worker shutdown).
 ** Never yields. */
 void ch_keepalive_close_all(void);

@@ -4,7 +4,7 @@
 ** acceptor coroutine each that never touches Lua, --max-connections with
 ** a fixed 503 for HTTP, shedding when the fd table is full, and the drain
 ** at shutdown. A protocol gets each connection through its admit
-** callback; the Lua face is lib_listener.c. The lists are per worker
+** callback; the Lua face is lib_listen.c. The lists are per worker
 ** thread.
 */
 #ifndef CH_LISTENER_H

@@ -9,7 +9,8 @@
 **                           back to 0.1 s once a worker lived 30 s;
 **   SIGHUP                  forks a new generation, which reads the script
 **                           afresh; once every new worker has started, the
-**                           old ones get SIGTERM and drain. A new worker
+**                           old ones get CH_MASTER_RELOAD_SIGNAL and drain
+**                           (without the stop's /healthz 503). A new worker
 **                           that dies before it started aborts the reload:
 **                           the old ones keep serving;
 **   SIGTERM, SIGINT         SIGTERM to every worker (they drain within
@@ -273,7 +274,7 @@ static void promote_if_started(void)
     struct child *c = &kids[i];
     if (c->role == CURRENT) {
       c->role = OLD;
-      kill(c->pid, SIGTERM);
+      kill(c->pid, CH_MASTER_RELOAD_SIGNAL);
       c->kill_ms = deadline;
       old++;
     } else if (c->role == NEXT) {
@@ -301,7 +302,7 @@ static void abort_reload(void)
   for (int i = 0; i < nkids; i++)
     if (kids[i].role == NEXT) {
       kids[i].role = ABORTED;
-      kill(kids[i].pid, SIGTERM);
+      kill(kids[i].pid, CH_MASTER_RELOAD_SIGNAL);   /* the old ones serve on */
       kids[i].kill_ms = deadline;
     }
 }

@@ -6,6 +6,16 @@
 #ifndef CH_MASTER_H
 #define CH_MASTER_H
 
+#include <signal.h>
+
+/* The signal a reload's old worker processes get from the master (and
+** a failed reload's new ones): they drain as on SIGTERM, but at once and
+** without the stop's /healthz 503, since the node still serves on the
+** same sockets. SIGTERM would tell them to stop. A real-time signal,
+** which nothing sends by accident (a terminal's resize sends SIGWINCH to
+** the whole foreground group), and SIGUSR2 stays free for the user. */
+#define CH_MASTER_RELOAD_SIGNAL (SIGRTMIN + 1)
+
 /* Becomes the master: forks ch_opts.processes workers and supervises them
 ** until it is told to stop. Returns only in a worker process, with its
 ** index (0 .. processes-1); the master itself ends with _exit. Call

@@ -144,8 +144,8 @@ static uint64_t expiry(double ttl, struct clk *c)
 }
 
 /* hash_key, find and lock are inlined into every operation: each runs
-** once per operation, and their calls were most of the ~30 instructions
-** that moving the store out of lib_shdict.c added per call (callgrind). */
+** once per operation, and their calls were most of what moving the store
+** out of lib_shdict.c added per call (docs/benchmarks.md). */
 static inline uint32_t hash_key(uint64_t seed, const char *k, size_t n)
 {
   uint64_t h = seed ^ ((uint64_t)n * 0x9e3779b97f4a7c15ull);

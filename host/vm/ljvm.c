@@ -11,11 +11,12 @@
 ** block, ch_ljvm_may_park checks that the marked function is still the top
 ** frame and reads three fields of global_State (vmstate, hookmask, cur_L).
 **
-** Nothing here runs on the fast path of I/O: the marker costs about 40
-** instructions per C call and the decision is only asked after EAGAIN.
+** Nothing here runs on the fast path of I/O: the marker costs little per
+** C call (docs/benchmarks.md) and the decision is only asked after
+** EAGAIN.
 */
 #ifndef __EXCEPTIONS
-#error "host/ljvm.c needs -fexceptions: LuaJIT's error unwinding must run ch_ljvm_wrap's cleanup"
+#error "host/vm/ljvm.c needs -fexceptions: LuaJIT's error unwinding must run ch_ljvm_wrap's cleanup"
 #endif
 
 #include <assert.h>
@@ -178,8 +179,8 @@ int ch_ljvm_wrap(lua_State *L, lua_CFunction f)
 /* Walks L's Lua frames from the top (L->base) down, as lj_debug_frame does.
 ** Returns 1 if one of them is the continuation frame of an FFI callback, 0
 ** if none is, -1 if the frames do not look sane. With levels, counts the
-** levels lua_getstack would see (for the start-up probe). Read-only; about
-** 12 instructions a frame. Sound whenever L is not running a trace (on a
+** levels lua_getstack would see (for the start-up probe). Read-only; a
+** few loads a frame (docs/benchmarks.md). Sound whenever L is not running a trace (on a
 ** trace L->base is stale). */
 static inline __attribute__((always_inline)) int walk(lua_State *L, int *levels)
 {

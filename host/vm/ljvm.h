@@ -86,8 +86,8 @@ static inline const uint64_t *ch_ljvm_slot_at(lua_State *L, int idx)
 /* The payload of the full userdata at stack index idx (>= 1) of L, as
 ** lua_touserdata gives it, or NULL when that value is anything else or
 ** absent: lua_type and lua_touserdata in a few loads (each costs an
-** index2adr call, about 15 instructions; a cosocket method checks its
-** self on every call). */
+** index2adr call, docs/benchmarks.md; a cosocket method checks its self
+** on every call). */
 static inline void *ch_ljvm_udata_at(lua_State *L, int idx)
 {
   const uint64_t *tv = ch_ljvm_slot_at(L, idx);
@@ -120,8 +120,8 @@ static inline const char *ch_ljvm_string_at(lua_State *L, int idx, size_t *len)
 /* The metatable of the full userdata whose payload is p, as lua_topointer
 ** gives it (NULL: none). p must come from lua_touserdata on a value of
 ** type LUA_TUSERDATA. A type check at a fraction of lua_getmetatable's
-** cost: luaL_checkudata's name lookup costs about 150 instructions, a
-** pointer comparison after this load a few. */
+** cost, and far below luaL_checkudata's name lookup: a pointer comparison
+** after this load (docs/benchmarks.md). */
 static inline const void *ch_ljvm_udata_mt(const void *p)
 {
   return *(const void *const *)((const char *)p - CH_LJVM_UD_MT_BEFORE);
@@ -137,8 +137,9 @@ void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
 ** overflow" (LuaJIT 2.1 has no C-call depth limit of its own, and Lua
 ** recursion through C would hit the stack guard, which ends the process).
 ** While that error is raised, its handlers may go on down to half the
-** margin. About 50 instructions per call. Public only
-** so that ch_ljvm_init and tests can name it. */
+** margin. It runs for every classic C call (its cost:
+** docs/benchmarks.md). Public only so that ch_ljvm_init and tests can
+** name it. */
 int ch_ljvm_wrap(lua_State *L, lua_CFunction f);
 
 /* The same check for Lua code (host/vm/cstack.c calls it through the FFI,
@@ -156,9 +157,9 @@ size_t ch_ljvm_stack_left(void);
 /* The yield check (ch_set_yield_check): non-zero when c may park here,
 ** i.e. c runs no Lua at all, or its innermost marked classic C function
 ** is the top frame, the VM is in C and not on a trace, in no finalizer or
-** hook, and no FFI callback is below. Costs a walk of the Lua frames:
-** about 85 + 12 per Lua frame instructions when it says yes, 40 when a
-** finalizer or hook makes it say no at once. */
+** hook, and no FFI callback is below. Costs a walk of the Lua frames
+** when it says yes, less when a finalizer or hook makes it say no at once
+** (docs/benchmarks.md). */
 int ch_ljvm_may_park(struct ch_coro *c);
 
 /* After ch_ljvm_may_park(c) said no: a one-line reason naming the Lua call
@@ -170,7 +171,8 @@ const char *ch_ljvm_refusal(struct ch_coro *c);
 
 /* The resume hook (ch_set_resume_hook): makes LuaJIT's current-thread
 ** pointer name the Lua thread c was running when it parked. One store,
-** about 20 instructions (a lua_call of a no-op measured 500). */
+** where re-entering the VM with a lua_call would cost many times more
+** (docs/benchmarks.md). */
 void ch_ljvm_resumed(struct ch_coro *c);
 
 #endif

@@ -41,7 +41,8 @@ static void unlink_task(struct ch_worker *w, struct ch_task *t)
 /* -- Creation ------------------------------------------------------------- */
 
 /* Freed task structs kept for reuse, per worker thread: a calloc and free
-** per HTTP request cost ~500 instructions. Not under ASan, which then
+** per HTTP request cost more than keeping them (docs/benchmarks.md). Not
+** under ASan, which then
 ** keeps catching a use of a freed task (and would report the structs a
 ** finished thread leaves here as leaks). */
 #ifdef CH_ASAN

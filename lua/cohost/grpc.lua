@@ -4,11 +4,14 @@
 -- then grpc-status/grpc-message trailers (cohost.grpc.status). Messages
 -- are byte strings: any protobuf library encodes and decodes them.
 --
--- A call runs its handler on the request's own task; with a deadline
--- (grpc-timeout) the handler runs on a task of its own, which the
--- request's task kills when the deadline passes, so a handler parked in
--- any call (a sleep, a database, a read) is stopped there.
+-- A unary call runs its handler on the request's own task; with a
+-- deadline (grpc-timeout), and for a streaming call, the handler runs on a
+-- task of its own, which the request's task kills when the deadline
+-- passes, so a handler parked in any call (a sleep, a database, a read)
+-- is stopped there. The drain kills a streaming call's the same way
+-- (below, "The drain").
 local cohost = require "cohost"
+local drain = require "cohost.drain"
 local http = require "cohost.http"
 local semaphore = require "cohost.semaphore"
 local frame = require "cohost.grpc.frame"
@@ -92,6 +95,9 @@ end
 
 -- -- Streams -------------------------------------------------------------------
 
+-- The status message of a streaming call the drain ends.
+local DRAINING = "the server is shutting down"
+
 local Stream = {}
 Stream.__index = Stream
 
@@ -132,6 +138,7 @@ function Stream:send(msg)
     M.error(status.RESOURCE_EXHAUSTED,
       format("response message of %d bytes is over max_send_message_size (%d)", #msg, call.srv.max_send))
   end
+  if call.drained then M.error(status.UNAVAILABLE, DRAINING) end
   local res = call.res
   call.writing = true   -- a kill in here leaves half a message queued
   if #msg < 16384 then
@@ -190,7 +197,7 @@ end
 -- it.
 local function traced(call)
   return function(e)
-    if getmetatable(e) == Error or call.expired or task.cancelled() then return e end
+    if getmetatable(e) == Error or call.expired or call.drained or task.cancelled() then return e end
     local quiet = debug.getregistry()["cohost.quiet_error"]
     if quiet and getmetatable(e) == quiet then return e end
     cohost.log(cohost.ERR, "grpc ", call.ctx.method, " handler error: ", debug.traceback(tostring(e), 2))
@@ -221,14 +228,17 @@ end
 -- Turns the xpcall's result into the call's end.
 local function conclude(call, ok, code, message)
   local e = code
-  if call.expired then   -- whatever the killed handler did after the deadline
+  -- Whatever a handler killed at its deadline or by the drain did after.
+  if call.expired or call.drained then
     -- Half a message queued cannot be followed by trailers: the stream
     -- is reset instead (RST_STREAM INTERNAL_ERROR, an info line).
     if call.writing then
       call.res:reset()
       return
     end
-    return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded")
+    if call.expired then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
+    cohost.log(cohost.INFO, "grpc ", call.ctx.method, ": the worker drains: ended with UNAVAILABLE")
+    return finish(call, status.UNAVAILABLE, DRAINING)
   end
   if ok then return finish(call, code, message) end
   if getmetatable(e) == Error then return finish(call, e.code, e.message) end
@@ -238,16 +248,54 @@ local function conclude(call, ok, code, message)
   error(e, 0)   -- the client went away: the HTTP layer's quiet error
 end
 
--- Yields. Runs the call under its deadline on a task of its own: the
--- request's task waits for it and kills it when the deadline passes.
-local function run_with_deadline(call, run)
+-- -- The drain ---------------------------------------------------------------------
+--
+-- A streaming call may never end on its own (a watch), and a worker that
+-- goes must not keep its clients until --shutdown-timeout cancels them
+-- (RST_STREAM, which a client may not retry). When the drain's closers
+-- run (cohost.drain: after the on_shutdown functions, which may end their
+-- calls themselves), each streaming call's connection gets its GOAWAY
+-- (no new calls there), then its handler is killed and the call ends with
+-- UNAVAILABLE, which a client retries, on another connection. Unary calls
+-- finish as any request does. This worker's calls, call -> true:
+local streams = {}
+
+drain.closer(function()
+  for call in pairs(streams) do call.res:goaway() end
+  for call in pairs(streams) do
+    if not call.drained then
+      -- Set first: from here on the handler's sends raise. kill fails
+      -- only if the task ended meanwhile: its result stands.
+      call.drained = true
+      if not cohost.kill(call.task) then call.drained = false end
+    end
+  end
+end)
+
+-- Yields. done:wait() until the call's deadline, or for as long as it
+-- takes without one (sema:wait() without a timeout would not wait at
+-- all: ngx.semaphore's default is 0).
+local function wait_done(call, done)
+  if call.ctx.deadline then return done:wait(call.ctx:remaining()) end
+  while not done:wait(3600) do end
+  return true
+end
+
+-- Yields. Runs the call on a task of its own: the request's task waits
+-- for it and kills it when the deadline passes; the drain kills a
+-- streaming one.
+local function run_apart(call, run)
   local done = semaphore.new(0)
   local ok, code, message
   local t = cohost.spawn(function()
     ok, code, message = xpcall(run, traced(call), call)
     done:post()
   end)
-  local waited, got = pcall(done.wait, done, call.ctx:remaining())
+  call.task = t
+  local streaming = call.method.kind ~= "unary"
+  if streaming then streams[call] = true end
+  local waited, got = pcall(wait_done, call, done)
+  streams[call] = nil
   if not waited then
     -- This task was killed itself: the handler's must not outlive it
     -- (req and res end with this task); its errors are nobody's now.
@@ -321,9 +369,13 @@ local function serve(srv, fallback, req, res)
   -- any, bounds the call; a client gone ends it through the connection).
   local kind = call.method.kind
   if kind == "client_stream" or kind == "bidi" then req:settimeout(0) end
-  if not ctx.deadline then return conclude(call, xpcall(body, traced(call), call)) end
-  if ctx:remaining() <= 0 then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
-  return conclude(call, run_with_deadline(call, body))
+  if kind == "unary" and not ctx.deadline then return conclude(call, xpcall(body, traced(call), call)) end
+  if ctx.deadline and ctx:remaining() <= 0 then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
+  if kind ~= "unary" and drain.closing then   -- it came after the closers ran
+    res:goaway()
+    return finish(call, status.UNAVAILABLE, DRAINING)
+  end
+  return conclude(call, run_apart(call, body))
 end
 
 -- -- Servers ---------------------------------------------------------------------

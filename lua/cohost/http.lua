@@ -3,7 +3,8 @@
 -- docs/http.md.
 require "cohost"   -- outside the program: its one-line hint (init.lua)
 local core = require "cohost.core.http"
-local cjson = require "cjson.safe"
+local json = require "cohost.cjson"
+local cjson = json.safe
 
 local M = {}
 
@@ -91,51 +92,15 @@ end
 -- -- JSON arrays -------------------------------------------------------------
 
 -- Debian's lua-cjson (2.1.0) has no cjson.empty_array: an empty table is
--- written {}. http.array(t) marks t as an array, which res:json writes as
--- [] when it is empty. Marked empty arrays are swapped for a placeholder
--- string before encoding (in copies of the tables on their path: the
--- caller's value is not changed) and the placeholder for [] after; its
--- random part makes it one no data can spell.
-local array_mt = {}
-M.array_mt = array_mt
-local marked = false   -- no walk at all until a worker marks an array
-
-function M.array(t)
-  marked = true
-  return setmetatable(t or {}, array_mt)
-end
-
-local PLACEHOLDER = "\0cohost-empty-array-"
-  .. require("cohost.core.crypto").random_bytes(12):gsub(".", function(c) return ("%02x"):format(c:byte()) end)
-  .. "\0"
-local ENCODED = cjson.encode(PLACEHOLDER):gsub("%p", "%%%0")
-
--- v with marked empty arrays replaced; true if there were any. Depth is
--- bounded as cjson's own (1000): deeper values are left as they are.
-local function swap_arrays(v, depth)
-  if type(v) ~= "table" or depth > 1000 then return v, false end
-  if getmetatable(v) == array_mt and next(v) == nil then return PLACEHOLDER, true end
-  local copy
-  for k, x in pairs(v) do
-    local nx, changed = swap_arrays(x, depth + 1)
-    if changed then
-      if not copy then
-        copy = {}
-        for k2, x2 in pairs(v) do copy[k2] = x2 end
-      end
-      copy[k] = nx
-    end
-  end
-  return copy or v, copy ~= nil
-end
+-- written {}. http.array(t) marks t as an array, which res:json (and
+-- cjson.encode under cohost: cohost.cjson) writes as [] when it is empty.
+M.array = json.array
+M.array_mt = json.array_mt
 
 -- res:json(value [, status])
 function Response:json(value, status)
-  local swapped = false
-  if marked then value, swapped = swap_arrays(value, 1) end
   local body, err = cjson.encode(value)
   if not body then error("res:json: " .. err, 2) end
-  if swapped then body = body:gsub(ENCODED, "[]") end
   if status then self.status = status end
   self:header("Content-Type", "application/json")
   return self:send(body)

@@ -60,6 +60,12 @@ M.stats = sys.stats
 M.exit = sys.exit
 M.shutdown = sys.shutdown
 
+-- on_shutdown(fn): fn runs on a task of its own when this worker's drain
+-- begins (SIGTERM, a reload, shutdown()). exiting() -> true once its
+-- listeners have closed (ngx.worker.exiting).
+M.on_shutdown = require("cohost.drain").on_shutdown
+M.exiting = sys.exiting
+
 M.timer = require "cohost.timer"
 M.metrics = require "cohost.metrics"
 M.semaphore = require "cohost.semaphore"

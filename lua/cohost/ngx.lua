@@ -159,7 +159,7 @@ local function timer(start)
   return function(delay, fn, ...)
     if type(fn) ~= "function" then error("bad argument #2 (function expected)", 2) end
     if type(delay) ~= "number" then error("bad argument #1 (number expected)", 2) end
-    if core.exiting() then return nil, "process exiting" end
+    if sys.exiting() then return nil, "process exiting" end
     local ok, err = pcall(start, delay, fn, ...)
     if not ok then return nil, tostring(err) end
     return true
@@ -184,7 +184,7 @@ ngx.worker = guard({
   id = cohost.worker_id,
   count = cohost.worker_count,
   pid = core.pid,
-  exiting = core.exiting,
+  exiting = sys.exiting,
 }, "ngx.worker.")
 
 -- ngx.config: an ngx_lua 0.10.26 in the http subsystem, for code that

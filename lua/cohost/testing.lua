@@ -34,7 +34,9 @@ function M.run(args)
   -- busted reads the global arg; arg[0] names the program in its usage.
   -- --ignore-lua: we are the interpreter already, whatever a .busted
   -- file's lua setting says (it would re-execute "busted" as a script).
-  local a = { [0] = "busted", "--ignore-lua" }
+  -- arg[-1] is the running cohost's full path (main.c), for specs that
+  -- start the app as a process of the same cohost.
+  local a = { [-1] = args[-1], [0] = "busted", "--ignore-lua" }
   for i = 1, #args do
     if args[i] ~= "--ignore-lua" then a[#a + 1] = args[i] end
   end

@@ -11,6 +11,7 @@ local bit = require "bit"
 local ffi = require "ffi"
 local cohost = require "cohost"
 local crypto = require "cohost.core.crypto"
+local drainer = require "cohost.drain"   -- not drain(): a local below
 
 local band, bxor, rshift = bit.band, bit.bxor, bit.rshift
 local byte, char, sub, concat = string.byte, string.char, string.sub, table.concat
@@ -526,6 +527,26 @@ end
 
 -- -- Server ----------------------------------------------------------------
 
+-- This worker's server-side connections, for the drain (weak: one its
+-- handler let go of goes with it).
+local open = setmetatable({}, { __mode = "k" })
+
+-- Yields. The drain's end of a connection its handler left open: close
+-- code 1001, "going away" (RFC 6455 7.4.1), unless a close was sent.
+-- A handler parked in ws:recv() gets the client's answer as its close.
+local function going_away(ws)
+  if ws.close_sent or ws.sock_closed then return end
+  ws:close(1001, "going away")
+end
+
+-- The drain's closer (cohost.drain: after the on_shutdown functions, which
+-- may close their connections themselves with a code of their own).
+drainer.closer(function()
+  local list = {}
+  for ws in pairs(open) do list[#list + 1] = ws end
+  for _, ws in ipairs(list) do cohost.spawn(going_away, ws) end
+end)
+
 local function refuse(res, status, why)
   res.status = status
   if status == 426 then res:header("Sec-WebSocket-Version", "13") end
@@ -592,7 +613,10 @@ function M.upgrade(req, res, opts)
     sock:close()
     return nil, err
   end
-  return new_ws(sock, false, opts, protocol)
+  local ws = new_ws(sock, false, opts, protocol)
+  open[ws] = true
+  if drainer.closing then cohost.spawn(going_away, ws) end   -- upgraded in a drain
+  return ws
 end
 
 -- -- Client ----------------------------------------------------------------

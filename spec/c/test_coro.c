@@ -395,6 +395,81 @@ static void test_stop_returns_from_run_and_the_next_run_resumes(void **state) {
   assert_int_equal(stop_done, 1);
 }
 
+/* -- Weak coroutines ------------------------------------------------------- */
+
+static struct ch_coro *weak_parked[2];
+static int weak_results[2];
+
+static void yielder_ten(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 10; i++) ch_yield();
+}
+
+/* Parks weak, forever (arg 0) or with a 60 s timeout (arg 1). */
+static void weak_parker(void *arg) {
+  int i = (int)(intptr_t)arg;
+  ch_coro_set_weak(ch_current(), 1);
+  weak_parked[i] = ch_current();
+  weak_results[i] = ch_park(i == 0 ? -1 : 60000);
+  weak_parked[i] = NULL;
+}
+
+static void test_run_returns_when_only_weak_coroutines_are_left(void **state) {
+  (void)state;
+  weak_results[0] = weak_results[1] = 1;
+  assert_true(ch_spawn(weak_parker, (void *)0) > 0);
+  assert_true(ch_spawn(weak_parker, (void *)1) > 0);
+  assert_true(ch_spawn(yielder_ten, NULL) > 0);   /* a strong one */
+  double t0 = th_now_ms();
+  th_run();
+  /* Neither the parked pair nor the 60 s timeout held the loop. */
+  assert_true(th_now_ms() - t0 < th_slow_ms(1000));
+  struct ch_stats st;
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(st.coros, 2);
+  assert_non_null(weak_parked[0]);
+  assert_non_null(weak_parked[1]);
+  /* Abandoned, not lost: a later run resumes them. */
+  assert_int_equal(ch_unpark(weak_parked[0], 7), 0);
+  assert_int_equal(ch_unpark(weak_parked[1], 8), 0);
+  th_run();
+  assert_int_equal(weak_results[0], 7);
+  assert_int_equal(weak_results[1], 8);
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(st.coros, 0);
+}
+
+static int strong_again_done;
+
+static void weak_then_timeout(void *arg) {
+  (void)arg;
+  ch_coro_set_weak(ch_current(), 1);
+  weak_parked[0] = ch_current();
+  CHECK_EQ(ch_park(50), -ETIMEDOUT);
+  strong_again_done = 1;
+}
+
+static void make_strong(void *arg) {
+  (void)arg;
+  CHECK(weak_parked[0] != NULL);
+  if (weak_parked[0]) ch_coro_set_weak(weak_parked[0], 0);
+}
+
+static void test_a_weak_coroutine_made_strong_again_keeps_run_running(void **state) {
+  (void)state;
+  strong_again_done = 0;
+  weak_parked[0] = NULL;
+  assert_true(ch_spawn(weak_then_timeout, NULL) > 0);
+  assert_true(ch_spawn(make_strong, NULL) > 0);
+  th_run();
+  th_assert_coros_ok();
+  /* Its armed timeout became strong with it: run waited for it. */
+  assert_int_equal(strong_again_done, 1);
+  struct ch_stats st;
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(st.coros, 0);
+}
+
 /* -- Resume hook ------------------------------------------------------------- */
 
 static int resumes;
@@ -492,6 +567,8 @@ int main(void) {
     TH_TEST(test_cancel_before_a_wait_makes_the_next_wait_fail_at_once),
     TH_TEST(test_run_inside_a_coroutine_gives_edeadlk),
     TH_TEST(test_stop_returns_from_run_and_the_next_run_resumes),
+    TH_TEST(test_run_returns_when_only_weak_coroutines_are_left),
+    TH_TEST(test_a_weak_coroutine_made_strong_again_keeps_run_running),
     TH_TEST(test_resume_hook_runs_on_every_switch_back),
     TH_TEST(test_default_stack_lets_a_coroutine_use_200_kib),
     TH_TEST(test_set_stack_size_lets_a_coroutine_use_900_kib_of_1_mib),

@@ -1,5 +1,5 @@
 /*
-** libFuzzer harness for host/http_parse.c: ch_http_head_parse and
+** libFuzzer harness for host/http/parse.c: ch_http_head_parse and
 ** ch_http_body_parse, with no I/O and no Lua. Built and run by
 ** scripts/fuzz.sh (clang, -fsanitize=fuzzer,address,undefined).
 **

@@ -9,7 +9,7 @@
 -- and message, and the headers and trailers the server sent. Misuse (a
 -- bad path, a message that is not a string) raises.
 local cohost = require "cohost"
-local http = require "cohost.http"
+local client = require "cohost.http.client"
 local chan = require "cohost.channel"
 local frame = require "cohost.grpc.frame"
 local status = require "cohost.grpc.status"
@@ -48,8 +48,9 @@ end
 -- -- Calls -----------------------------------------------------------------------
 
 -- A call: ch, path, o (http.request's options), deadline (monotonic s or
--- nil), res (the streamed response), reader (frame.reader on it), done,
--- err (its status error, nil once it ended OK), headers, trailers.
+-- nil), pending (the request sent, its answer not read yet), res (the
+-- streamed response), reader (frame.reader on it), done, err (its status
+-- error, nil once it ended OK), headers, trailers.
 local Call = {}
 Call.__index = Call
 
@@ -57,10 +58,13 @@ Call.__index = Call
 local function fail(call, code, message, http_status)
   if not call.done then
     call.done = true
+    call.ch.calls[call] = nil
     call.err = status.new_error(code, message, {
       headers = call.headers or {}, trailers = call.trailers or {}, http_status = http_status,
     })
-    if call.res then call.res:close() end   -- resets a stream still open
+    -- Resets a stream still open (and wakes a task waiting on it).
+    if call.pending then call.pending:close() end
+    if call.res then call.res:close() end
   end
   return false
 end
@@ -91,6 +95,7 @@ local function ended(call, fields)
   if not code then return fail(call, status.INTERNAL, "the response ended without grpc-status") end
   if code == status.OK then
     call.done = true
+    call.ch.calls[call] = nil
     return true
   end
   local msg = first(fields["grpc-message"])
@@ -108,27 +113,65 @@ local function read_body(call, n)
   return call.res:read(n)
 end
 
--- Yields. Sends the request and reads the response's head: true, or
--- false with call.err set.
+-- What is left of call's deadline in ms (nil: no deadline), or nil,
+-- true once it has passed.
+local function left_ms(call)
+  local d = call.deadline
+  if not d then return nil end
+  local ms = ceil((d - monotonic()) * 1000)
+  if ms <= 0 then return nil, true end
+  return ms
+end
+
+-- Yields. Sends the request: true once it is on its way (call.pending),
+-- or false with call.err set. The answer is read_head's.
 local function open(call)
-  local o, d = call.o, call.deadline
-  if d then
-    local ms = ceil((d - monotonic()) * 1000)
-    if ms <= 0 then return fail(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
+  if call.ch.closed then return fail(call, status.CANCELLED, "the channel is closed") end
+  local o = call.o
+  local ms, passed = left_ms(call)
+  if passed then return fail(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
+  if ms then
     o.timeout, o.connect_timeout = ms, min(ms, call.ch.connect_timeout)
   else
     o.timeout, o.connect_timeout = 0, call.ch.connect_timeout   -- 0: no read or send timeout
   end
-  local res, err = http.request(call.ch.base .. call.path, o)
+  local pending, err = client.start(call.ch.base .. call.path, o, call.ch.pools)
+  if call.body_err ~= nil then   -- the caller's message function raised
+    if pending then pending:close() end
+    error(call.body_err, 0)
+  end
+  if not pending then return io_failed(call, err) end
+  if call.done then   -- cancelled meanwhile
+    pending:close()
+    return false
+  end
+  call.pending = pending
+  return true
+end
+
+-- Yields (what is left of the deadline at most). Reads the response's
+-- head: true, or false with call.err set.
+local function read_head(call)
+  local pending = call.pending
+  if not pending then return not call.done end
+  local ms, passed = left_ms(call)
+  local res, err
+  if passed then
+    pending:close()
+    err = "timeout"
+  else
+    res, err = pending:finish(ms)
+  end
+  call.pending = nil
   if call.body_err ~= nil then   -- the caller's message function raised
     if res then res:close() end
     error(call.body_err, 0)
   end
-  if not res then return io_failed(call, err) end
   if call.done then   -- cancelled meanwhile
-    res:close()
+    if res then res:close() end
     return false
   end
+  if not res then return io_failed(call, err) end
   call.res = res
   if res.version ~= 2 then
     return fail(call, status.UNAVAILABLE, "the server does not speak HTTP/2 (ALPN chose HTTP/1.1)")
@@ -155,6 +198,7 @@ end
 -- Yields. The next response message from the stream, or nil at its end
 -- (call.err then says how it ended).
 local function next_message(call)
+  if call.pending then read_head(call) end
   if call.done then return nil end
   local msg, code, message = call.reader:next()
   if msg then return msg end
@@ -239,7 +283,7 @@ end
 -- the caller's pace), and ends both queues with the call.
 local function pump(call)
   local ok, e = pcall(function()
-    if not open(call) then return end
+    if not (open(call) and read_head(call)) then return end
     while true do
       local msg = next_message(call)
       if msg == nil then return end
@@ -252,6 +296,7 @@ local function pump(call)
     end
   end)
   if not ok then fail(call, status.CANCELLED, tostring(e)) end   -- killed by cancel
+  if call.pending then call.pending:close() end
   if call.res then call.res:close() end
   call.q:close()
   call.inbox:close()
@@ -288,7 +333,9 @@ local function new_call(ch, path, copts, level)
   end
   local o = { method = "POST", headers = headers, stream = true }
   for k, v in pairs(ch.http) do o[k] = v end
-  return setmetatable({ ch = ch, path = path, o = o, deadline = deadline }, Call)
+  local call = setmetatable({ ch = ch, path = path, o = o, deadline = deadline }, Call)
+  ch.calls[call] = true
+  return call
 end
 
 local function check_msg(msg, level)
@@ -300,7 +347,7 @@ end
 -- Yields. The one reply of a call whose request is under way: reply, nil,
 -- call, or nil, err.
 local function single_reply(call)
-  if not open(call) then return nil, call.err end
+  if not (open(call) and read_head(call)) then return nil, call.err end
   local reply = next_message(call)
   if reply == nil then
     if not call.err then fail(call, status.INTERNAL, "the call ended OK without a response message") end
@@ -322,9 +369,10 @@ function Channel:unary(path, msg, opts)
   return single_reply(call)
 end
 
--- Yields (until the response's head). ch:server_stream(path, msg [, opts])
+-- Yields (until the request is sent). ch:server_stream(path, msg [, opts])
 -- -> call: its messages by call:recv() or `for msg in call do` (which
--- raises the status error). A failure to start shows there too.
+-- raises the status error), the first of which waits for the response's
+-- head. A failure to start shows there too.
 function Channel:server_stream(path, msg, opts)
   check_msg(msg, 2)
   local call = new_call(self, path, opts, 2)
@@ -378,6 +426,16 @@ function Channel:bidi(path, opts)
   return call
 end
 
+-- ch:close(): ends the channel's calls in flight with CANCELLED (as
+-- call:cancel()), fails its later calls so, and closes the connections
+-- its calls went on (the worker's connection to its origin: GOAWAY once
+-- the streams of other users in flight have ended).
+function Channel:close()
+  self.closed = true
+  for call in pairs(self.calls) do call:cancel() end
+  client.close_pools(self.pools)
+end
+
 -- channel(target [, opts]) -> a channel: "http://host:port" (h2c, prior
 -- knowledge), "https://host:port" (TLS, h2 by ALPN), or "host:port"
 -- (http). opts: timeout (ms, each call's deadline unless the call sets
@@ -405,6 +463,8 @@ function M.channel(target, opts)
   return setmetatable({
     base = base, timeout = opts.timeout, connect_timeout = opts.connect_timeout or CONNECT_MS,
     metadata = md, max_recv = max or frame.MAX_MESSAGE,
+    pools = {},   -- the pool names its calls used, for close
+    calls = setmetatable({}, { __mode = "k" }),   -- those not ended, for close
     http = {
       http2 = scheme == "http" and "prior-knowledge" or true,
       verify = opts.verify, ca_file = opts.ca_file, server_name = opts.server_name,

@@ -11,6 +11,7 @@
 -- ("bad chunked body", "bad status line", ...).
 local cohost = require "cohost"
 local crypto = require "cohost.core.crypto"
+local socket = require "cohost.core.socket"
 local h2 = require "cohost.http.client_h2"
 
 local M = {}
@@ -757,14 +758,20 @@ local function prepare(u, method, headers, body, opts)
   }
 end
 
--- What the HTTP/2 half fills in: the same res as HTTP/1.1's.
+-- What the HTTP/2 half fills in: the same res as HTTP/1.1's; and where
+-- it goes on when a retry's new connection chose HTTP/1.1 by ALPN.
 local H2_UI = { Response = Response, new_headers = new_headers }
+function H2_UI.h1(p, sock)
+  p.sock = sock
+  return exchange(p, false)
+end
 
 -- Yields. One request to URL u (no redirects), retried once on a fresh
 -- connection when a pooled one turns out dead and the request is safe to
--- send again.
-local function request_once(u, method, headers, body, opts)
+-- send again. pools (a client's, or nil) gets the request's pool name.
+local function request_once(u, method, headers, body, opts, pools)
   local p = prepare(u, method, headers, body, opts)
+  if pools then pools[p.pool.pool] = true end
   if p.h2 then
     local res, err, sock = h2.request(p, dial, H2_UI)
     if not sock then return res, err end
@@ -791,7 +798,8 @@ local BODY_HEADERS = { ["content-length"] = true, ["transfer-encoding"] = true, 
 local CREDENTIALS = { authorization = true, cookie = true, ["proxy-authorization"] = true }
 
 -- Yields. request(url [, opts]) -> res or nil, err. See docs/http-client.md.
-function M.request(url, opts)
+-- pools as request_once's.
+local function request(url, opts, pools)
   opts = opts or {}
   local method = upper(opts.method or "GET")
   if not match(method, TOKEN) then error("cohost.http: bad method: " .. method, 2) end
@@ -806,7 +814,7 @@ function M.request(url, opts)
   local hops = 0
   while true do
     local res
-    res, err = request_once(u, method, headers, body, opts)
+    res, err = request_once(u, method, headers, body, opts, pools)
     if not res then return nil, err end
     res.url = url
     local loc = first(res.headers["location"])
@@ -837,6 +845,54 @@ function M.request(url, opts)
       headers = without(headers, CREDENTIALS)
     end
     u = nu
+  end
+end
+
+function M.request(url, opts)
+  return request(url, opts)
+end
+
+-- An answer that was there at once (HTTP/1.1), in start's shape.
+local Ready = {}
+Ready.__index = Ready
+function Ready:finish() return self.res, self.err end
+function Ready:close()
+  if self.res then self.res:close() end
+end
+
+-- Yields. start(url, opts [, pools]) -> pending, or nil, err: a request
+-- in two halves, for cohost.grpc.client (not documented for users):
+-- returns once the request is sent, and pending:finish([ms]) -> res, or
+-- nil, err, waits for the answer; pending:close() drops it. HTTP/2
+-- only in effect: over HTTP/1.1 (ALPN's choice) the whole exchange
+-- happens here. No redirects, no opts.query. pools as request_once's.
+function M.start(url, opts, pools)
+  local method = upper(opts.method or "GET")
+  if not match(method, TOKEN) then error("cohost.http: bad method: " .. method, 2) end
+  local u, err = parse_url(url)
+  if not u then return nil, err end
+  local p = prepare(u, method, opts.headers, opts.body, opts)
+  if pools then pools[p.pool.pool] = true end
+  if p.h2 then
+    local pending, sock
+    pending, err, sock = h2.start(p, dial, H2_UI)
+    if pending then return pending end
+    if not sock then return nil, err end
+    p.sock = sock
+  end
+  local res
+  res, err = exchange(p, false)
+  return setmetatable({ res = res, err = err }, Ready)
+end
+
+-- Closes the connections of the pools named in pools (a set): their idle
+-- HTTP/1.1 connections at once, their HTTP/2 connection once its
+-- streams have ended.
+function M.close_pools(pools)
+  for key in pairs(pools) do
+    h2.close(key)
+    socket.close_pool(key)
+    pools[key] = nil
   end
 end
 
@@ -879,12 +935,18 @@ function M.new(opts)
   if opts ~= nil and type(opts) ~= "table" then error("cohost.http: options must be a table", 2) end
   local defaults = {}
   for k, v in pairs(opts or {}) do defaults[k] = v end
-  return setmetatable({ opts = defaults }, Client)
+  return setmetatable({ opts = defaults, pools = {} }, Client)
 end
 
 -- Yields. client:request(url [, opts]).
 function Client:request(url, opts)
-  return M.request(url, merge(self.opts, opts))
+  return request(url, merge(self.opts, opts), self.pools)
+end
+
+-- client:close(): closes the connections this client's requests went on
+-- (docs/http-client.md). The client stays usable.
+function Client:close()
+  M.close_pools(self.pools)
 end
 
 -- Yields. client:get(url [, opts]), and head, delete, options.
@@ -892,7 +954,7 @@ for _, m in ipairs { "get", "head", "delete", "options" } do
   Client[m] = function(self, url, opts)
     local o = merge(self.opts, opts)
     o.method = upper(m)
-    return M.request(url, o)
+    return request(url, o, self.pools)
   end
 end
 
@@ -901,7 +963,7 @@ for _, m in ipairs { "post", "put", "patch" } do
   Client[m] = function(self, url, body, opts)
     local o = merge(self.opts, opts)
     o.method, o.body = upper(m), body
-    return M.request(url, o)
+    return request(url, o, self.pools)
   end
 end
 

@@ -135,25 +135,25 @@ local function send_body(st, p, ms)
   return st:write("", true, ms)
 end
 
--- Yields. One request on conn. Returns res, or nil, err, retry where
+-- Yields. Opens p's stream on conn and sends its body (a function body
+-- of a streamed request: hands it to a task of its own). Returns the
+-- sent request x (st, sender, send_err, read_ms), or nil, err, retry where
 -- retry says the request may go again on another connection: the server
 -- did not take it (refused, or the connection was gone before the stream
--- opened), or a connection that had served before ended before any
--- answer to an idempotent request (a server closing an idle connection
--- without GOAWAY, as HTTP/1.1's stale pooled connections).
-local function exchange(conn, p, ui)
+-- opened).
+local function send(conn, p)
   local has_body = p.body ~= nil and (type(p.body) == "function" or #p.body > 0)
   local st, err = conn:open(fields(p), has_body)
   if not st then return nil, err, true end
   local send_ms = p.send_timeout or DEFAULT_MS
-  local read_ms = p.read_timeout or DEFAULT_MS
-  local send_err, sender
+  local x = { st = st, read_ms = p.read_timeout or DEFAULT_MS }
   if has_body and p.stream and type(p.body) == "function" then
     -- Both ways at once (gRPC's bidirectional streaming): the body has a
     -- task of its own, and the answer can be read while it is sent. What
     -- stops it (a raise, a timeout) resets the stream; the reader then
     -- reports that error instead of the reset.
-    sender = {}
+    local sender = {}
+    x.sender = sender
     cohost.spawn(function()
       local ok, sent, err = pcall(send_body, st, p, send_ms)
       if ok and sent then return end
@@ -171,15 +171,26 @@ local function exchange(conn, p, ui)
         st:close()
         return nil, err, err == "refused" and type(p.body) ~= "function"
       end
-      send_err = err
+      x.send_err = err
     end
   end
-  local status, list = st:head(read_ms)
+  return x
+end
+
+-- Yields. The answer to x, sent by send: waits up to ms (default
+-- read_timeout) for its head. Returns res, or nil, err, retry where retry
+-- says the request may go again on another connection: the server did
+-- not take it (refused), or a connection that had served before ended
+-- before any answer to an idempotent request (a server closing an idle
+-- connection without GOAWAY, as HTTP/1.1's stale pooled connections).
+local function answer(x, p, ui, ms)
+  local st, sender = x.st, x.sender
+  local status, list = st:head(ms or x.read_ms)
   if not status then
     st:close()
     if sender and sender.err then list = sender.err end
     local replayable = type(p.body) ~= "function"
-    return nil, send_err or list, replayable and (list == "refused" or
+    return nil, x.send_err or list, replayable and (list == "refused" or
       list == "closed" and p.h2_reused == 1 and IDEMPOTENT[p.method])
   end
   local res = setmetatable({
@@ -187,15 +198,14 @@ local function exchange(conn, p, ui)
     reused = p.h2_reused or 0,
   }, ui.Response)
   local r = setmetatable({
-    h2 = true, st = st, res = res, ms = read_ms, total = 0, max = p.max_body_size,
+    h2 = true, st = st, res = res, ms = x.read_ms, total = 0, max = p.max_body_size,
     new_headers = ui.new_headers, sender = sender,
   }, Reader)
   if p.stream then
     res._reader = r
     return res
   end
-  local body
-  body, err = r:all()
+  local body, err = r:all()
   if not body then return nil, err end
   res.body = body
   return res
@@ -263,11 +273,15 @@ local function connect(p, dial)
   return conn
 end
 
--- Yields. request(p, dial, ui): the request p (client.lua's prepare) over
--- HTTP/2. Returns res, or nil, err; or nil, nil, sock when ALPN chose
--- HTTP/1.1 (client.lua goes on with sock). ui: client.lua's Response
--- metatable and new_headers(list).
-function M.request(p, dial, ui)
+-- A request sent whose answer is still to come (M.start).
+local Pending = {}
+Pending.__index = Pending
+
+-- Yields. Sends p on the origin's connection (dialed if need be), from
+-- attempt from of MAX_TRIES on. Returns res, or nil, err; or nil, nil,
+-- sock when ALPN chose HTTP/1.1; with lazy, a Pending once the request is
+-- sent instead of res.
+local function run(p, dial, ui, from, lazy)
   local key = p.pool.pool
   if p.tls and h1_only[key] then
     local sock, err = dial(p, false)
@@ -277,7 +291,7 @@ function M.request(p, dial, ui)
   -- Retries on a fresh connection: a GOAWAY or REFUSED_STREAM says the
   -- server did not process the request, and a connection that died
   -- before the stream opened never had it.
-  for attempt = 1, MAX_TRIES do
+  for attempt = from, MAX_TRIES do
     local conn = usable(key)
     if not conn then
       local free, err = await_dial(key, p)
@@ -295,9 +309,75 @@ function M.request(p, dial, ui)
       conn, err, sock = connect(p, dial)
       if not conn then return nil, err, sock end
     end
-    local res, err, retry = exchange(conn, p, ui)
+    local x, err, retry = send(conn, p)
+    if x and lazy then
+      return setmetatable({ x = x, p = p, dial = dial, ui = ui, attempt = attempt, conn = conn },
+                          Pending)
+    end
+    local res
+    if x then res, err, retry = answer(x, p, ui) end
     if res or not retry or attempt == MAX_TRIES then return res, err end
     if conns[key] == conn and not conn:usable() then conns[key] = nil end
+  end
+end
+
+-- Yields. request(p, dial, ui): the request p (client.lua's prepare) over
+-- HTTP/2. Returns res, or nil, err; or nil, nil, sock when ALPN chose
+-- HTTP/1.1 (client.lua goes on with sock). ui: client.lua's Response
+-- metatable, new_headers(list), and h1(p, sock), its HTTP/1.1 exchange
+-- on sock (for Pending's retries).
+function M.request(p, dial, ui)
+  return run(p, dial, ui, 1, false)
+end
+
+-- Yields. start(p, dial, ui): request in two halves, for a caller that
+-- must not wait for the answer before it goes on (gRPC's server
+-- streaming: the server may answer only after something the caller does
+-- next). Returns a pending request once its stream is open and its body
+-- queued (a function body, once its task is started), or what request
+-- returns when it does not get that far; pending:finish([ms]) waits for
+-- the answer (res, or nil, err), pending:close() drops it.
+function M.start(p, dial, ui)
+  return run(p, dial, ui, 1, true)
+end
+
+-- Yields. The answer: res, or nil, err. A request the server did not
+-- process goes again, as request would send it, with start's attempts
+-- left.
+function Pending:finish(ms)
+  if self.closed then return nil, "closed" end
+  local res, err, retry = answer(self.x, self.p, self.ui, ms)
+  if self.closed then   -- closed meanwhile, by another task
+    if res then res:close() end
+    return nil, "closed"
+  end
+  self.closed = true
+  if res or not retry or self.attempt == MAX_TRIES then return res, err end
+  local key = self.p.pool.pool
+  if conns[key] == self.conn and not self.conn:usable() then conns[key] = nil end
+  if ms then self.p.read_timeout = ms end
+  local sock
+  res, err, sock = run(self.p, self.dial, self.ui, self.attempt + 1, false)
+  if sock then return self.ui.h1(self.p, sock) end
+  return res, err
+end
+
+-- Resets the stream of a request not finished (a task parked in finish
+-- gets "closed").
+function Pending:close()
+  if self.closed then return end
+  self.closed = true
+  self.x.st:close()
+end
+
+-- Closes the worker's HTTP/2 connection to the origin of pool key key,
+-- if any: GOAWAY once its streams have ended (the requests in flight
+-- finish); later requests open a new one.
+function M.close(key)
+  local c = conns[key]
+  if c then
+    c:close()
+    conns[key] = nil
   end
 end
 

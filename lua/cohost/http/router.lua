@@ -240,7 +240,8 @@ end
 M.answer = answer
 
 -- The Allow header for a set of methods: the standard ones in their usual
--- order (HEAD wherever GET is, OPTIONS always), then others by name.
+-- order (HEAD wherever GET is, OPTIONS always), then others by name; and
+-- that list as an array.
 local function allow_header(allow)
   if allow.GET then allow.HEAD = true end
   allow.OPTIONS = true
@@ -251,7 +252,7 @@ local function allow_header(allow)
   for m in pairs(allow) do others[#others + 1] = m end
   table.sort(others)
   for _, m in ipairs(others) do list[#list + 1] = m end
-  return concat(list, ", ")
+  return concat(list, ", "), list
 end
 
 -- The default error handler: 500, and the traceback only in debug.
@@ -320,13 +321,13 @@ local function route(self, req, res, segs, i, n, outer)
     if next(allow) == nil then
       return self.not_found(req, res)
     end
-    local list = allow_header(allow)
-    res:header("Allow", list)
+    local header, list = allow_header(allow)
+    res:header("Allow", header)
     if method == "OPTIONS" then
       res.status = 204
       return res:send()
     end
-    return answer(req, res, 405, "method not allowed")
+    return self.not_allowed(req, res, list)
   end
   local params = {}
   local names = rt.names
@@ -440,6 +441,7 @@ function M.new(opts)
   }, Router)
   self.error_handler = default_on_error
   self.not_found = function(req, res) answer(req, res, 404, "not found") end
+  self.not_allowed = function(req, res) answer(req, res, 405, "method not allowed") end
   return self
 end
 
@@ -487,14 +489,23 @@ local function under(prefix, tail)
 end
 
 -- static(prefix, dir [, opts]): files under dir at prefix (see
--- cohost.http.static). "/prefix" itself redirects to "/prefix/".
+-- cohost.http.static). "/prefix" itself redirects to "/prefix/". A method
+-- files do not take gets the router's 405, as a route's would.
 function Router:static(prefix, dir, opts)
   local serve = static.new(dir, opts)
+  local function files(req, res, rel)
+    local m = req.method
+    if m ~= "GET" and m ~= "HEAD" and m ~= "OPTIONS" then
+      res:header("Allow", "GET, HEAD, OPTIONS")
+      return self.not_allowed(req, res, { "GET", "HEAD", "OPTIONS" })
+    end
+    return serve(req, res, rel)
+  end
   if prefix ~= "/" then
-    self:any(under(prefix, ""), function(req, res) return serve(req, res, "") end)
+    self:any(under(prefix, ""), function(req, res) return files(req, res, "") end)
   end
   self:any(under(prefix, "/*"), function(req, res)
-    return serve(req, res, "/" .. req.params["*"])
+    return files(req, res, "/" .. req.params["*"])
   end)
   return self
 end
@@ -518,6 +529,15 @@ end
 -- on_not_found(fn): fn(req, res) answers when no route matches the path.
 function Router:on_not_found(fn)
   self.not_found = fn
+  return self
+end
+
+-- on_method_not_allowed(fn): fn(req, res, methods) answers when routes
+-- match the path but none takes the method (not OPTIONS, which gets 204);
+-- methods is the Allow header, already set, as an array.
+function Router:on_method_not_allowed(fn)
+  if type(fn) ~= "function" then error("router: on_method_not_allowed takes a function", 2) end
+  self.not_allowed = fn
   return self
 end
 

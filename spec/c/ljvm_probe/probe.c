@@ -1,16 +1,11 @@
 /*
-** Standalone proof for host/ljvm.c: one lua_State, the C call wrapper on,
-** N native coroutines each running a Lua function under lua_pcall with a
-** traceback handler on its own lua_newthread (anchored in the registry).
-** Not built by the Makefile; build by hand from the repository root:
+** Standalone proof for host/vm/ljvm.c: one lua_State, the C call wrapper
+** on, N native coroutines each running a Lua function under lua_pcall with
+** a traceback handler on its own lua_newthread (anchored in the registry).
+** Built with host/vm/ljvm.c alone, no rest of the host:
+** make build/spec/ljvm_probe.
 **
-**   make build/libcohost.a
-**   gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -fexceptions -iquote runtime \
-**     -iquote host spec/c/ljvm_probe/probe.c host/ljvm.c build/libcohost.a \
-**     $(pkg-config --cflags --libs luajit) -ldl -lpthread -rdynamic \
-**     -o build/ljvm_probe
-**
-** Run: build/ljvm_probe [-n N] [--no-resume-hook | --resume-by-call] [scenario ...]
+** Run: build/spec/ljvm_probe [-n N] [--no-resume-hook | --resume-by-call] [scenario ...]
 ** Scenarios (all when none named):
 **   a  a classic C function's read() on a socketpair parks; data in 50 ms
 **   b  ffi.C.read that would block, JIT-hot, never parks (data from a pthread)

@@ -345,6 +345,16 @@ static inline void *ch_coro_udata(const struct ch_coro *c)
 ** like plain libc, blocking the thread. */
 void ch_coro_set_may_yield(struct ch_coro *c, int on);
 
+/* Whether c keeps ch_run running (default: it does). A weak coroutine
+** (on != 0) runs like any other while the loop runs, but the loop returns
+** once only weak coroutines are left, parked ones abandoned as at thread
+** exit (a later ch_run resumes them), and the timeouts of its parks are
+** weak timers: libuv's uv_unref for a coroutine. For helpers that only
+** serve other coroutines, such as the HTTP/2 client's reader and writer
+** of a pooled connection, which would otherwise keep a finished program
+** running until the connection's idle timeout. */
+void ch_coro_set_weak(struct ch_coro *c, int on);
+
 /* A decision hook asked only when a hooked call on a coroutine that may
 ** yield would block: return non-zero to park, 0 to block like libc. Used by
 ** the Lua host to refuse parking inside FFI calls and finalizers. One per
