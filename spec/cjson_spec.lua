@@ -68,6 +68,19 @@ describe("require \"cjson\" under cohost", function()
     assert.equal(http.array_mt, safe.empty_array_mt)
   end)
 
+  it("writes int64 and uint64 cdata as their exact digits, as values and as keys", function()
+    local v = { a = -9223372036854775808LL, b = 18446744073709551615ULL, list = { 9007199254740993LL, 1 } }
+    assert.equal('{"list":[9007199254740993,1]}', cjson.encode({ list = v.list }))
+    local s = cjson.encode(v)
+    assert.truthy(s:find('"a":-9223372036854775808', 1, true), s)
+    assert.truthy(s:find('"b":18446744073709551615', 1, true), s)
+    assert.equal('{"42":"k"}', safe.encode({ [42ULL] = "k" }))
+    assert.equal('{"n":7,"e":[]}', cjson.encode({ n = 7LL, e = http.array() }):gsub('^{"e":%[%],"n":7}$', '{"n":7,"e":[]}'))
+    assert.equal(-9223372036854775808LL, v.a)   -- the caller's values are left alone
+    -- Other cdata are refused as before.
+    assert.is_nil((safe.encode({ p = require("ffi").new("int[1]") })))
+  end)
+
   it("is what require gives whatever package.path and package.cpath say", function()
     package.loaded["cjson"] = nil
     local path, cpath = package.path, package.cpath
