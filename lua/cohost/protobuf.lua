@@ -67,10 +67,10 @@ local function decode_as(T, s)
   if type(s) ~= "string" then
     error(format("bad bytes for %s (string expected, got %s)", T.name, type(s)), 3)
   end
-  local ok, t = pcall(T.dec, cast(cu8p, s), 0, #s, 1)
-  if ok then return t end
-  if getmetatable(t) == wire.Malformed then return nil, format("cannot decode %s: %s", T.name, t.pb) end
-  error(t, 0)
+  -- No pcall: malformed bytes make the decoder return nil (wire.fail).
+  local t = T.dec(cast(cu8p, s), 0, #s, 1)
+  if t == nil then return nil, format("cannot decode %s: %s", T.name, wire.err) end
+  return t
 end
 
 local function message_type(R, name, level)
@@ -203,32 +203,47 @@ local function under(path, dir)
 end
 
 -- descriptor(path [, opts]) -> the bytes of a FileDescriptorSet of path
--- and everything it imports, or nil, err (protoc's own message, with its
--- file:line:column). Runs protoc: the step to run ahead of time when a
--- server is to load its types without protoc (pb.load_descriptor).
+-- (or of an array of paths) and everything it imports, or nil, err
+-- (protoc's own message, with its file:line:column). Runs protoc: the
+-- step to run ahead of time when a server is to load its types without
+-- protoc (pb.load_descriptor).
 function M.descriptor(path, opts)
-  if type(path) ~= "string" then error("bad .proto path (string expected)", 2) end
+  local files = type(path) == "table" and path or { path }
+  for _, f in ipairs(files) do
+    if type(f) ~= "string" then error("bad .proto path (string or array of strings expected)", 2) end
+  end
+  if #files == 0 then error("bad .proto path (no file)", 2) end
   if opts ~= nil and type(opts) ~= "table" then error("bad options (table expected)", 2) end
   opts = opts or {}
   local paths = opts.import_paths
   if paths ~= nil and type(paths) ~= "table" then error("bad option import_paths (array expected)", 2) end
-  local args = { quote(opts.protoc or "protoc") }
-  local file = path
-  if paths then
-    local inside = false
-    for _, p in ipairs(paths) do
-      args[#args + 1] = "-I" .. quote(p)
-      if under(path, p) then inside = true end
+  local args, inc, names = { quote(opts.protoc or "protoc") }, {}, {}
+  local function include(dir)
+    if not inc[dir] then
+      inc[dir] = true
+      args[#args + 1] = "-I" .. quote(dir)
     end
-    if not inside then args[#args + 1] = "-I" .. quote(dirname(path)); file = basename(path) end
-  else
-    args[#args + 1] = "-I" .. quote(dirname(path))
-    file = basename(path)
+  end
+  -- Each file goes to protoc by its name under an import path: the one
+  -- given that holds it, else its own directory (then named by its base
+  -- name, as "notes.proto" in the descriptors and in reflection).
+  for _, p in ipairs(paths or {}) do include(p) end
+  for i, f in ipairs(files) do
+    local inside = false
+    for _, p in ipairs(paths or {}) do
+      if under(f, p) then inside = true end
+    end
+    if inside then
+      names[i] = f
+    else
+      include(dirname(f))
+      names[i] = basename(f)
+    end
   end
   local out = os.tmpname()
   args[#args + 1] = "--include_imports"
   args[#args + 1] = "--descriptor_set_out=" .. quote(out)
-  args[#args + 1] = quote(file)
+  for _, n in ipairs(names) do args[#args + 1] = quote(n) end
   local cmd = concat(args, " ")
   local p = io.popen(cmd .. " 2>&1; echo \"exit:$?\"")
   local text = p:read("*a")
@@ -250,8 +265,8 @@ function M.descriptor(path, opts)
   return bytes
 end
 
--- load(path [, opts]) -> set, or nil, err: the .proto at path and what it
--- imports, through protoc. opts: import_paths (protoc's -I; default the
+-- load(path [, opts]) -> set, or nil, err: the .proto at path (or the
+-- ones of an array of paths) and what they import, through protoc. opts: import_paths (protoc's -I; default the
 -- file's directory), protoc (the program, default "protoc").
 function M.load(path, opts)
   local bytes, err = M.descriptor(path, opts)

@@ -6,11 +6,12 @@
 --
 -- A decoder is fn(P, p, e, d [, t]) -> t: it reads the bytes P[p .. e-1]
 -- (P a const uint8_t * into the input string, which the caller keeps
--- alive), at nesting depth d, into t (a new table when nil: a repeated
--- message field merges into what is there, as protobuf says). Malformed
--- input raises through wire.malformed; unknown fields (and known ones
--- with another wire type, as protobuf treats them) are kept as their raw
--- bytes in UNK[t], written back by the encoder.
+-- alive), at nesting depth d, into t (a new table when nil: a singular
+-- message field seen twice merges into what is there, as protobuf says).
+-- Malformed input makes it return nil, the reason in wire.err (no error
+-- is raised: see wire.fail). Unknown fields (and known ones with another
+-- wire type, as protobuf treats them) are kept as their raw bytes in
+-- UNK[t], written back by the encoder.
 local ffi = require "ffi"
 local bit = require "bit"
 local wire = require "cohost.protobuf.wire"
@@ -70,12 +71,12 @@ local function varint_code(limit, kind)
     else add = "hi = hi + band(b, 1) * 2147483648" end   -- bit 63; the rest of byte 9 is dropped
     steps[k] = format([[
 if b >= 128 then
-if q >= %s then malformed("truncated varint") end
+if q >= %s then return fail("truncated varint") end
 b = P[q]; q = q + 1; %s
 ]], limit, add)
   end
   return format([[
-if p >= %s then malformed("truncated varint") end
+if p >= %s then return fail("truncated varint") end
 local x = P[p]
 if x < 128 then
 p = p + 1
@@ -86,7 +87,7 @@ x = x - 128 + P[p + 1] * 128; p = p + 2
 else
 local lo, hi, b, q = band(x, 127), 0, x, p + 1
 %s
-if b >= 128 then malformed("varint longer than 10 bytes") end
+if b >= 128 then return fail("varint longer than 10 bytes") end
 %s
 p = q
 %s
@@ -96,12 +97,12 @@ end
 -- Code that reads a length into local len, checked against limit.
 local function len_code(limit)
   return format([[
-if p >= %s then malformed("truncated length") end
+if p >= %s then return fail("truncated length") end
 local len = P[p]
 if len < 128 then p = p + 1
 elseif p + 1 < %s and P[p + 1] < 128 then len = len - 128 + P[p + 1] * 128; p = p + 2
-else len, p = get_len(P, p, %s) end
-if len > %s - p then malformed(format("length %%d past the end (%%d bytes left)", len, %s - p)) end]],
+else len, p = get_len(P, p, %s); if len == nil then return nil end end
+if len > %s - p then return fail(format("length %%d past the end (%%d bytes left)", len, %s - p)) end]],
     limit, limit, limit, limit, limit)
 end
 
@@ -126,7 +127,7 @@ local function value_code(F, T, ctx, limit, entry)
   local fx = FIXED[k]
   if fx then
     return format([[
-if %s - p < %d then malformed("truncated fixed%d") end
+if %s - p < %d then return fail("truncated fixed%d") end
 local x
 %s
 p = p + %d]], limit, fx[1], fx[1] * 8, fx[2], fx[1])
@@ -134,7 +135,7 @@ p = p + %d]], limit, fx[1], fx[1] * 8, fx[2], fx[1])
   if k == "string" or k == "bytes" then
     local code = len_code(limit)
     if F.utf8 then
-      code = code .. format("\nif utf8_valid(P + p, len) == 0 then malformed(%q) end",
+      code = code .. format("\nif utf8_valid(P + p, len) == 0 then return fail(%q) end",
         format("invalid UTF-8 in string field %s.%s", T.name, F.name))
     end
     return code .. "\nlocal x = ffi_string(P + p, len); p = p + len"
@@ -142,8 +143,11 @@ p = p + %d]], limit, fx[1], fx[1] * 8, fx[2], fx[1])
   if k == "message" then
     -- A singular message seen twice is merged, as protobuf says.
     local into = (F.repeated or entry) and "nil" or format("rawget(t, %q)", F.name)
-    return len_code(limit) .. format("\nlocal x = C[%d].dec(P, p, p + len, d + 1, %s); p = p + len",
-      ctx.child(F.msg), into)
+    return len_code(limit) .. format([[
+
+local x = C[%d].dec(P, p, p + len, d + 1, %s)
+if x == nil then return nil end
+p = p + len]], ctx.child(F.msg), into)
   end
   error("no decoder for kind " .. k)
 end
@@ -154,6 +158,10 @@ end
 -- either refuses in the trace (splitting it) or unrolls only after its
 -- own trace has been seen to exit early.
 local UNROLL = 4
+
+-- Past this many branches a message's decoder reads through a table of
+-- functions (one per tag), with no straight-line pass.
+local WIDE = 200
 unrolled = function(cond, body)
   local code = format("while %s do\n%s\nend", cond, body)
   for _ = 1, UNROLL do code = format("if %s then\n%s\n%s\nend", cond, body, code) end
@@ -186,7 +194,9 @@ local function branches(F, T, ctx, entry)
   if F.map then
     out[#out + 1] = { tag_of(F, 2), len_code("e") .. format([[
 
-local key, val = C[%d].entry(P, p, p + len, d + 1); p = p + len
+local key, val = C[%d].entry(P, p, p + len, d + 1)
+if key == nil then return nil end
+p = p + len
 local m = rawget(t, %q)
 if m == nil then m = {}; t[%q] = m end
 m[key] = val]], ctx.child(F.msg), F.name, F.name) }
@@ -208,9 +218,9 @@ end
 
 local ENV = {
   "C", "EN", "T", "MT", "UNK", "rawget", "setmetatable", "format", "concat", "new_tab", "ffi_string",
-  "malformed", "too_deep", "get_len", "get_tag", "skip", "utf8_valid", "as_i64", "as_u64", "as_zz64",
+  "fail", "TOO_DEEP", "get_len", "get_tag", "skip", "utf8_valid", "as_i64", "as_u64", "as_zz64",
   "tobit", "band", "bxor", "rshift", "cast", "tonumber", "cu32p", "ci32p", "cfp", "cdp", "cu64p", "ci64p",
-  "required", "default_key", "default_val",
+  "default_key", "default_val",
 }
 
 -- Reads the next tag into tag (its first byte's offset into ts), or -1
@@ -220,7 +230,7 @@ if p < e then
 ts = p; tag = P[p]
 if tag < 128 then p = p + 1
 elseif p + 1 < e and P[p + 1] < 128 then tag = tag - 128 + P[p + 1] * 128; p = p + 2
-else tag, p = get_tag(P, p, e) end
+else tag, p = get_tag(P, p, e); if tag == nil then return nil end end
 else tag = -1 end]]
 
 local function dispatch(list)
@@ -269,12 +279,35 @@ function M.source(T, entry)
       fast[#fast + 1] = in_order(F, bs)
     end
   end
-  local known = #list > 0 and dispatch(list) .. "\nelse" or "do"
   local unknown
   if entry then
-    unknown = "p = skip(P, p, e, tag, d)"   -- unknown fields of a map entry are dropped
+    unknown = "p = skip(P, p, e, tag, d)\nif p == nil then return nil end"   -- a map entry's are dropped
   else
-    unknown = "p = skip(P, p, e, tag, d)\nif unk == nil then unk = {} end\nunk[#unk + 1] = ffi_string(P + ts, p - ts)"
+    unknown = [[
+p = skip(P, p, e, tag, d)
+if p == nil then return nil end
+if unk == nil then unk = {} end
+unk[#unk + 1] = ffi_string(P + ts, p - ts)]]
+  end
+  -- The loop for what does not come in order: one elseif per tag, or for
+  -- a message of many fields (where a chain that long would pass the
+  -- jump limits of a Lua function) a table of one function per tag.
+  local slow, handlers = nil, {}
+  if #list <= WIDE then
+    slow = (#list > 0 and dispatch(list) .. "\nelse" or "do") .. "\n" .. unknown .. "\nend"
+  else
+    for _, b in ipairs(list) do
+      handlers[#handlers + 1] = format("H[%d] = function(t, P, p, e, d)\n%s\nreturn p\nend", b[1], b[2])
+    end
+    slow = format([[
+local h = H[tag]
+if h ~= nil then
+p = h(t, P, p, e, d)
+if p == nil then return nil end
+else
+%s
+end]], unknown)
+    fast = {}   -- no straight-line pass either: the loop reads every field
   end
   local head, tail
   if entry then
@@ -290,23 +323,32 @@ return key, val]], vdefault)
   else
     local req = {}
     for _, F in ipairs(T.fields) do
-      if F.required then req[#req + 1] = format("if rawget(t, %q) == nil then required(%q) end", F.name, F.name) end
+      if F.required then
+        req[#req + 1] = format("if rawget(t, %q) == nil then return fail(%q) end", F.name,
+          format("missing required field %s.%s", T.name, F.name))
+      end
     end
     local nf = #T.fields < 32 and #T.fields or 32
-    head = format("if t == nil then t = new_tab(0, %d) end\nlocal unk", nf)
+    -- The metatable goes on first: setmetatable right before the return
+    -- would be a side effect a trace cannot return to a lower frame after
+    -- ("NYI: return to lower frame"), which made every decoder with a
+    -- loop (a repeated field past the unrolled ones) fall back to the
+    -- interpreter from there on.
+    head = format("if t == nil then t = setmetatable(new_tab(0, %d), MT) end\nlocal unk", nf)
     tail = concat(req, "\n") .. [[
 
 if unk ~= nil then
   local old = UNK[t]
   UNK[t] = old and old .. concat(unk) or concat(unk)
 end
-setmetatable(t, MT)   -- not a tail call: a trace cannot return through one
 return t]]
   end
   local src = format([[
 local %s = ...
+local H = {}
+%s
 return function(P, p, e, d, t)
-if d > %d then too_deep() end
+if d > %d then return fail(TOO_DEEP) end
 %s
 local ts, tag = p, -1
 %s
@@ -317,14 +359,8 @@ while tag ~= -1 do
 end
 %s
 end
-%s
-end
-]], concat(ENV, ", "), wire.MAX_DEPTH, head, NEXT, concat(fast, "\n"), known, unknown, NEXT, tail)
+]], concat(ENV, ", "), concat(handlers, "\n"), wire.MAX_DEPTH, head, NEXT, concat(fast, "\n"), slow, NEXT, tail)
   return src, C, EN
-end
-
-local function too_deep()
-  wire.malformed(format("nesting deeper than %d levels", wire.MAX_DEPTH))
 end
 
 -- compile(T, UNK [, entry]) -> T's decoder (or map entry reader).
@@ -338,14 +374,13 @@ function M.compile(T, UNK, entry)
   local env = {
     C = C, EN = EN, T = T, MT = T.mt, UNK = UNK, rawget = rawget, setmetatable = setmetatable,
     format = format, concat = concat, new_tab = new_tab, ffi_string = ffi.string,
-    malformed = wire.malformed, too_deep = too_deep, get_len = wire.get_len, get_tag = wire.get_tag,
+    fail = wire.fail, TOO_DEEP = format("nesting deeper than %d levels", wire.MAX_DEPTH), get_len = wire.get_len, get_tag = wire.get_tag,
     skip = wire.skip, utf8_valid = wire.utf8_valid, as_i64 = wire.as_i64, as_u64 = wire.as_u64,
     as_zz64 = wire.as_zz64, tobit = bit.tobit, band = bit.band, bxor = bit.bxor, rshift = bit.rshift,
     cast = ffi.cast, tonumber = tonumber, cu32p = ffi.typeof("const uint32_t *"),
     ci32p = ffi.typeof("const int32_t *"), cfp = ffi.typeof("const float *"),
     cdp = ffi.typeof("const double *"), cu64p = ffi.typeof("const uint64_t *"),
     ci64p = ffi.typeof("const int64_t *"),
-    required = function(name) wire.malformed(format("missing required field %s.%s", T.name, name)) end,
   }
   if entry then
     env.default_key = zero[T.key.kind]

@@ -109,7 +109,9 @@ local CHECK = {
   uint32 = call "chk_u32", fixed32 = call "chk_u32",
   int64 = call "chk_i64", sint64 = call "chk_i64", sfixed64 = call "chk_i64",
   uint64 = call "chk_u64", fixed64 = call "chk_u64",
-  double = is_type "number", float = is_type "number", bool = is_type "boolean",
+  double = is_type "number", float = is_type "number",
+  -- (not "and x or nil": false is a value)
+  bool = function(e) return format("%s; if type(x) ~= 'boolean' then x = nil end", e) end,
   string = is_type "string", bytes = is_type "string",
 }
 
@@ -128,9 +130,10 @@ local function expected(F)
   return F.kind
 end
 
--- Code that sets local x to the checked value of expr, or fails.
-local function check_code(F, expr, ctx, idx)
-  local q = format("%q", F.name)
+-- Code that sets local x to the checked value of expr, or fails naming
+-- the field (name, default F's: a map's key and value name the map).
+local function check_code(F, expr, ctx, idx, name)
+  local q = format("%q", name or F.name)
   if F.kind == "enum" then
     return format([[
 local x = %s
@@ -144,9 +147,9 @@ else
 end]], expr, ctx.enum(F.enum), q, idx, F.enum.name, q, idx, expected(F), expr)
   end
   local code = format("local x = %s\nif x == nil then fail(d, %s, %s, %q, %s) end",
-    CHECK[F.kind](expr), q, idx, expected(F), expr)
+    CHECK[F.kind](expr), q, idx, F.kind == "bool" and "bool" or expected(F), expr)
   if F.utf8 then
-    code = code .. format("\nif not utf8(cast(cu8p, x), 0, #x) then fail_text(d, %s, %s, 'invalid UTF-8 in a string field') end",
+    code = code .. format("\nif utf8_valid(cast(cu8p, x), #x) == 0 then fail_text(d, %s, %s, 'invalid UTF-8 in a string field') end",
       q, idx)
   end
   return code
@@ -196,12 +199,12 @@ local function field_code(F, ctx)
     out[#out + 1] = "if n + 16 > S.cap then grow(n + 16) end\nlocal B = S.B"
     out[#out + 1] = tag_code(F.number, 2)
     out[#out + 1] = "local est = n; n = n + 1"
-    out[#out + 1] = "do\n" .. check_code(K, "key", ctx, "key") .. "\n" .. write_code(K, 1, false, ctx) .. "\nend"
+    out[#out + 1] = "do\n" .. check_code(K, "key", ctx, "key", F.name) .. "\n" .. write_code(K, 1, false, ctx) .. "\nend"
     if V.kind == "message" then
       out[#out + 1] = format("if type(val) ~= 'table' then fail(d, %s, key, 'table (message %s)', val) end", q, V.msg.name)
       out[#out + 1] = "do\nlocal x = val\n" .. write_code(V, 2, false, ctx, "key", F.name) .. "\nend"
     else
-      out[#out + 1] = "do\n" .. check_code(V, "val", ctx, "key") .. "\n" .. write_code(V, 2, false, ctx) .. "\nend"
+      out[#out + 1] = "do\n" .. check_code(V, "val", ctx, "key", F.name) .. "\n" .. write_code(V, 2, false, ctx) .. "\nend"
     end
     out[#out + 1] = "n = fix_len(est, n)"
     out[#out + 1] = "end"
@@ -249,7 +252,7 @@ end
 -- The names the generated code gets from its environment, in order.
 local ENV = {
   "S", "C", "EN", "T", "PN", "PI", "UNK", "rawget", "type", "pairs", "format", "nkeys", "copy", "cast",
-  "cu8p", "grow", "fix_len", "utf8", "fail", "fail_text", "too_deep", "extra_key", "oneof_fail",
+  "cu8p", "grow", "fix_len", "utf8_valid", "fail", "fail_text", "too_deep", "extra_key", "oneof_fail",
   "group_fail", "chk_i32", "chk_u32", "chk_i64", "chk_u64", "u64_of", "put_u32", "put_int",
   "put_zz32", "put_zz64", "put_fx32", "put_sfx32", "put_f32", "put_fx64", "put_sfx64", "put_f64",
 }
@@ -303,7 +306,7 @@ function M.compile(T, UNK)
   local env = {
     S = S, C = C, EN = EN, T = T, PN = PN, PI = PI, UNK = UNK, rawget = rawget, type = type,
     pairs = pairs, format = format, nkeys = nkeys, copy = ffi.copy, cast = ffi.cast, cu8p = wire.cu8p,
-    grow = wire.grow, fix_len = wire.fix_len, utf8 = wire.utf8, fail = fail, fail_text = fail_text,
+    grow = wire.grow, fix_len = wire.fix_len, utf8_valid = wire.utf8_valid, fail = fail, fail_text = fail_text,
     too_deep = too_deep, extra_key = extra_key, oneof_fail = oneof_fail, group_fail = group_fail,
     chk_i32 = wire.chk_i32, chk_u32 = wire.chk_u32, chk_i64 = wire.chk_i64, chk_u64 = wire.chk_u64,
     u64_of = wire.u64_of, put_u32 = wire.put_u32, put_int = wire.put_int, put_zz32 = wire.put_zz32,

@@ -121,11 +121,14 @@ end
 local function int64_default(s, unsigned)
   local neg, digits = s:match("^(%-?)(%d+)$")
   if not digits then return nil end
-  local v = tonumber(digits)
-  if v <= 9007199254740992 then return neg == "-" and -v or v end
   local x = unsigned and 0ULL or 0LL
   for i = 1, #digits do x = x * 10 + (byte(digits, i) - 48) end
   if neg == "-" then x = -x end
+  if unsigned then
+    if x <= 9007199254740992ULL then return tonumber(x) end
+  elseif x <= 9007199254740992LL and x >= -9007199254740992LL then
+    return tonumber(x)
+  end
   return x
 end
 

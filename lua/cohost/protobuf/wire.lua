@@ -37,14 +37,20 @@ M.cu8p = cu8p
 
 -- -- Errors ---------------------------------------------------------------------
 
--- Malformed input raises a table { pb = message }: cohost.protobuf.decode
--- turns it into nil, err, and lets anything else (a bug) through.
-local Malformed = {}
-M.Malformed = Malformed
-function M.malformed(msg)
-  error(setmetatable({ pb = msg }, Malformed), 0)
+-- Malformed input is not raised: a decoder (and each helper below)
+-- returns nil, with the reason in M.err; cohost.protobuf.decode returns
+-- nil, err. No pcall is needed around a decoder, and none may be: a trace
+-- that starts inside a function called by pcall cannot return through
+-- the pcall ("NYI: return to lower frame"), so every decoder with a loop
+-- fell back to the interpreter after it.
+M.err = nil
+
+-- fail(msg) -> nil, the reason kept.
+function M.fail(msg)
+  M.err = msg
+  return nil
 end
-local malformed = M.malformed
+local fail = M.fail
 
 -- -- The encode buffer -----------------------------------------------------------
 
@@ -193,8 +199,13 @@ local function chk_range(v, lo, hi)
     if v >= lo and v <= hi and v == floor(v) then return v end
     return nil
   end
-  if type(v) == "cdata" and (istype(int64_t, v) or istype(uint64_t, v)) then
-    if v >= lo and v <= hi then return tonumber(v) end   -- both bounds within 2^32
+  if type(v) == "cdata" then
+    -- (a uint64 compared with a negative bound would see it as 2^64 - n)
+    if istype(uint64_t, v) then
+      if v <= hi then return tonumber(v) end
+    elseif istype(int64_t, v) and v >= lo and v <= hi then
+      return tonumber(v)
+    end
   end
   return nil
 end
@@ -248,86 +259,56 @@ end
 -- -- Varints in ----------------------------------------------------------------------
 
 -- get_v64(P, p, e) -> lo, hi, p: a varint of up to 10 bytes at p, which
--- must end before e. Unrolled (no loop): LuaJIT traces a decoder through
--- it as straight-line code, where a loop would split the trace.
+-- must end before e; nil when it does not. For the rare paths (long tags
+-- and lengths, skipped fields): the decoders read varints inline.
 local function get_v64(P, p, e)
-  if e - p < 10 then return M.get_v64_slow(P, p, e) end
-  local b = P[p]
-  local lo = band(b, 127)
-  if b < 128 then return lo, 0, p + 1 end
-  b = P[p + 1]; lo = lo + band(b, 127) * 128
-  if b < 128 then return lo, 0, p + 2 end
-  b = P[p + 2]; lo = lo + band(b, 127) * 16384
-  if b < 128 then return lo, 0, p + 3 end
-  b = P[p + 3]; lo = lo + band(b, 127) * 2097152
-  if b < 128 then return lo, 0, p + 4 end
-  b = P[p + 4]; lo = lo + band(b, 15) * 268435456   -- bits 28-34: 4 to lo, 3 to hi
-  local hi = rshift(band(b, 127), 4)
-  if b < 128 then return lo, hi, p + 5 end
-  b = P[p + 5]; hi = hi + band(b, 127) * 8
-  if b < 128 then return lo, hi, p + 6 end
-  b = P[p + 6]; hi = hi + band(b, 127) * 1024
-  if b < 128 then return lo, hi, p + 7 end
-  b = P[p + 7]; hi = hi + band(b, 127) * 131072
-  if b < 128 then return lo, hi, p + 8 end
-  b = P[p + 8]; hi = hi + band(b, 127) * 16777216
-  if b < 128 then return lo, hi % TWO32, p + 9 end
-  b = P[p + 9]; hi = hi + band(b, 1) * 2147483648   -- bit 63; the rest of the tenth byte is dropped
-  if b < 128 then return lo, hi % TWO32, p + 10 end
-  malformed("varint longer than 10 bytes")
-end
-M.get_v64 = get_v64
-
--- The same near the end of the input, each byte checked against e.
-function M.get_v64_slow(P, p, e)
   local lo, b = 0, 0
   local mul = 1
   for _ = 1, 4 do   -- bits 0-27
-    if p >= e then malformed("truncated varint") end
+    if p >= e then return fail("truncated varint") end
     b = P[p]; p = p + 1
     lo = lo + band(b, 127) * mul
     if b < 128 then return lo, 0, p end
     mul = mul * 128
   end
-  if p >= e then malformed("truncated varint") end
+  if p >= e then return fail("truncated varint") end
   b = P[p]; p = p + 1   -- bits 28-34: 4 to lo, 3 to hi
   lo = lo + band(b, 15) * 268435456
   local hi = rshift(band(b, 127), 4)
   if b < 128 then return lo, hi, p end
   mul = 8
   for _ = 1, 5 do   -- bits 35-63 (the tenth byte's bits past 63 are dropped)
-    if p >= e then malformed("truncated varint") end
+    if p >= e then return fail("truncated varint") end
     b = P[p]; p = p + 1
     hi = (hi + band(b, 127) * mul) % TWO32
     if b < 128 then return lo, hi, p end
     mul = mul * 128
   end
-  malformed("varint longer than 10 bytes")
+  return fail("varint longer than 10 bytes")
 end
+M.get_v64 = get_v64
 
--- get_len(P, p, e) -> n, p: a length (or a tag): at most 2^31 - 1.
+-- get_len(P, p, e) -> n, p: a length, at most 2^31 - 1; nil if none.
 function M.get_len(P, p, e)
   local lo, hi
   lo, hi, p = get_v64(P, p, e)
-  if hi ~= 0 or lo > 2147483647 then malformed(("length %.0f over 2 GiB"):format(hi * TWO32 + lo)) end
+  if lo == nil then return nil end
+  if hi ~= 0 or lo > 2147483647 then return fail(("length %.0f over 2 GiB"):format(hi * TWO32 + lo)) end
   return lo, p
 end
 
 -- get_tag(P, p, e) -> tag, p: a tag of more than one byte (at most 32
--- bits: field numbers stop at 2^29 - 1).
+-- bits: field numbers stop at 2^29 - 1); nil if none.
 function M.get_tag(P, p, e)
   local lo, hi
   lo, hi, p = get_v64(P, p, e)
-  if hi ~= 0 then malformed("tag over 32 bits") end
+  if lo == nil then return nil end
+  if hi ~= 0 then return fail("tag over 32 bits") end
   return lo, p
 end
 
--- The integer types from a varint's halves.
-function M.as_i32(lo) return tobit(lo) end
-function M.as_u32(lo) return lo end
-function M.as_zz32(lo)
-  return tobit(bxor(rshift(lo, 1), -band(lo, 1)))
-end
+-- The 64-bit integer types from a varint's halves, past the +-2^53 the
+-- decoders convert inline.
 
 -- int64 of two's complement halves: a number within +-2^53, else int64_t.
 local function as_i64(lo, hi)
@@ -354,84 +335,61 @@ function M.as_zz64(lo, hi)
   return as_i64(TWO32 - 1 - hl, TWO32 - 1 - hh)
 end
 
--- -- Fixed-width in ----------------------------------------------------------------------
-
-local cfp, cdp = ffi.typeof("const float *"), ffi.typeof("const double *")
-local cu32p, ci32p = ffi.typeof("const uint32_t *"), ffi.typeof("const int32_t *")
-local cu64p, ci64p = ffi.typeof("const uint64_t *"), ffi.typeof("const int64_t *")
-
-function M.get_f32(P, p) return cast(cfp, P + p)[0] end
-function M.get_f64(P, p) return cast(cdp, P + p)[0] end
-function M.get_fx32(P, p) return cast(cu32p, P + p)[0] end
-function M.get_sfx32(P, p) return cast(ci32p, P + p)[0] end
-function M.get_fx64(P, p)
-  local x = cast(cu64p, P + p)[0]
-  if x <= 9007199254740992ULL then return tonumber(x) end
-  return x
-end
-function M.get_sfx64(P, p)
-  local x = cast(ci64p, P + p)[0]
-  if x <= 9007199254740992LL and x >= -9007199254740992LL then return tonumber(x) end
-  return x
-end
-
--- -- Skipping unknown fields -------------------------------------------------------------
-
 -- skip(P, p, e, tag, depth) -> p past the value of a field whose tag was
--- read (groups skipped to their end, nested groups counting towards
--- the depth limit). Raises on a field number 0 or wire type 4, 6 or 7.
+-- read (groups skipped to their end, nested groups counting towards the
+-- depth limit), or nil: a field number 0, wire type 4, 6 or 7, a value
+-- past e.
 local function skip(P, p, e, tag, depth)
   local wt = tag % 8
-  if tag < 8 then malformed("field number 0") end
+  if tag < 8 then return fail("field number 0") end
   if wt == 0 then
     for _ = 1, 10 do
-      if p >= e then malformed("truncated varint") end
+      if p >= e then return fail("truncated varint") end
       local b = P[p]; p = p + 1
       if b < 128 then return p end
     end
-    malformed("varint longer than 10 bytes")
+    return fail("varint longer than 10 bytes")
   elseif wt == 1 then
-    if e - p < 8 then malformed("truncated fixed64") end
+    if e - p < 8 then return fail("truncated fixed64") end
     return p + 8
   elseif wt == 2 then
-    if p >= e then malformed("truncated length") end
+    if p >= e then return fail("truncated length") end
     local len = P[p]
     if len < 128 then p = p + 1 else len, p = M.get_len(P, p, e) end
-    if len > e - p then malformed(("length %d past the end (%d bytes left)"):format(len, e - p)) end
+    if len == nil then return nil end
+    if len > e - p then return fail(("length %d past the end (%d bytes left)"):format(len, e - p)) end
     return p + len
   elseif wt == 5 then
-    if e - p < 4 then malformed("truncated fixed32") end
+    if e - p < 4 then return fail("truncated fixed32") end
     return p + 4
   elseif wt == 3 then
-    if depth >= M.MAX_DEPTH then malformed(("nesting deeper than %d levels"):format(M.MAX_DEPTH)) end
+    if depth >= M.MAX_DEPTH then return fail(("nesting deeper than %d levels"):format(M.MAX_DEPTH)) end
     local field = floor(tag / 8)
     while true do
-      if p >= e then malformed("truncated group") end
+      if p >= e then return fail("truncated group") end
       local t = P[p]
-      if t < 128 then p = p + 1 else t, p = M.get_len(P, p, e) end
+      if t < 128 then p = p + 1 else t, p = M.get_tag(P, p, e) end
+      if t == nil then return nil end
       if t % 8 == 4 then
-        if floor(t / 8) ~= field then malformed("mismatched end of group") end
+        if floor(t / 8) ~= field then return fail("mismatched end of group") end
         return p
       end
       p = skip(P, p, e, t, depth + 1)
+      if p == nil then return nil end
     end
   elseif wt == 4 then
-    malformed("end of group without a start")
+    return fail("end of group without a start")
   end
-  malformed(("wire type %d"):format(wt))
+  return fail(("wire type %d"):format(wt))
 end
 M.skip = skip
 
 -- -- UTF-8 -----------------------------------------------------------------------------
 
--- utf8(P, i, n) -> true when the n bytes at P + i are UTF-8 as protobuf's
--- runtimes check it: host/utf8.c's ch_utf8_valid, in C so that the
--- decoders' traces stay whole (a Lua loop would split them).
+-- utf8_valid(p, n) -> 1 when the n bytes at p are UTF-8 as protobuf's
+-- runtimes check it, else 0: host/utf8.c's ch_utf8_valid, in C so that
+-- the decoders' traces stay whole (a Lua loop would split them).
 pcall(ffi.cdef, "int ch_utf8_valid(const unsigned char *s, size_t n);")
-local utf8_valid = ffi.C.ch_utf8_valid
-M.utf8_valid = utf8_valid
-function M.utf8(P, i, n)
-  return utf8_valid(P + i, n) ~= 0
-end
+M.utf8_valid = ffi.C.ch_utf8_valid
 
 return M
