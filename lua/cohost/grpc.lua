@@ -419,12 +419,35 @@ function M.server(opts)
   if fb ~= nil and type(fb) ~= "function" and type(fb) ~= "table" then
     error("bad option fallback (handler or router expected)", 2)
   end
-  return setmetatable({
+  local srv = setmetatable({
     methods = {},
     max_recv = opt_size(opts, "max_receive_message_size", frame.MAX_MESSAGE),
     max_send = opt_size(opts, "max_send_message_size", frame.MAX_MESSAGE),
     fallback = fb,
   }, Server)
+  -- The standard services (docs/grpc.md): health checking unless
+  -- health = false, reflection when reflection = true. Required here, so
+  -- that a script that only calls pays nothing for them.
+  if opts.health ~= false then require("cohost.grpc.health").install(srv) end
+  if opts.reflection then require("cohost.grpc.reflection").install(srv) end
+  return srv
+end
+
+-- srv:service_from_proto(types, "package.Service", handlers) -> srv: the
+-- service's methods from a cohost.protobuf set (pb.load), each handler
+-- getting and returning tables; the kind of each method (unary, server,
+-- client or bidi streaming) is the .proto file's.
+function Server:service_from_proto(types, name, handlers)
+  require("cohost.grpc.typed").service(self, types, name, handlers, 2)
+  return self
+end
+
+-- srv:set_health(name, status) -> srv: service name's health status
+-- ("SERVING", "NOT_SERVING", "UNKNOWN", or nil to forget it); "" is the
+-- server's as a whole.
+function Server:set_health(name, st)
+  require("cohost.grpc.health").set(self, name, st, 2)
+  return self
 end
 
 -- srv:method(path, spec) -> srv: path is "/package.Service/Method".
