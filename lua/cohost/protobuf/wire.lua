@@ -85,29 +85,39 @@ end
 
 -- -- Varints out -------------------------------------------------------------------
 
+-- The varint writers are unrolled, with no loop: an encoder is traced
+-- whole by LuaJIT only if nothing it calls loops (an inner loop cuts a
+-- trace).
+
 -- put_u32(B, n, v) -> n: v an integer in [0, 2^32).
 local function put_u32(B, n, v)
-  while v >= 128 do
-    B[n] = bor(band(v, 127), 128)
-    v = rshift(v, 7)
-    n = n + 1
-  end
-  B[n] = v
-  return n + 1
+  if v < 128 then B[n] = v; return n + 1 end
+  B[n] = bor(band(v, 127), 128); v = rshift(v, 7)
+  if v < 128 then B[n + 1] = v; return n + 2 end
+  B[n + 1] = bor(band(v, 127), 128); v = rshift(v, 7)
+  if v < 128 then B[n + 2] = v; return n + 3 end
+  B[n + 2] = bor(band(v, 127), 128); v = rshift(v, 7)
+  if v < 128 then B[n + 3] = v; return n + 4 end
+  B[n + 3] = bor(band(v, 127), 128)
+  B[n + 4] = rshift(v, 7)
+  return n + 5
 end
 M.put_u32 = put_u32
 
 -- put_v64(B, n, lo, hi) -> n: the 64-bit value hi * 2^32 + lo, both
--- halves in [0, 2^32).
+-- halves in [0, 2^32): lo's first 28 bits, then 7 bits at a time from
+-- (hi, lo >> 28).
 local function put_v64(B, n, lo, hi)
-  while hi > 0 or lo >= 128 do
-    B[n] = bor(band(lo, 127), 128)
-    lo = rshift(lo, 7) + band(hi, 127) * 33554432   -- hi's low 7 bits to lo's top
-    hi = rshift(hi, 7)
-    n = n + 1
-  end
-  B[n] = lo
-  return n + 1
+  if hi == 0 and lo < 268435456 then return put_u32(B, n, lo) end
+  B[n] = bor(band(lo, 127), 128)
+  B[n + 1] = bor(band(rshift(lo, 7), 127), 128)
+  B[n + 2] = bor(band(rshift(lo, 14), 127), 128)
+  B[n + 3] = bor(band(rshift(lo, 21), 127), 128)
+  local v = rshift(lo, 28) + band(hi, 7) * 16   -- bits 28-34
+  hi = rshift(hi, 3)                            -- bits 35-63, 29 of them
+  if hi == 0 then B[n + 4] = v; return n + 5 end
+  B[n + 4] = bor(v, 128)
+  return put_u32(B, n + 5, hi)
 end
 M.put_v64 = put_v64
 
