@@ -3,7 +3,9 @@
 -- decode_s=..." (medians of RUNS runs of N each, per second of CPU time):
 -- pb.encode and pb.decode of record.proto's Record, a Lua table in and a
 -- new table out. Also writes the encoded message to arg[3] if given, for
--- codec.py to decode the same bytes.
+-- codec.py to decode the same bytes; with arg[4], the path of
+-- capi_bound.so, also "capi_bound_s=...": what a C decoder could do at
+-- best (capi_bound.c).
 local pb = require "cohost.protobuf"
 
 local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
@@ -44,4 +46,9 @@ local rt = rate(function(n) for _ = 1, n do sink = decode(NAME, encode(NAME, r))
 local enc = rate(function(n) for _ = 1, n do sink = encode(NAME, r) end end)
 local dec = rate(function(n) for _ = 1, n do sink = decode(NAME, bytes) end end)
 assert(sink.origin.y == -4)
-print(("roundtrip_s=%.0f encode_s=%.0f decode_s=%.0f bytes=%d"):format(rt, enc, dec, #bytes))
+local bound = ""
+if arg[4] then
+  local build = assert(package.loadlib(arg[4], "luaopen_capi_bound"))()
+  bound = (" capi_bound_s=%.0f"):format(rate(function(n) for _ = 1, n do sink = build(bytes) end end))
+end
+print(("roundtrip_s=%.0f encode_s=%.0f decode_s=%.0f bytes=%d%s"):format(rt, enc, dec, #bytes, bound))

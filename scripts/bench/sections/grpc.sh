@@ -23,7 +23,8 @@
 # Record (20 fields) per second of CPU time (grpc/codec.lua), against
 # python3-protobuf's SerializeToString + ParseFromString (grpc/codec.py,
 # which names its backend), pinned to CPU $SRV_CPU; medians of
-# $MICRO_RUNS runs.
+# $MICRO_RUNS runs. And a lower bound for a decoder in C: the same table
+# built through the Lua C API with nothing parsed (grpc/capi_bound.c).
 
 GRPC_PEERS="cohost cpp_cb cpp_sync python"   # table and run order
 GRPC_DIR=$B/grpc                             # stubs, the C++ server, the frame
@@ -53,6 +54,8 @@ grpc_build() {
       rm -f "$GRPC_DIR/echo_server"
     }
   fi
+  gcc -O2 -shared -fPIC $(pkg-config --cflags luajit) scripts/bench/grpc/capi_bound.c \
+    -o "$GRPC_DIR/capi_bound.so" >> "$LOGS/grpc_build.log" 2>&1 || rm -f "$GRPC_DIR/capi_bound.so"
   GRPC_FRAME_LEN=$("$COHOST" scripts/bench/grpc/frame.lua "$GRPC_DIR/frame.bin" 2>> "$LOGS/grpc_build.log") || {
     note "skipped: the request frame could not be made (see $LOGS/grpc_build.log)"; return 1; }
   GRPC_BUILT=1
@@ -198,7 +201,9 @@ section_protobuf() {
   local n=$([ "$QUICK" = 1 ] && echo 100000 || echo 300000) lua py lrt prt
   log "protobuf: cohost"
   wait_quiet
-  lua=$(pinned "$COHOST" scripts/bench/grpc/codec.lua "$n" "$MICRO_RUNS" "$GRPC_DIR/record.bin")
+  local so=""
+  [ -f "$GRPC_DIR/capi_bound.so" ] && so=$GRPC_DIR/capi_bound.so
+  lua=$(pinned "$COHOST" scripts/bench/grpc/codec.lua "$n" "$MICRO_RUNS" "$GRPC_DIR/record.bin" $so)
   log "protobuf: python3-protobuf"
   wait_quiet
   py=$(pinned /usr/bin/python3 scripts/bench/grpc/codec.py "$GRPC_DIR" $(( n / 3 )) "$MICRO_RUNS" "$GRPC_DIR/record.bin")
@@ -206,6 +211,10 @@ section_protobuf() {
   row "cohost.protobuf round trip" "$(fmt "$lrt" 0)" "/s" "encode $(fmt "$(kv encode_s "$lua")" 0)/s, decode $(fmt "$(kv decode_s "$lua")" 0)/s"
   row "python3-protobuf round trip" "$(fmt "$prt" 0)" "/s" "encode $(fmt "$(kv encode_s "$py")" 0)/s, decode $(fmt "$(kv decode_s "$py")" 0)/s ($(kv backend "$py") backend)"
   note "cohost/python3-protobuf: $(ratio "$lrt" "$prt")x round trips per CPU-second"
+  if [ -n "$(kv capi_bound_s "$lua")" ]; then
+    row "C API table build, no parsing" "$(fmt "$(kv capi_bound_s "$lua")" 0)" "/s" "a C decoder's best case (capi_bound.c): cohost's decode is $(ratio "$(kv decode_s "$lua")" "$(kv capi_bound_s "$lua")")x it"
+    result protobuf.capi_bound.decode_s "$(kv capi_bound_s "$lua")"
+  fi
   result protobuf.cohost.roundtrip_s "$lrt"; result protobuf.python.roundtrip_s "$prt"
   result protobuf.cohost.encode_s "$(kv encode_s "$lua")"; result protobuf.cohost.decode_s "$(kv decode_s "$lua")"
   result protobuf.python.encode_s "$(kv encode_s "$py")"; result protobuf.python.decode_s "$(kv decode_s "$py")"
