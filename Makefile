@@ -284,7 +284,7 @@ install: all $(B)/cohost.pc
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(B)/cohost.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 644 runtime/include/cohost.h $(DESTDIR)$(PREFIX)/include/
-	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
+	cd lua && find cohost \( -name '*.lua' -o -name '*.proto' \) -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
 	for v in 5.1 5.2 5.3 5.4; do \
 	  install -D -m 644 lua/outside/cohost.lua $(DESTDIR)$(PREFIX)/share/lua/$$v/cohost.lua; done
 
