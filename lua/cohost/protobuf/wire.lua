@@ -10,8 +10,8 @@
 local ffi = require "ffi"
 local bit = require "bit"
 
-local band, bor, bxor, rshift, lshift, arshift, tobit =
-  bit.band, bit.bor, bit.bxor, bit.rshift, bit.lshift, bit.arshift, bit.tobit
+local band, bor, bxor, rshift, lshift, arshift =
+  bit.band, bit.bor, bit.bxor, bit.rshift, bit.lshift, bit.arshift
 local floor, type, tonumber, error = math.floor, type, tonumber, error
 local istype, cast = ffi.istype, ffi.cast
 
