@@ -74,7 +74,8 @@ endif
 # program because sched.c references ch_hook_init.
 RUNTIME_SRC := runtime/panic.c runtime/libc.c runtime/stack.c runtime/fault.c \
                runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
-               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c
+               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c \
+               runtime/waitq.c runtime/buf.c
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a
 
@@ -82,20 +83,22 @@ LIB := $(B)/libcohost.a
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
-            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c \
+            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
-            host/net/keepalive.c host/net/proxy.c host/net/activation.c \
+            host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
-            host/http/url.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
+            host/http/url.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
             host/proc/stats_procs.c host/proc/watchdog.c host/proc/notify.c host/proc/metrics.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
-             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c
+             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+# libpq (Debian's libpq-dev) for cohost.postgres: net/pg.c and its binding.
+PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 HOST := $(B)/cohost
 
 # C tests: one binary per spec/c/test_<mod>.c, cmocka from Debian.
@@ -154,8 +157,10 @@ $(B)/host/shdict/%.o: host/shdict/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -iquote host -c $< -o $@
 
+$(B)/host/net/pg.o $(B)/host/lib_postgres.o: CFLAGS += $(PQ_CFLAGS)
+
 $(HOST): $(HOST_OBJ) $(LIB)
-	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
+	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@

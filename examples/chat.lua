@@ -7,8 +7,12 @@
 -- coroutine draining it to its socket, so a slow client never holds up
 -- the others: its queue fills instead, up to a cap, and then it is
 -- dropped from the room (cohost.broadcast's overflow rule).
+-- With a Redis URL, the room spans every chat server that names the same
+-- Redis: run one per machine behind a load balancer, or two on one
+-- machine on different ports, and a line said on one is heard on all.
 --
---   build/cohost examples/chat.lua [port [web_port]]   (default 8082, 8083)
+--   build/cohost examples/chat.lua [port [web_port [redis://host:port]]]
+--   (default 8082, 8083, no Redis)
 --   then: nc 127.0.0.1 8082, type a name, then lines; /quit leaves;
 --   or open http://127.0.0.1:8083/ in a browser.
 local cohost = require "cohost"
@@ -18,6 +22,8 @@ local broadcast = require "cohost.broadcast"
 
 local port = tonumber(arg and arg[1]) or 8082
 local web_port = tonumber(arg and arg[2]) or port + 1
+local redis_url = arg and arg[3]
+if redis_url then broadcast.configure{ backend = "redis", url = redis_url } end
 local ROOM = "chat"
 local BACKLOG = 1000            -- lines queued for a slow client before it is dropped
 
@@ -120,5 +126,6 @@ end
 assert(cohost.listen("*:" .. port, line_handler))
 assert(http.listen("*:" .. web_port, web_handler))
 if cohost.worker_id() == 0 then
-  cohost.log(cohost.NOTICE, "chat: listening on port ", port, " (lines) and ", web_port, " (web)")
+  cohost.log(cohost.NOTICE, "chat: listening on port ", port, " (lines) and ", web_port, " (web)",
+             redis_url and ", one room with every server on " .. redis_url or "")
 end

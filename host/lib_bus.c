@@ -11,6 +11,9 @@
 ** recv(2) on the socket, which epoll wakes when a datagram arrives: no
 ** polling, and a worker's subscribers are woken in Lua (broadcast.lua).
 ** Abstract names need no files and vanish with the process.
+** instance() names the same group for cohost.broadcast's Redis backend
+** (lua/cohost/broadcast/redis.lua), which tells its own node's messages
+** apart by it.
 */
 #include <errno.h>
 #include <stddef.h>
@@ -31,14 +34,21 @@
 ** receive buffer small. */
 #define BUS_MAX 65536
 
+/* The pid of this cohost instance: the master under --processes (the
+** parent of every worker process), else this process. */
+static long group(void)
+{
+  return ch_opts.processes ? (long)getppid() : (long)getpid();
+}
+
 /* Builds the address of worker id into *a; returns its length. */
 static socklen_t bus_addr(struct sockaddr_un *a, int id)
 {
-  long group = ch_opts.processes ? (long)getppid() : (long)getpid();
+  long group_pid = group();
   memset(a, 0, sizeof *a);
   a->sun_family = AF_UNIX;
   /* sun_path[0] = 0: the abstract namespace; the name is not terminated. */
-  int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "cohost-bus/%ld/%d", group, id);
+  int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "cohost-bus/%ld/%d", group_pid, id);
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -117,11 +127,51 @@ static int l_close(lua_State *L)
   return 0;
 }
 
+/* Reads the first line of a small file into buf (at most size - 1 bytes,
+** without its newline); "" if it cannot be read. */
+static void first_line(const char *path, char *buf, size_t size)
+{
+  buf[0] = 0;
+  FILE *f = fopen(path, "re");
+  if (!f) return;
+  if (fgets(buf, (int)size, f)) buf[strcspn(buf, "\n")] = 0;
+  fclose(f);
+}
+
+/* instance() -> "host boot_id pid start": a name of this cohost instance
+** that every worker thread and process of it shares and no other instance
+** has, here or on another machine. The pid is group()'s, the start its
+** start time in clock ticks since boot (field 22 of /proc/PID/stat), so a
+** reused pid is another name; the boot id tells two boots apart, the host
+** name two machines, and containers on one kernel unless they share the
+** host's name (and then also a pid and its start tick). */
+static int l_instance(lua_State *L)
+{
+  long pid = group();
+  char host[256], boot[64], path[64], stat[1024];
+  if (gethostname(host, sizeof host) < 0) host[0] = 0;
+  host[sizeof host - 1] = 0;
+  first_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  first_line(path, stat, sizeof stat);
+  /* The command name, field 2, may hold spaces and parentheses: count
+  ** from its closing one. Each step finds the space before field n. */
+  unsigned long long start = 0;
+  char *p = strrchr(stat, ')');
+  for (int n = 3; p && n <= 22; n++) p = strchr(p + 1, ' ');
+  if (p) start = strtoull(p + 1, NULL, 10);
+  char out[512];
+  snprintf(out, sizeof out, "%s %s %ld %llu", host, boot, pid, start);
+  lua_pushstring(L, out);
+  return 1;
+}
+
 static const luaL_Reg bus_funcs[] = {
   { "open", l_open },
   { "send", l_send },
   { "recv", l_recv },
   { "close", l_close },
+  { "instance", l_instance },
   { NULL, NULL }
 };
 

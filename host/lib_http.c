@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "vm/refs.h"
 #include "vm/task.h"
 #include "http/conn.h"
 #include "http/h2.h"
@@ -42,25 +43,12 @@
 
 struct server_ud { struct ch_http_server *s; };
 
-static __thread int *dead_refs;   /* handler refs to drop when next in Lua */
-static __thread int ndead, dead_cap;
-
-static void drain_dead(lua_State *L)
-{
-  while (ndead > 0) luaL_unref(L, LUA_REGISTRYINDEX, dead_refs[--ndead]);
-}
-
 /* The server's last reference went (ch_http_server_unref): its handler
 ** ref is dropped the next time a request runs. Never calls Lua. */
 static void server_free(struct ch_http_server *s)
 {
-  if (ndead + 2 > dead_cap) {   /* the handler's ref and on_error's */
-    int cap = dead_cap ? dead_cap * 2 : 8;
-    int *d = realloc(dead_refs, (size_t)cap * sizeof *d);
-    if (d) { dead_refs = d; dead_cap = cap; }
-  }
-  if (ndead < dead_cap) dead_refs[ndead++] = s->handler;
-  if (s->on_error && ndead < dead_cap) dead_refs[ndead++] = s->on_error;
+  ch_refs_defer(s->handler);
+  if (s->on_error) ch_refs_defer(s->on_error);
   free(s);
 }
 
@@ -628,7 +616,7 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
     return;
   }
   lua_State *T = t->T;
-  drain_dead(T);
+  ch_refs_flush(T);
   /* Slot 1 keeps res past the call (ch_task_run keeps what lies below the
   ** function); slot 2 is the dispatcher, which makes req from the
   ** arguments (lua_setfield per field costs ~3x its table constructor). */

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "vm/refs.h"
 #include "vm/task.h"
 #include "lib.h"
 #include "lib_listen.h"
@@ -44,23 +45,10 @@ struct anchor {
   int ref;
 };
 
-static __thread int *dead_refs;
-static __thread int ndead, dead_cap;
-
-static void drain_dead(lua_State *L)
-{
-  while (ndead > 0) luaL_unref(L, LUA_REGISTRYINDEX, dead_refs[--ndead]);
-}
-
 static void anchor_free(void *p)
 {
   struct anchor *a = p;
-  if (ndead == dead_cap) {
-    int cap = dead_cap ? dead_cap * 2 : 8;
-    int *d = realloc(dead_refs, (size_t)cap * sizeof *d);
-    if (d) { dead_refs = d; dead_cap = cap; }
-  }
-  if (ndead < dead_cap) dead_refs[ndead++] = a->ref;   /* else leak one ref */
+  ch_refs_defer(a->ref);
   free(a);
 }
 
@@ -95,7 +83,7 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
     return -1;
   }
   lua_State *T = t->T;
-  drain_dead(T);
+  ch_refs_flush(T);
   lua_rawgeti(T, LUA_REGISTRYINDEX, c->handler->ref);
   SSL_CTX *ctx = ch_listener_ssl_ctx(l);
   SSL *ssl = ctx ? ch_tls_new(ctx, c->fd, 1) : NULL;
@@ -342,7 +330,7 @@ static int listen_with(lua_State *L, ch_admit_fn admit, void *ud)
   struct ch_worker *w = ch_worker_self;
   if (!w) return luaL_error(L, "listen: not on a worker");
   if (w->stopping) return fail(L, "shutting down");
-  drain_dead(L);
+  ch_refs_flush(L);
   union ch_addr a;
   socklen_t alen;
   int passed = ch_activation_named(spec);   /* "fd:N", "systemd:NAME" */

@@ -134,21 +134,14 @@ static int collect(lua_State *L, struct handle *h)
   return n + 1;
 }
 
-static void drop_waiter(struct ch_task *t, struct ch_coro *c)
-{
-  for (int i = 0; i < t->nwaiters; i++)
-    if (t->waiters[i] == c) {
-      t->waiters[i] = t->waiters[--t->nwaiters];
-      return;
-    }
-}
-
-/* Yields. wait(t1, ...) -> ok, results... of the first to finish. */
+/* Yields. wait(t1, ...) -> ok, results... of the first to finish. Parks
+** on the joiners' queues of every live one at once (ch_waitq_wait_any). */
 static int l_wait(lua_State *L)
 {
   int n = lua_gettop(L);
   if (n == 0) return luaL_error(L, "bad argument #1 to 'wait' (thread expected)");
   struct ch_coro *self = ch_current();
+  struct ch_waitq *few[8], **qs = few;
   for (;;) {
     int live = 0;
     for (int i = 1; i <= n; i++) {
@@ -165,21 +158,20 @@ static int l_wait(lua_State *L)
     }
     if (!self) return luaL_error(L, "cohost.wait outside a coroutine");
     ch_task_check_cancel(L);
-    int room = 1;
+    /* Past 8 the list is a userdata above the arguments, kept by this
+    ** Lua stack while the coroutine parks. */
+    if (live > 8 && qs == few) qs = lua_newuserdata(L, (size_t)n * sizeof *qs);
+    int nq = 0;
     for (int i = 1; i <= n; i++) {
       struct ch_task *t = check_handle(L, i)->t;
       if (!t) continue;
-      if (!t->waiters && !(t->waiters = malloc(CH_TASK_WAITERS * sizeof *t->waiters))) room = 0;
-      else if (t->nwaiters == CH_TASK_WAITERS) room = 0;
-      else t->waiters[t->nwaiters++] = self;
+      if (!t->joiners && !(t->joiners = calloc(1, sizeof *t->joiners))) break;
+      qs[nq++] = t->joiners;
     }
-    /* More waiters than slots on one thread (or no memory for the
-    ** slots): poll at 1 ms rather than fail; rare, and documented. */
-    int r = ch_park(room ? -1 : 1);
-    for (int i = 1; i <= n; i++) {
-      struct ch_task *t = check_handle(L, i)->t;
-      if (t) drop_waiter(t, self);
-    }
+    /* No memory for a queue or the waiters' nodes: poll at 1 ms rather
+    ** than fail. */
+    int r = nq == live ? ch_waitq_wait_any(qs, nq, -1) : -ENOMEM;
+    if (r == -ENOMEM) r = ch_park(1);
     if (r == -ECANCELED) ch_task_check_cancel(L);
   }
 }
@@ -268,99 +260,54 @@ static int l_getpriority(lua_State *L)
 
 /* -- Wait queues ---------------------------------------------------------- */
 
-/* A FIFO of parked coroutines. Nodes are malloc'd by their waiters and
-** unlinked by them when they wake, whatever woke them. */
-struct wnode {
-  struct ch_coro *c;
-  struct wnode *prev, *next;
-  int signalled;
-};
-
-struct waitq {
-  struct wnode *head, *tail;
-};
-
-static struct waitq *check_waitq(lua_State *L, int i)
+/* A Lua face on the runtime's wait queue (ch_waitq), which keeps its
+** nodes in the waiting coroutines' own structs: nothing is allocated per
+** wait, and nothing lies on a parked stack. */
+static struct ch_waitq *check_waitq(lua_State *L, int i)
 {
   return luaL_checkudata(L, i, WAITQ_MT);
 }
 
 static int l_waitq(lua_State *L)
 {
-  struct waitq *q = lua_newuserdata(L, sizeof *q);
-  q->head = q->tail = NULL;
+  struct ch_waitq *q = lua_newuserdata(L, sizeof *q);
+  *q = (struct ch_waitq){ NULL, NULL };
   luaL_getmetatable(L, WAITQ_MT);
   lua_setmetatable(L, -2);
   return 1;
 }
 
-/* Yields. q:wait([timeout_s]) -> true, or nil, "timeout". */
+/* Yields. q:wait([timeout_s]) -> true, or nil, "timeout". The queue stays
+** referenced from this coroutine's Lua stack while it waits. */
 static int waitq_wait(lua_State *L)
 {
-  struct waitq *q = check_waitq(L, 1);
+  struct ch_waitq *q = check_waitq(L, 1);
   lua_Number s = luaL_optnumber(L, 2, -1);
   struct ch_coro *c = ch_current();
   if (!c) return luaL_error(L, "wait outside a coroutine");
   ch_task_check_cancel(L);
   if (!ch_task_may_park(c)) return luaL_error(L, "cannot wait here (finalizer or FFI callback)");
-  /* On the heap: wake() in other coroutines follows the queue's links,
-  ** and in COPY stack mode this stack is elsewhere while we are parked. */
-  struct wnode *n = malloc(sizeof *n);
-  if (!n) return luaL_error(L, "not enough memory");
-  *n = (struct wnode){ c, q->tail, NULL, 0 };
-  if (q->tail) q->tail->next = n;
-  else q->head = n;
-  q->tail = n;
-  int r = ch_park(s < 0 ? -1 : (int64_t)ceil(s * 1000));
-  int signalled = n->signalled;
-  if (!signalled) {   /* timeout or cancel: still queued */
-    if (n->prev) n->prev->next = n->next;
-    else q->head = n->next;
-    if (n->next) n->next->prev = n->prev;
-    else q->tail = n->prev;
-  }
-  free(n);
-  if (signalled) { lua_pushboolean(L, 1); return 1; }
+  int r = ch_waitq_wait(q, s < 0 ? -1 : (int64_t)ceil(s * 1000));
+  if (r == 0) { lua_pushboolean(L, 1); return 1; }
   if (r == -ECANCELED) ch_task_check_cancel(L);
   lua_pushnil(L);
   lua_pushliteral(L, "timeout");
   return 2;
 }
 
-static int wake(struct waitq *q)
-{
-  struct wnode *n = q->head;
-  if (!n) return 0;
-  q->head = n->next;
-  if (q->head) q->head->prev = NULL;
-  else q->tail = NULL;
-  n->signalled = 1;
-  ch_unpark(n->c, 0);
-  return 1;
-}
-
-/* q:signal() wakes the longest waiter; returns true if there was one. */
+/* q:signal() wakes the longest waiter; returns true if there was one (a
+** waiter that timed out or was cancelled meanwhile does not count: it
+** returns what woke it, and the next one gets the signal). */
 static int waitq_signal(lua_State *L)
 {
-  lua_pushboolean(L, wake(check_waitq(L, 1)));
+  lua_pushboolean(L, ch_waitq_wake_one(check_waitq(L, 1)));
   return 1;
 }
 
 /* q:broadcast() wakes all; returns how many. */
 static int waitq_broadcast(lua_State *L)
 {
-  struct waitq *q = check_waitq(L, 1);
-  int n = 0;
-  while (wake(q)) n++;
-  lua_pushinteger(L, n);
-  return 1;
-}
-
-static int waitq_len(lua_State *L)
-{
-  int n = 0;
-  for (struct wnode *w = check_waitq(L, 1)->head; w; w = w->next) n++;
-  lua_pushinteger(L, n);
+  lua_pushinteger(L, ch_waitq_wake_all(check_waitq(L, 1)));
   return 1;
 }
 
@@ -376,7 +323,6 @@ static const luaL_Reg waitq_methods[] = {
   { "wait", waitq_wait },
   { "signal", waitq_signal },
   { "broadcast", waitq_broadcast },
-  { "__len", waitq_len },
   { NULL, NULL }
 };
 

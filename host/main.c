@@ -97,6 +97,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.shdict", luaopen_cohost_core_shdict },
   { "cohost.core.bus", luaopen_cohost_core_bus },
   { "cohost.core.metrics", luaopen_cohost_core_metrics },
+  { "cohost.core.postgres", luaopen_cohost_core_postgres },
   { NULL, NULL }
 };
 
@@ -638,8 +639,7 @@ static void read_stdin_script(void)
   size_t cap = 0;
   for (;;) {
     if (stdin_len == cap) {
-      cap = cap ? cap * 2 : 65536;
-      char *p = realloc(stdin_src, cap);
+      char *p = ch_buf_grow(stdin_src, 1, &cap, stdin_len + 1, 65536);
       if (!p) die("no memory for the script on stdin%s", "");
       stdin_src = p;
     }

@@ -56,10 +56,10 @@ struct ch_coro {
   void *saved;              /* COPY: heap image of [ctx.sp, top) while
                             ** swapped out, maybe a delta against a
                             ** reference (coro.c); owned */
-  struct ch_waiter wnodes[2]; /* the fd waiters ch_poll_wait links for it
-                            ** ([0] reads, [1] writes): never on its
-                            ** stack, which in COPY mode the loop cannot
-                            ** reach while it is parked */
+  struct ch_waiter wnodes[2]; /* the waiters it parks with, never on its
+                            ** stack: its fd waits' (poll.c; in COPY mode
+                            ** the poll hook's copies too) and its wait
+                            ** queues' (waitq.c) */
   int id;                   /* > 0; read-only */
   /* 32 bits (an image over 4 GiB panics in save): the struct stays 248
   ** bytes, one malloc chunk of 256 per coroutine, not 272. */

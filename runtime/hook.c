@@ -177,6 +177,20 @@ static size_t io_advance(struct io *io, size_t n)
   return left;
 }
 
+/* io straight through to libc (hook_begin said so). On a socket the user
+** made non-blocking, what the call found is told to io.c's judgement, as
+** its own calls' is: a driver over a non-blocking C library (libpq) then
+** waits on the socket without a poll(2) first (ch_io_passed). */
+static ssize_t io_pass(struct io *io, int writing)
+{
+  ssize_t r = io_call(&io->op);
+  int err = errno;
+  ch_io_passed(io->op.fd, writing, r, err,
+               !writing && !io->msg && !(io->flags & MSG_PEEK) ? io->op.want : 0);
+  errno = err;
+  return r;
+}
+
 /* Runs io as libc would on a blocking fd. all: keep going until every
 ** byte is moved (writes on streams; MSG_WAITALL reads), within one
 ** deadline for the socket timeout. */
@@ -184,7 +198,7 @@ static ssize_t io_run(struct io *io, int writing, int all)
 {
   if (io->flags & MSG_DONTWAIT) return io_call(&io->op);   /* asked not to wait */
   struct ch_fd *f = hook_begin(io->op.fd);
-  if (!f) return io_call(&io->op);
+  if (!f) return io_pass(io, writing);
   io->op.call = io_call;
   /* recvfrom, recvmsg, sendto and sendmsg keep the readiness path: their
   ** addresses and control data would need ring forms of their own. A

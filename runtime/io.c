@@ -122,6 +122,20 @@ static inline void note_output_full(struct ch_fd *f)
   f->out_seen = f->out_events;
 }
 
+void ch_io_passed(int fd, int writing, ssize_t r, int err, size_t want)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (!f || f->kind != CH_FD_SOCKET || !f->user_nonblock || !f->stream) return;
+  if (r < 0) {
+    if (err != EAGAIN && err != EWOULDBLOCK) return;
+    if (writing) note_output_full(f);
+    else note_input_empty(f);
+  } else if (!writing && r > 0 && (size_t)r < want) {
+    /* Not at EOF (0): the hup flag, not this, keeps reads coming then. */
+    note_input_empty(f);
+  }
+}
+
 /* -- Waiting ---------------------------------------------------------------- */
 
 /* Milliseconds left until deadline (rounded up), 0 when it has passed. */

@@ -55,6 +55,16 @@ int ch_io_wait_until(int fd, int events, int64_t timeout_ms, uint64_t *deadline_
 int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, int nonblock,
                     int64_t timeout_ms, uint64_t *deadline_ns);
 
+/* What a call the hooks passed straight through to libc found on fd, a
+** stream socket the user made non-blocking, judged as io.c judges its
+** own calls: a read that said EAGAIN, or came back short of want (want 0:
+** a peek or a vector read, which say nothing of the rest), emptied the
+** socket; a write that said EAGAIN found it full. So a driver over a
+** non-blocking C library (libpq under host/net/pg.c) waits on the fd with
+** ch_io_wait without a poll(2) first. err: the call's errno when r < 0.
+** Leaves errno alone; other fds are ignored. */
+void ch_io_passed(int fd, int writing, ssize_t r, int err, size_t want);
+
 /* Records fd as a new file made by the process (socket, accept, pipe,
 ** dup): its kind, the O_NONBLOCK its maker asked for, whether the runtime
 ** set O_NONBLOCK itself, and whether it is a stream. A number closed

@@ -11,6 +11,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cohost.h"
 #include "stack.h"
 
 /* Valgrind cannot tell a switch to a coroutine stack from a wild stack
@@ -142,12 +143,10 @@ static int slab_new(struct ch_stack_class *c, struct ch_stack_pool *p)
     GUARD_NOACCESS(m + i * stride, CH_STACK_GUARD);
   }
   if (c->cap < c->nfree + CH_STACK_PER_SLAB) {
-    size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
-    while (cap < c->nfree + CH_STACK_PER_SLAB) cap *= 2;
-    struct ch_stack *f = realloc(c->free, cap * sizeof *f);
+    struct ch_stack *f = ch_buf_grow(c->free, sizeof *f, &c->cap, c->nfree + CH_STACK_PER_SLAB,
+                                     CH_STACK_PER_SLAB);
     if (!f) { munmap(m, len); free(s); return -ENOMEM; }
     c->free = f;
-    c->cap = cap;
   }
   s->base = m;
   s->stride = stride;
@@ -241,11 +240,9 @@ void ch_stack_free(struct ch_stack_pool *p, struct ch_stack *st)
     st->probe_turn = 0;   /* the probes' pages are unmapped again */
   }
   if (c->nfree == c->cap) {
-    size_t cap = c->cap ? c->cap * 2 : CH_STACK_PER_SLAB;
-    struct ch_stack *f = realloc(c->free, cap * sizeof *f);
+    struct ch_stack *f = ch_buf_grow(c->free, sizeof *f, &c->cap, c->nfree + 1, CH_STACK_PER_SLAB);
     if (!f) return;   /* leak the stack rather than fail a free */
     c->free = f;
-    c->cap = cap;
   }
   c->resident++;   /* warm: ch_stack_trim gives pages back later */
   c->free[c->nfree++] = *st;

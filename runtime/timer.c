@@ -83,11 +83,11 @@ int ch_timerq_add(struct ch_timerq *q, struct ch_timer *t, uint64_t when_ns)
 {
   if (t->heap_index) ch_timerq_del(q, t);
   if (q->n == q->cap) {
-    uint32_t cap = q->cap ? q->cap * 2 : 64;
-    struct ch_timerq_ent *h = realloc(q->heap, cap * sizeof *h);
+    size_t cap = q->cap;
+    struct ch_timerq_ent *h = ch_buf_grow(q->heap, sizeof *h, &cap, (size_t)q->n + 1, 64);
     if (!h) return -ENOMEM;
     q->heap = h;
-    q->cap = cap;
+    q->cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;   /* n is 32 bits too */
   }
   t->when_ns = when_ns;
   t->seq = q->seq++;

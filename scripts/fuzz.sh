@@ -55,6 +55,8 @@ mkdir -p "$out"
 SANFLAGS=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
 LUAJIT_CFLAGS=$(pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS=$(pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+# libpq's headers, for the host's cohost.postgres files (as the Makefile).
+PQ_CFLAGS=$(pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
 
 # -- Building --------------------------------------------------------------
 
@@ -99,7 +101,7 @@ EOF
 )
   flags=(-g -O1 -std=gnu11 -D_GNU_SOURCE -fno-omit-frame-pointer -DCH_ASAN
          -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
-         -I runtime/include -iquote runtime -iquote host $LUAJIT_CFLAGS -fexceptions
+         -I runtime/include -iquote runtime -iquote host $LUAJIT_CFLAGS $PQ_CFLAGS -fexceptions
          -DCOHOST_LUA_DIR="\"$root/lua\"" -MMD -MP)
   for src in $vars; do
     o=$out/obj/${src%.*}.o
@@ -115,7 +117,7 @@ EOF
   fi
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE "${SANFLAGS[@]}" $LUAJIT_CFLAGS -rdynamic \
     -DFUZZ_ROOT="\"$root\"" "${@:2}" spec/fuzz/fuzz_http_conn.c "${objs[@]}" \
-    -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lssl -lcrypto -lpcre2-8 \
+    -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 \
     -ldl -lpthread -lm -o "$out/fuzz_$name"
 }
 build_http_conn() { build_conn http_conn; }

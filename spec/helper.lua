@@ -409,8 +409,8 @@ end
 -- Starts a throwaway PostgreSQL 15 cluster (initdb in a temp directory,
 -- fsync off) on a free loopback port, as the postgres user when we are
 -- root (initdb and postgres refuse root; setpriv execs, so the pid is the
--- server's own). Returns { port, pid, dir, log, stop() }; for a setup,
--- with stop() in the teardown.
+-- server's own). Returns { port, pid, dir, log, stop(), restart() }; for
+-- a setup, with stop() in the teardown.
 M.PGBIN = "/usr/lib/postgresql/15/bin/"
 
 function M.postgres()
@@ -426,25 +426,36 @@ function M.postgres()
     :format(M.PGBIN, dir, dir)))
   assert(rc == 0 or rc == true, "initdb failed: " .. (M.try_slurp(dir .. "/initdb.log") or ""))
   pg.port = M.free_port()
-  pg.pid, pg.log = M.spawn(as_pg(("%spostgres -D %s/data -p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
-    :format(M.PGBIN, dir, pg.port, dir)))
+  local cmd = as_pg(("%spostgres -D %s/data -p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50")
+    :format(M.PGBIN, dir, pg.port, dir))
   function pg.stop()
     M.stop_pid(pg.pid, "QUIT")   -- immediate shutdown: the cluster is thrown away
     if pg.log then os.remove(pg.log) end
     if pg.dir:match("^/tmp/cohost%-pg%.") then os.execute("rm -rf " .. pg.dir) end
   end
-  M.wait_port(pg.port, pg.log)
-  -- The port opens before recovery ends ("the database system is
-  -- starting up"): wait for the server's own word that it is ready.
-  local deadline = cohost.monotonic() + 15
-  while not (M.try_slurp(pg.log) or ""):find("ready to accept connections", 1, true) do
-    if cohost.monotonic() > deadline then
-      local log = M.try_slurp(pg.log) or ""
-      pg.stop()
-      error("postgres never became ready: " .. log)
+  local function start()
+    pg.pid, pg.log = M.spawn(cmd)
+    M.wait_port(pg.port, pg.log)
+    -- The port opens before recovery ends ("the database system is
+    -- starting up"): wait for the server's own word that it is ready.
+    local deadline = cohost.monotonic() + 15
+    while not (M.try_slurp(pg.log) or ""):find("ready to accept connections", 1, true) do
+      if cohost.monotonic() > deadline then
+        local log = M.try_slurp(pg.log) or ""
+        pg.stop()
+        error("postgres never became ready: " .. log)
+      end
+      cohost.sleep(0.05)
     end
-    cohost.sleep(0.05)
   end
+  -- Stops the server as `pg_ctl stop -m fast` does (SIGINT: sessions are
+  -- told and disconnected) and starts it again on the same port and data.
+  function pg.restart()
+    M.stop_pid(pg.pid, "INT")
+    if pg.log then os.remove(pg.log) end
+    start()
+  end
+  start()
   return pg
 end
 

@@ -213,6 +213,35 @@ describe("the HTTP/2 client against cohost's server", function()
     assert.are.equal("abc", res.trailers["X-Checksum"])
   end)
 
+  it("wakes every task reading one streamed response, not only the last one to wait", function()
+    local step = 0
+    local port = serve(function(_, res)
+      res:write("a")
+      assert(h.wait_for(function() return step >= 1 end, 10), "readers never parked")
+      res:write("b")
+      assert(h.wait_for(function() return step >= 2 end, 10), "b never read")
+      res:send("c")
+    end)
+    local res = assert(http.request(("http://127.0.0.1:%d/two"):format(port), h2c { stream = true, timeout = 5000 }))
+    assert.are.equal("a", res:read())
+    -- Two tasks park on the one stream; "b" wakes them, one takes it and
+    -- the other waits again for "c".
+    local entered, got = 0, {}
+    local function reader()
+      entered = entered + 1
+      local data, err = res:read()
+      got[#got + 1] = data or err
+      step = 2
+    end
+    local t1, t2 = cohost.spawn(reader), cohost.spawn(reader)
+    assert(h.wait_for(function() return entered == 2 end, 10))
+    step = 1
+    cohost.wait(t1)
+    cohost.wait(t2)
+    table.sort(got)
+    assert.are.same({ "b", "c" }, got)
+  end)
+
   it("streams both ways at once with stream = true: the answer is read while the body is still sent", function()
     local port = serve(function(req, res)
       while true do

@@ -1369,6 +1369,30 @@ describe("http.listen", function()
     assert.equal("routed", exchange(port, get("/")).body)
   end)
 
+  it("lets go of a closed server's handler and on_error once this worker serves again", function()
+    local gone = setmetatable({}, { __mode = "k" })
+    local l = assert(http.listen("127.0.0.1:0", (function()
+      local handler = function(_, res) res:send("old") end
+      gone[handler] = true
+      return handler
+    end)(), { on_error = (function()
+      local on_error = function(_, res) res:send("bad") end
+      gone[on_error] = true
+      return on_error
+    end)() }))
+    assert.equal(1, l:close())
+    l = nil   -- luacheck: ignore
+    -- Their registry refs are dropped by the next request (or listen)
+    -- after the server's last reference went.
+    local port = serve(function(_, res) res:send("new") end)
+    assert(h.wait_for(function()
+      assert.equal("new", exchange(port, get("/")).body)
+      collectgarbage()
+      collectgarbage()
+      return next(gone) == nil
+    end, 10), "the closed server's handler or on_error was never let go")
+  end)
+
   it("raises for a bad handler and a bad priority", function()
     assert.has_error(function() http.listen("127.0.0.1:0", 42) end)
     assert.has_error(function() http.listen("127.0.0.1:0", function() end, { priority = "urgent" }) end)

@@ -279,8 +279,10 @@ describe("--cpu-affinity", function()
   local REPORT = [[
 local cohost = require "cohost"
 local status = io.open("/proc/thread-self/status"):read("*a")
-io.write(cohost.worker_id(), " ", cohost.worker_cpu(), " ",
-         status:match("Cpus_allowed_list:%s*(%S+)"), "\n")
+-- One io.write of one string: the workers' threads share stdout, and
+-- io.write's arguments are written one by one, so two lines could mix.
+io.write(cohost.worker_id() .. " " .. cohost.worker_cpu() .. " " ..
+         status:match("Cpus_allowed_list:%s*(%S+)") .. "\n")
 ]]
 
   local function allowed_list()

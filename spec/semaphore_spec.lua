@@ -152,6 +152,28 @@ describe("cohost.semaphore", function()
     assert.is_true(s:wait())
   end)
 
+  it("a post made just after a waiter was killed, before it ran again, wakes the next waiter", function()
+    local s = semaphore.new(0)
+    local waiting, got = 0, nil
+    local victim = cohost.spawn(function()
+      waiting = waiting + 1
+      return s:wait(30)
+    end)
+    local next_one = cohost.spawn(function()
+      waiting = waiting + 1
+      got = s:wait(30)
+    end)
+    assert(h.wait_for(function() return waiting == 2 end, 10))
+    cohost.kill(victim)   -- in one turn: the victim has not run since
+    s:post()
+    local woke = h.wait_for(function() return got ~= nil end, 10)
+    if not woke then cohost.kill(next_one) end
+    assert(woke, "the post never woke the next waiter")
+    assert.is_true(got)
+    assert.same({ false, "killed" }, { cohost.wait(victim) })
+    assert.equal(0, s:count())
+  end)
+
   it("raises on a bad resource or post count", function()
     assert.has_error(function() semaphore.new(-1) end)
     assert.has_error(function() semaphore.new("two") end)

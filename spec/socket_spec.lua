@@ -77,6 +77,26 @@ describe("cohost.listen", function()
     assert.equal("connection refused", err)
   end)
 
+  it("lets go of a closed listener's handler once this worker listens again", function()
+    local gone = setmetatable({}, { __mode = "k" })
+    local l = assert(cohost.listen("127.0.0.1:0", (function()
+      local handler = function(sock) sock:send("x") end
+      gone[handler] = true
+      return handler
+    end)()))
+    assert.equal(1, l:close())
+    l = nil   -- luacheck: ignore
+    -- The handler's registry ref is dropped by the next listen (or
+    -- connection) after the listener's last reference went.
+    assert(h.wait_for(function()
+      local other = assert(cohost.listen("127.0.0.1:0", echo_lines))
+      other:close()
+      collectgarbage()
+      collectgarbage()
+      return next(gone) == nil
+    end, 10), "the closed listener's handler was never let go")
+  end)
+
   it("returns nil, 'address already in use' when another socket holds the port", function()
     local socket = require "socket"
     local other = assert(socket.bind("127.0.0.1", 0))   -- no SO_REUSEPORT

@@ -124,6 +124,38 @@ describe("cohost.wait", function()
     assert.same({ { true, "once" }, { nil, "already waited or killed" } }, got)
   end)
 
+  it("wakes every one of many waiters on one thread, and waits on more than eight threads at once", function()
+    local go, released = false, false
+    local t = cohost.spawn(function()
+      assert(h.wait_for(function() return go end, 10))
+      return "once"
+    end)
+    local waiters = {}
+    for i = 1, 6 do waiters[i] = cohost.spawn(function() return { cohost.wait(t) } end) end
+    -- Ten threads, one of which ends: a wait on all ten at once.
+    local many = {}
+    for i = 1, 10 do
+      many[i] = cohost.spawn(function()
+        assert(h.wait_for(function() return go end, 10))
+        if i ~= 7 then assert(h.wait_for(function() return released end, 10)) end
+        return i
+      end)
+    end
+    local any = cohost.spawn(function() return { cohost.wait(unpack(many)) } end)
+    go = true
+    local got = {}
+    for i = 1, 6 do
+      local _, r = cohost.wait(waiters[i])
+      got[#got + 1] = r[1] and r[2] or r[2]
+    end
+    table.sort(got)
+    assert.same({ "already waited or killed", "already waited or killed", "already waited or killed",
+                  "already waited or killed", "already waited or killed", "once" }, got)
+    assert.same({ true, { true, 7 } }, { cohost.wait(any) })
+    released = true
+    for i = 1, 10 do if i ~= 7 then assert.same({ true, i }, { cohost.wait(many[i]) }) end end
+  end)
+
   it("raises when asked to wait for the current thread", function()
     local ok, pok, err = on_itself(cohost.wait)
     assert.is_true(ok)

@@ -233,12 +233,9 @@ static void sink_pend(void *ud, const char *p, size_t n)
 {
   struct ch_http_req *rq = ud;
   if (rq->plen + n > rq->pcap) {
-    size_t cap = rq->pcap ? rq->pcap * 2 : 4096;
-    while (cap < rq->plen + n) cap *= 2;
-    char *q = realloc(rq->pend, cap);
+    char *q = ch_buf_grow(rq->pend, 1, &rq->pcap, rq->plen + n, 4096);
     if (!q) { rq->body_status = 500; return; }
     rq->pend = q;
-    rq->pcap = cap;
   }
   memcpy(rq->pend + rq->plen, p, n);
   rq->plen += n;

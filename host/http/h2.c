@@ -20,7 +20,7 @@
 #include "proc/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
-#include "http/h2_batch.h"
+#include "http/h2_writer.h"
 #include "http/response.h"
 
 #define PREFACE       "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -67,8 +67,8 @@ struct ch_h2_conn {
                                   ** ends (nothing is left to send) */
   uint8_t idle;                   /* idle with no coroutine: conn.c's watch
                                   ** brings it back (ch_h2_serve) */
-  struct ch_coro *writer_parked;  /* the writer while it waits for work */
-  struct ch_coro *reader_parked;  /* the reader while it waits: for input
+  struct ch_waitq writer_wq;      /* the writer while it waits for work */
+  struct ch_waitq reader_wq;      /* the reader while it waits: for input
                                   ** (with watch armed), for the writer, or
                                   ** for the streams to end */
   struct ch_watch watch;          /* input for the parked reader */
@@ -159,11 +159,7 @@ nghttp2_session *ch_h2_session(struct ch_h2_stream *st)
 
 static void kick(struct ch_h2_conn *h)
 {
-  if (h->writer_parked) {
-    struct ch_coro *w = h->writer_parked;
-    h->writer_parked = NULL;
-    ch_unpark(w, 0);
-  }
+  ch_waitq_wake_one(&h->writer_wq);
 }
 
 void ch_h2_kick(struct ch_h2_stream *st)
@@ -173,19 +169,13 @@ void ch_h2_kick(struct ch_h2_stream *st)
 
 int ch_h2_wait(struct ch_h2_stream *st, int ms)
 {
-  st->waiter = ch_current();
-  int r = ch_park(ms);
-  st->waiter = NULL;
+  int r = ch_waitq_wait(&st->waiters, ms);
   return r < 0 ? r : 0;
 }
 
 void ch_h2_wake(struct ch_h2_stream *st)
 {
-  if (st->waiter) {
-    struct ch_coro *w = st->waiter;
-    st->waiter = NULL;
-    ch_unpark(w, 0);
-  }
+  ch_waitq_wake_all(&st->waiters);
 }
 
 /* -- Streams ---------------------------------------------------------------- */
@@ -250,11 +240,7 @@ static void stream_unref(struct ch_h2_stream *st)
   free(st->ob);
   free(st);
   if (h->nstreams == 0 && !h->dead) drain_idle(h);
-  if (h->nstreams == 0 && h->reader_parked) {   /* the teardown waits for this */
-    struct ch_coro *r = h->reader_parked;
-    h->reader_parked = NULL;
-    ch_unpark(r, 0);
-  }
+  if (h->nstreams == 0) ch_waitq_wake_one(&h->reader_wq);   /* the teardown waits for this */
 }
 
 /* The stream is over for nghttp2 (or the connection went): no more I/O on
@@ -272,17 +258,23 @@ static void stream_closed(struct ch_h2_stream *st, uint32_t code)
   stream_unref(st);
 }
 
+/* Makes room for n more header bytes: 0, or -1 (no memory). They stay
+** far below 32 bits: on_header holds a head to the server's limits. */
+static int hb_room(struct ch_h2_stream *st, size_t n)
+{
+  size_t need = (size_t)st->hlen + n, cap = st->hcap;
+  if (need <= cap) return 0;
+  char *p = ch_buf_grow(st->hb, 1, &cap, need, 512);
+  if (!p) return -1;
+  st->hb = p;
+  st->hcap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;
+  return 0;
+}
+
 /* Appends s[0..n) to st's header bytes; its offset, or -1 (no memory). */
 static long hb_add(struct ch_h2_stream *st, const uint8_t *s, size_t n)
 {
-  if (st->hlen + n > st->hcap) {
-    uint32_t cap = st->hcap ? st->hcap * 2 : 512;
-    while (cap < st->hlen + n) cap *= 2;
-    char *p = realloc(st->hb, cap);
-    if (!p) return -1;
-    st->hb = p;
-    st->hcap = cap;
-  }
+  if (hb_room(st, n) < 0) return -1;
   memcpy(st->hb + st->hlen, s, n);
   long off = st->hlen;
   st->hlen += (uint32_t)n;
@@ -447,14 +439,7 @@ static void join_cookies(struct ch_h2_stream *st)
   for (int i = 0; i < hd->nheaders; i++)
     if (is_cookie(st, i)) { n++; total += hd->value[i].len + 2; }
   if (n < 2) return;
-  if (st->hlen + total > st->hcap) {   /* room first: the copies below read hb */
-    uint32_t cap = st->hcap;
-    while (cap < st->hlen + total) cap *= 2;
-    char *p = realloc(st->hb, cap);
-    if (!p) return;
-    st->hb = p;
-    st->hcap = cap;
-  }
+  if (hb_room(st, total) < 0) return;   /* room first: the copies below read hb */
   uint32_t start = st->hlen;
   int k = 0, first = -1;
   for (int i = 0; i < hd->nheaders; i++) {
@@ -578,12 +563,9 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
     return 0;
   }
   if (rq->plen + len > rq->pcap) {
-    size_t cap = rq->pcap ? rq->pcap * 2 : 16384;
-    while (cap < rq->plen + len) cap *= 2;
-    char *p = realloc(rq->pend, cap);
+    char *p = ch_buf_grow(rq->pend, 1, &rq->pcap, rq->plen + len, 16384);
     if (!p) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     rq->pend = p;
-    rq->pcap = cap;
   }
   memcpy(rq->pend + rq->plen, data, len);
   rq->plen += len;
@@ -612,48 +594,31 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
 
 static void wake_reader(struct ch_h2_conn *h)
 {
-  if (h->reader_parked) {
-    struct ch_coro *r = h->reader_parked;
-    h->reader_parked = NULL;
-    ch_unpark(r, 0);
-  }
+  ch_waitq_wake_one(&h->reader_wq);
 }
 
-/* Yields. Sends what nghttp2 has, in batches of one write, and parks when
-** there is nothing; ends once the reader is closing and nothing is left
-** to send, or when a write fails. When the session wants neither to read
-** nor to write (GOAWAY done, no streams left) it wakes the reader, which
-** ends the connection. */
+/* Nothing left to send: the writer ends once the reader is closing or
+** the connection goes idle, else parks (ch_h2_writer_run). When the
+** session wants neither to read nor to write (GOAWAY done, no streams
+** left) it wakes the reader, which ends the connection. */
+static int writer_idle(void *arg)
+{
+  struct ch_h2_conn *h = arg;
+  if (h->closing || h->writer_stop) return 1;
+  if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
+    wake_reader(h);
+  /* No stream and nothing to send: the reader, parked on input, may
+  ** now let the connection go idle with no coroutine (read_loop). */
+  if (h->nstreams == 0) wake_reader(h);
+  return 0;
+}
+
+/* Yields. The connection's writer. */
 static void writer_main(void *arg)
 {
   struct ch_h2_conn *h = arg;
   struct ch_http_conn *c = h->c;
-  struct ch_h2_batch b = { 0 };
-  for (;;) {
-    ssize_t n = ch_h2_batch_fill(&b, h->sess);
-    if (n < 0) {
-      ch_log(CH_LOG_INFO, "http2: %s", nghttp2_strerror((int)n));
-      break;
-    }
-    if (n > 0) {
-      int r = ch_stream_write(&c->s, b.buf, b.len, c->srv->send_ms);
-      b.len = 0;
-      if (r < 0) break;
-      continue;
-    }
-    if (h->closing || h->writer_stop) break;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess))
-      wake_reader(h);
-    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
-    /* No stream and nothing to send: the reader, parked on input, may
-    ** now let the connection go idle with no coroutine (read_loop). */
-    if (h->nstreams == 0) wake_reader(h);
-    h->writer_parked = ch_current();
-    int r = ch_park(-1);
-    h->writer_parked = NULL;
-    if (r == -ECANCELED) break;
-  }
-  ch_h2_batch_release(&b);
+  ch_h2_writer_run(h->sess, &c->s, c->srv->send_ms, &h->writer_wq, writer_idle, h, "http2");
   h->writer_alive = 0;
   wake_reader(h);   /* a write that failed ends the reader too */
 }
@@ -849,10 +814,8 @@ static void on_readable(struct ch_watch *w, int revents)
 ** tasks wake it as they end). */
 #define WAIT_UNTIL(h, cond) \
   while (!(cond)) { \
-    (h)->reader_parked = ch_current(); \
-    int r_ = ch_park(-1); \
-    (h)->reader_parked = NULL; \
-    if (r_ == -ECANCELED) ch_yield();   /* the worker is going: they end soon */ \
+    if (ch_waitq_wait(&(h)->reader_wq, -1) == -ECANCELED) \
+      ch_yield();   /* the worker is going: they end soon */ \
   }
 
 static int start_writer(struct ch_h2_conn *h)
@@ -905,7 +868,7 @@ static int read_loop(struct ch_h2_conn *h)
       continue;
     }
     if (n != -EAGAIN) return 0;   /* EOF, a read error */
-    if (h->writer_parked && quiet(h)) {
+    if (!ch_waitq_empty(&h->writer_wq) && quiet(h)) {
       int r = park_idle(h);
       if (r != 0) return r > 0;
       if (feed(h) < 0) return 0;   /* input came meanwhile: it is buffered */
@@ -913,9 +876,7 @@ static int read_loop(struct ch_h2_conn *h)
     }
     ch_stream_release(&c->s);   /* park without a buffer */
     if (ch_watch_fd(&h->watch, c->s.fd, c->s.want_ev, on_readable) < 0) return 0;
-    h->reader_parked = ch_current();
-    n = ch_park(c->srv->keepalive_ms);
-    h->reader_parked = NULL;
+    n = ch_waitq_wait(&h->reader_wq, c->srv->keepalive_ms);
     ch_unwatch_fd(&h->watch);
     if (n == -ETIMEDOUT) {
       /* Running streams have their own timeouts; streams a client left
@@ -968,9 +929,7 @@ int ch_h2_serve(struct ch_http_conn *c)
   while (h->writer_alive) {
     uint64_t now = ch_now_ns();
     int64_t left = now < give_up ? (int64_t)((give_up - now) / 1000000u) + 1 : -1;
-    h->reader_parked = ch_current();
-    int r = ch_park(left);
-    h->reader_parked = NULL;
+    int r = ch_waitq_wait(&h->reader_wq, left);
     if (r == -ETIMEDOUT && c->s.fd >= 0) shutdown(c->s.fd, SHUT_RDWR);
     if (r == -ECANCELED) ch_yield();
   }

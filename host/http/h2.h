@@ -71,7 +71,7 @@ struct ch_h2_stream {
   uint8_t closed;                 /* nghttp2 closed the stream, or the
                                   ** connection ended: no more I/O */
   uint32_t close_code;            /* its error code (0: NO_ERROR) */
-  struct ch_coro *waiter;         /* the handler, while parked on it */
+  struct ch_waitq waiters;        /* the handler, while parked on it */
   struct ch_coro *handler;        /* the stream's coroutine while its
                                   ** handler runs (cancelled by a close
                                   ** before the response is done), or NULL */

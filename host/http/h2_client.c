@@ -11,7 +11,7 @@
 
 #include "cohost.h"
 #include "log.h"
-#include "http/h2_batch.h"
+#include "http/h2_writer.h"
 #include "http/h2_client.h"
 
 #define READ_WANT     16384       /* room asked of the stream per read: a
@@ -47,8 +47,8 @@ struct ch_h2c {
   uint8_t bytes_in;               /* the server sent something */
   uint8_t settings_in;            /* ... and its SETTINGS came: it speaks
                                   ** HTTP/2 (what it sends first) */
-  struct ch_coro *writer_parked;  /* the writer while it waits for work */
-  struct ch_coro *reader_parked;  /* the reader while it waits for the
+  struct ch_waitq writer_wq;      /* the writer while it waits for work */
+  struct ch_waitq reader_wq;      /* the reader while it waits for the
                                   ** writer to end */
 };
 
@@ -61,26 +61,15 @@ static void conn_unref(struct ch_h2c *h)
   free(h);
 }
 
-static void wake(struct ch_coro **slot)
-{
-  if (*slot) {
-    struct ch_coro *c = *slot;
-    *slot = NULL;
-    ch_unpark(c, 0);
-  }
-}
-
 static void kick(struct ch_h2c *h)
 {
-  wake(&h->writer_parked);
+  ch_waitq_wake_one(&h->writer_wq);
 }
 
-/* Yields. Parks the caller in *slot up to ms: 0, -ETIMEDOUT, -ECANCELED. */
-static int wait_on(struct ch_coro **slot, int ms)
+/* Yields. Parks the caller on q up to ms: 0, -ETIMEDOUT, -ECANCELED. */
+static int wait_on(struct ch_waitq *q, int ms)
 {
-  *slot = ch_current();
-  int r = ch_park(ms);
-  *slot = NULL;
+  int r = ch_waitq_wait(q, ms);
   return r < 0 ? r : 0;
 }
 
@@ -125,8 +114,8 @@ static void stream_closed(struct ch_h2c_stream *st, uint32_t code)
   else h->streams = st->next;
   if (st->next) st->next->prev = st->prev;
   h->nstreams--;
-  wake(&st->rwait);
-  wake(&st->wwait);
+  ch_waitq_wake_all(&st->rwait);
+  ch_waitq_wake_all(&st->wwait);
   stream_unref(st);
   maybe_end(h);
 }
@@ -142,17 +131,16 @@ static int stream_err(const struct ch_h2c_stream *st)
 }
 
 /* Grows buffer *b (capacity *cap, used from 0 to *len) to hold n more
-** bytes. 0 or -1. */
+** bytes. 0 or -1 (no memory, or past the 32 bits of the fields). */
 static int room(char **b, uint32_t *cap, uint32_t len, size_t n)
 {
-  if ((size_t)len + n <= *cap) return 0;
-  size_t c = *cap ? *cap : 512;
-  while (c < (size_t)len + n) c *= 2;
-  if (c > UINT32_MAX) return -1;
-  char *p = realloc(*b, c);
+  size_t need = (size_t)len + n, c = *cap;
+  if (need <= c) return 0;
+  if (need > UINT32_MAX) return -1;
+  char *p = ch_buf_grow(*b, 1, &c, need, 512);
   if (!p) return -1;
   *b = p;
-  *cap = (uint32_t)c;
+  *cap = c < UINT32_MAX ? (uint32_t)c : UINT32_MAX;
   return 0;
 }
 
@@ -213,7 +201,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
     }
   }
   if (f->hd.flags & NGHTTP2_FLAG_END_STREAM) st->remote_done = 1;
-  wake(&st->rwait);
+  ch_waitq_wake_all(&st->rwait);
   return 0;
 }
 
@@ -234,7 +222,7 @@ static int on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t id, const ui
   if (room(&st->ib, &st->icap, st->ilen, len) < 0) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   memcpy(st->ib + st->ilen, data, len);
   st->ilen += (uint32_t)len;
-  wake(&st->rwait);
+  ch_waitq_wake_all(&st->rwait);
   return 0;
 }
 
@@ -265,7 +253,7 @@ static ssize_t on_read_body(nghttp2_session *s, int32_t id, uint8_t *buf, size_t
     st->ooff = st->olen = 0;
     if (st->oend) *flags |= NGHTTP2_DATA_FLAG_EOF;
   }
-  wake(&st->wwait);   /* room in the queue */
+  ch_waitq_wake_all(&st->wwait);   /* room in the queue */
   return (ssize_t)n;
 }
 
@@ -290,38 +278,30 @@ static nghttp2_session_callbacks *callbacks(void)
 
 /* -- The writer and the reader ---------------------------------------------- */
 
-/* Yields. Sends what nghttp2 has, batched into one write, and parks when
-** there is nothing; ends when the reader is closing or a write fails.
-** When the session wants neither to read nor to write (GOAWAY done, no
-** streams) it shuts the socket, which ends the reader's fill. */
+/* Nothing left to send: the writer ends when the reader is closing, else
+** parks (ch_h2_writer_run). When the session wants neither to read nor
+** to write (GOAWAY done, no streams) it shuts the socket, which ends the
+** reader's fill. */
+static int writer_idle(void *arg)
+{
+  struct ch_h2c *h = arg;
+  if (h->closing) return 1;
+  if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
+      h->s.fd >= 0)
+    shutdown(h->s.fd, SHUT_RDWR);
+  return 0;
+}
+
+/* Yields. The connection's writer; ends when the reader is closing or a
+** write fails. */
 static void writer_main(void *arg)
 {
   struct ch_h2c *h = arg;
-  struct ch_h2_batch b = { 0 };
   ch_coro_set_weak(ch_current(), 1);   /* see reader_main */
-  for (;;) {
-    ssize_t n = ch_h2_batch_fill(&b, h->sess);
-    if (n < 0) {
-      ch_log(CH_LOG_INFO, "http2 client: %s", nghttp2_strerror((int)n));
-      break;
-    }
-    if (n > 0) {
-      int r = ch_stream_write(&h->s, b.buf, b.len, WRITE_MS);
-      b.len = 0;
-      if (r < 0) break;
-      continue;
-    }
-    if (h->closing) break;
-    if (!nghttp2_session_want_read(h->sess) && !nghttp2_session_want_write(h->sess) &&
-        h->s.fd >= 0)
-      shutdown(h->s.fd, SHUT_RDWR);
-    ch_h2_batch_release(&b);   /* an idle connection holds no batch buffer */
-    if (wait_on(&h->writer_parked, -1) == -ECANCELED) break;
-  }
-  ch_h2_batch_release(&b);
+  ch_h2_writer_run(h->sess, &h->s, WRITE_MS, &h->writer_wq, writer_idle, h, "http2 client");
   h->writer_alive = 0;
   if (h->s.fd >= 0) shutdown(h->s.fd, SHUT_RDWR);   /* ends the reader's fill */
-  wake(&h->reader_parked);
+  ch_waitq_wake_one(&h->reader_wq);
   conn_unref(h);
 }
 
@@ -380,7 +360,7 @@ static void reader_main(void *arg)
   while (h->writer_alive) {
     uint64_t now = ch_now_ns();
     int left = now < give_up ? (int)((give_up - now) / 1000000u) + 1 : -1;
-    int r = wait_on(&h->reader_parked, left);
+    int r = wait_on(&h->reader_wq, left);
     if (r == -ETIMEDOUT && h->s.fd >= 0) shutdown(h->s.fd, SHUT_RDWR);
     if (r == -ECANCELED) ch_yield();   /* the worker is going: it ends soon */
   }
@@ -584,8 +564,8 @@ void ch_h2c_stream_free(struct ch_h2c_stream *st)
 {
   st->dropped = 1;   /* body bytes that still come are thrown away */
   ch_h2c_reset(st);
-  wake(&st->rwait);
-  wake(&st->wwait);
+  ch_waitq_wake_all(&st->rwait);
+  ch_waitq_wake_all(&st->wwait);
   stream_unref(st);
 }
 

@@ -73,8 +73,8 @@ struct ch_h2c_stream {
   uint32_t ooff, olen, ocap;      /* ob[ooff, olen) unsent */
   uint8_t oend;                   /* no more body after the queue */
   uint8_t deferred;               /* the data source said DEFERRED */
-  struct ch_coro *rwait;          /* a task waiting for head or body */
-  struct ch_coro *wwait;          /* a task waiting for queue room */
+  struct ch_waitq rwait;          /* tasks waiting for head or body */
+  struct ch_waitq wwait;          /* tasks waiting for queue room */
   struct ch_h2c_stream *prev, *next;   /* the connection's open streams */
 };
 

@@ -37,20 +37,18 @@ static int hop_by_hop(const char *n, size_t l)
 
 struct nvs {
   nghttp2_nv *v;
-  int n, cap;
+  size_t n, cap;
   nghttp2_nv small[NV_STACK];
 };
 
 static int nv_add(struct nvs *a, const char *name, size_t nl, const char *value, size_t vl)
 {
   if (a->n == a->cap) {
-    int cap = a->cap * 2;
-    nghttp2_nv *p = a->v == a->small ? malloc((size_t)cap * sizeof *p)
-                                     : realloc(a->v, (size_t)cap * sizeof *p);
+    int in_small = a->v == a->small;
+    nghttp2_nv *p = ch_buf_grow(in_small ? NULL : a->v, sizeof *p, &a->cap, a->cap + 1, NV_STACK);
     if (!p) return -ENOMEM;
-    if (a->v == a->small) memcpy(p, a->small, sizeof a->small);
+    if (in_small) memcpy(p, a->small, sizeof a->small);
     a->v = p;
-    a->cap = cap;
   }
   /* nghttp2 copies names and values (no NO_COPY flags). */
   a->v[a->n++] = (nghttp2_nv){ (uint8_t *)name, (uint8_t *)value, nl, vl, NGHTTP2_NV_FLAG_NONE };
@@ -131,7 +129,7 @@ static void at_eof(struct ch_h2_stream *st, nghttp2_session *s, uint32_t *flags)
     struct nvs a = { .cap = NV_STACK };
     a.v = a.small;
     if (nv_lines(&a, rq->trl, rq, 1, rq->trl_len) == 0 &&
-        nghttp2_submit_trailer(s, st->id, a.v, (size_t)a.n) == 0)
+        nghttp2_submit_trailer(s, st->id, a.v, a.n) == 0)
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
     nv_free(&a);
   }
@@ -269,7 +267,7 @@ static int submit_head(struct ch_http_req *rq, int64_t clen, int default_ctype, 
   }
   int with_source = body && !nobody && !rq->head_only;
   nghttp2_data_provider prd = { .source.ptr = st, .read_callback = source_read };
-  r = nghttp2_submit_response(s, st->id, a.v, (size_t)a.n, with_source ? &prd : NULL);
+  r = nghttp2_submit_response(s, st->id, a.v, a.n, with_source ? &prd : NULL);
   nv_free(&a);
   if (r != 0) return r == NGHTTP2_ERR_NOMEM ? -ENOMEM : -ECONNRESET;
   if (!with_source) st->local_done = 1;

@@ -5,6 +5,7 @@
 ** less is appended to it.
 */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +41,9 @@ struct obuf {
 static int ob_reserve(struct obuf *b, size_t more)
 {
   if (b->len + more <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap * 2 : 512;
-  while (cap < b->len + more) cap *= 2;
   int on_stack = b->stack && b->p == b->stack;
-  char *p = on_stack ? malloc(cap) : realloc(b->p, cap);
+  size_t cap = b->cap;
+  char *p = ch_buf_grow(on_stack ? NULL : b->p, 1, &cap, b->len + more, 512);
   if (!p) {
     b->oom = 1;
     return -ENOMEM;
@@ -196,20 +196,17 @@ int ch_http_header_add(struct ch_http_req *rq, const char *name, size_t nl,
 {
   if (!ch_http_valid_value(v, vl)) return -EINVAL;
   if (rq->nhx == rq->hxcap) {
-    int cap = rq->hxcap ? rq->hxcap * 2 : 8;
-    void *p = realloc(rq->hx, (size_t)cap * sizeof *rq->hx);
+    size_t cap = (size_t)rq->hxcap;
+    void *p = ch_buf_grow(rq->hx, sizeof *rq->hx, &cap, (size_t)rq->nhx + 1, 8);
     if (!p) return -ENOMEM;
     rq->hx = p;
-    rq->hxcap = cap;
+    rq->hxcap = cap < INT_MAX ? (int)cap : INT_MAX;   /* nhx is an int too */
   }
   size_t need = rq->hdrs_len + nl + vl + 4;
   if (need > rq->hdrs_cap) {
-    size_t cap = rq->hdrs_cap ? rq->hdrs_cap * 2 : 512;
-    while (cap < need) cap *= 2;
-    char *p = realloc(rq->hdrs, cap);
+    char *p = ch_buf_grow(rq->hdrs, 1, &rq->hdrs_cap, need, 512);
     if (!p) return -ENOMEM;
     rq->hdrs = p;
-    rq->hdrs_cap = cap;
   }
   char *p = rq->hdrs + rq->hdrs_len;
   memcpy(p, name, nl);
@@ -234,12 +231,11 @@ int ch_http_trailer_add(struct ch_http_req *rq, const char *name, size_t nl,
   size_t need = rq->trl_len + nl + vl + 4;
   if (need > UINT32_MAX) return -ENOMEM;
   if (need > rq->trl_cap) {
-    size_t cap = rq->trl_cap ? rq->trl_cap * 2 : 256;
-    while (cap < need) cap *= 2;
-    char *p = realloc(rq->trl, cap);
+    size_t cap = rq->trl_cap;
+    char *p = ch_buf_grow(rq->trl, 1, &cap, need, 256);
     if (!p) return -ENOMEM;
     rq->trl = p;
-    rq->trl_cap = (uint32_t)cap;
+    rq->trl_cap = cap < UINT32_MAX ? (uint32_t)cap : UINT32_MAX;   /* need fits, checked above */
   }
   char *p = rq->trl + rq->trl_len;
   memcpy(p, name, nl);

@@ -492,7 +492,8 @@ struct queued {
 ** net.ipv4.tcp_migrate_req sysctl is on), so a drain serves them here. */
 static int take_queued(struct queued **q)
 {
-  int n = 0, cap = 0;
+  int n = 0;
+  size_t cap = 0;
   for (struct ch_listener *l = listeners; l; l = l->next) {
     while (n < QUEUED_MAX) {
       union ch_addr peer;
@@ -500,12 +501,10 @@ static int take_queued(struct queued **q)
       memset(&peer, 0, sizeof peer);
       int fd = ch_io_accept(l->fd, &peer.sa, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
       if (fd < 0) break;   /* -EAGAIN: none left; anything else: give up */
-      if (n == cap) {
-        int ncap = cap ? cap * 2 : 16;
-        struct queued *g = realloc(*q, (size_t)ncap * sizeof *g);
+      if ((size_t)n == cap) {
+        struct queued *g = ch_buf_grow(*q, sizeof *g, &cap, cap + 1, 16);
         if (!g) { close(fd); break; }
         *q = g;
-        cap = ncap;
       }
       (*q)[n].l = l;
       (*q)[n].fd = fd;

@@ -83,7 +83,8 @@ struct child {
 };
 
 static struct child *kids;      /* the master's live children */
-static int nkids, kids_cap;
+static int nkids;
+static size_t kids_cap;
 static uint64_t *restart_ms;    /* per index: fork a replacement then; 0: none */
 static int *backoff_ms;         /* per index: the next restart's delay */
 static int stopping;            /* 0; 1 draining; 2 stopping at once */
@@ -173,15 +174,13 @@ static int spawn(int index, enum role role, int first)
     if (role == CURRENT) restart_ms[index] = now_ms() + (uint64_t)BACKOFF_MAX_MS;
     return 0;
   }
-  if (nkids == kids_cap) {
-    int cap = kids_cap ? kids_cap * 2 : 16;
-    struct child *k = realloc(kids, (size_t)cap * sizeof *k);
+  if ((size_t)nkids == kids_cap) {
+    struct child *k = ch_buf_grow(kids, sizeof *k, &kids_cap, kids_cap + 1, 16);
     if (!k) {
       fprintf(stderr, "cohost: master: no memory\n");
       _exit(1);
     }
     kids = k;
-    kids_cap = cap;
   }
   fflush(NULL);   /* else buffered output would be written twice */
   /* Signals wait until the child has dropped the master's handlers: one

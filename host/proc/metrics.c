@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cohost.h"
 #include "log.h"
 #include "proc/metrics.h"
 
@@ -366,14 +367,12 @@ static void put(struct buf *b, const char *fmt, ...)
       b->len += (size_t)n;
       return;
     }
-    size_t cap = b->cap * 2 + (size_t)n;
-    char *p = realloc(b->p, cap);
+    char *p = ch_buf_grow(b->p, 1, &b->cap, b->len + (size_t)n + 1, 8192);
     if (!p) {
       b->oom = 1;
       return;
     }
     b->p = p;
-    b->cap = cap;
   }
 }
 

@@ -92,13 +92,14 @@ static void task_free(struct ch_task *t)
 {
   struct ch_worker *w = t->w;
   unlink_task(w, t);   /* a task that never ran is still linked */
-  free(t->waiters);   /* spares are zeroed when reused */
-  t->waiters = NULL;
+  free(t->joiners);   /* empty: a waiter holds a reference; spares are
+                      ** zeroed when reused */
+  t->joiners = NULL;
   lua_settop(t->T, 0);
   if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
-    int cap = w->idle_cap ? w->idle_cap * 2 : 64;
-    int *idle = realloc(w->idle, (size_t)cap * sizeof *idle);
-    if (idle) { w->idle = idle; w->idle_cap = cap; }
+    size_t cap = (size_t)w->idle_cap;
+    int *idle = ch_buf_grow(w->idle, sizeof *idle, &cap, cap + 1, 64);
+    if (idle) { w->idle = idle; w->idle_cap = (int)cap; }   /* cap <= 2 * IDLE_MAX */
   }
   if (w->nidle < w->idle_cap) w->idle[w->nidle++] = t->ref;
   else luaL_unref(w->L, LUA_REGISTRYINDEX, t->ref);
@@ -260,8 +261,7 @@ static __attribute__((noinline)) void run_end(struct ch_task *t, int base, int r
 static __attribute__((noinline)) void run_done(struct ch_task *t)
 {
   struct ch_coro *c = ch_current();
-  for (int i = 0; i < t->nwaiters; i++) ch_unpark(t->waiters[i], 0);
-  t->nwaiters = 0;
+  if (t->joiners) ch_waitq_wake_all(t->joiners);
   ch_coro_set_udata(c, NULL);
   t->coro = NULL;
   unlink_task(t->w, t);

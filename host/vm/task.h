@@ -18,8 +18,7 @@ enum ch_task_status { CH_TASK_NEW, CH_TASK_RUNNING, CH_TASK_DONE, CH_TASK_FAILED
 
 /* Every parked Lua connection holds one, so it is kept to 120 bytes (one
 ** 128-byte malloc chunk; it was 160, a 176-byte chunk): the waiters'
-** slots are allocated by the first cohost.wait on the task. */
-#define CH_TASK_WAITERS 4       /* waiting coroutines per task; more poll */
+** queue is allocated by the first cohost.wait on the task. */
 
 struct ch_task {
   struct ch_ljvm_coro vm;       /* first: the yield check reads it from
@@ -27,9 +26,9 @@ struct ch_task {
   struct ch_worker *w;          /* owner */
   struct ch_coro *coro;         /* NULL until it runs and after it ends */
   lua_State *T;                 /* its Lua thread */
-  struct ch_coro **waiters;     /* CH_TASK_WAITERS slots for coroutines in
-                                ** cohost.wait on it, NULL until the first
-                                ** wait; owned */
+  struct ch_waitq *joiners;     /* coroutines in cohost.wait on it, woken
+                                ** when it ends; NULL until the first wait;
+                                ** owned */
   const char *name;             /* for logs: "handler", "thread", "main" */
   struct ch_task *prev, *next;  /* the worker's live list */
   int ref;                      /* registry ref anchoring T */
@@ -39,7 +38,6 @@ struct ch_task {
   uint8_t status;               /* enum ch_task_status */
   uint8_t daemon;               /* cancelled as soon as shutdown starts */
   uint8_t waited;               /* results handed to a waiter already */
-  uint8_t nwaiters;             /* used slots of waiters */
 };
 
 /* Makes a task with a Lua thread from w's pool. Must run on a coroutine

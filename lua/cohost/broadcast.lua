@@ -11,6 +11,9 @@
 -- and queues it for the subscribers there. Each subscriber's queue is
 -- bounded; a subscriber whose queue is full when a message comes is
 -- closed: it gets what was queued, then nil, "overflow".
+-- Across machines: broadcast.configure{ backend = "redis", url = ... }
+-- in the main chunk; publish then also hands the message to Redis, and
+-- messages of other nodes come from there (lua/cohost/broadcast/redis.lua).
 local bus = require "cohost.core.bus"
 local task = require "cohost.core.task"
 local sys = require "cohost.core.sys"
@@ -28,6 +31,8 @@ local nsubs = 0
 local fd               -- this worker's bus socket while it has subscribers
 local receiving = false
 local stats = { published = 0, delivered = 0, overflowed = 0, dropped = 0 }
+local remote           -- the backend to other machines, once configured
+local used = false     -- subscribe or publish was called: too late to configure
 
 local Sub = {}
 Sub.__index = Sub
@@ -38,7 +43,10 @@ local function unlink(s)
   local set = channels[s.channel]
   if set and set[s] then
     set[s] = nil
-    if next(set) == nil then channels[s.channel] = nil end
+    if next(set) == nil then
+      channels[s.channel] = nil
+      if remote then remote.unwant(s.channel) end
+    end
     nsubs = nsubs - 1
   end
 end
@@ -156,8 +164,29 @@ end
 
 -- -- API ------------------------------------------------------------------------------
 
--- subscribe(channel [, opts]) -> sub. opts.queue: messages it may have
--- waiting (default M.QUEUE).
+-- configure{ backend = "redis", url = "redis://host:port" [, password,
+-- db, channel_prefix, timeout, backlog] }: messages go to and come from
+-- the other cohost nodes through Redis (docs/lua-api.md). In the main
+-- chunk, before any subscribe or publish of this worker. backend =
+-- "local" (the default) is one node.
+function M.configure(opts)
+  if type(opts) ~= "table" then error("bad options: table expected", 2) end
+  if used then error("broadcast.configure: call it before the first subscribe or publish (in the main chunk)", 2) end
+  if remote then error("broadcast.configure: configured already", 2) end
+  local backend = opts.backend or "local"
+  if backend == "local" then return end
+  if backend ~= "redis" then error("bad backend: \"local\" or \"redis\" expected", 2) end
+  local b, err = require("cohost.broadcast.redis").new(opts, deliver)
+  if not b then error("broadcast.configure: " .. err, 2) end
+  remote = b
+end
+
+-- Yields with a backend: subscribe(channel [, opts]) -> sub. opts.queue:
+-- messages it may have waiting (default M.QUEUE). With a backend it waits
+-- (the backend's timeout at most) until Redis has confirmed this worker's
+-- subscription to the channel, so that what any node publishes after
+-- subscribe returns reaches it; while Redis is unreachable it returns at
+-- once, and messages of other nodes come once it is back.
 function M.subscribe(channel, opts)
   if type(channel) ~= "string" then error("bad channel: string expected", 2) end
   local cap = opts and opts.queue or M.QUEUE
@@ -173,7 +202,9 @@ function M.subscribe(channel, opts)
   end
   set[s] = true
   nsubs = nsubs + 1
+  used = true
   listen()
+  if remote then remote.want(channel) end
   return s
 end
 
@@ -181,11 +212,14 @@ end
 -- waits; reaches this worker's subscribers before it returns, the other
 -- workers' as soon as they run. A worker whose kernel queue is full
 -- (hundreds of messages it has not read yet) misses the message: counted
--- in stats().dropped.
+-- in stats().dropped. With a backend, nil, "redis: ..." says that the
+-- message reached this node only (Redis is unreachable, or this worker's
+-- backlog for it is full).
 function M.publish(channel, msg)
   if type(channel) ~= "string" then error("bad channel: string expected", 2) end
   if type(msg) ~= "string" then error("bad message: string expected", 2) end
   if #channel + 1 + #msg > M.MAX then return nil, "message too large" end
+  used = true
   stats.published = stats.published + 1
   deliver(channel, msg)
   local me, data = sys.worker_id(), channel .. "\0" .. msg
@@ -195,15 +229,19 @@ function M.publish(channel, msg)
       if not ok and err ~= "absent" then stats.dropped = stats.dropped + 1 end
     end
   end
+  if remote then return remote.publish(channel, msg) end
   return true
 end
 
 -- stats() -> this worker's counts: published, delivered (to its
 -- subscribers), overflowed (subscribers closed), dropped (messages a
--- worker's full queue refused), subscribers.
+-- worker's full queue refused), subscribers; with the Redis backend also
+-- redis_sent, redis_received, redis_unsent, redis_missed,
+-- redis_duplicates, redis_queued and redis_up (docs/lua-api.md).
 function M.stats()
-  return { published = stats.published, delivered = stats.delivered, overflowed = stats.overflowed,
-           dropped = stats.dropped, subscribers = nsubs }
+  local t = { published = stats.published, delivered = stats.delivered, overflowed = stats.overflowed,
+              dropped = stats.dropped, subscribers = nsubs }
+  return remote and remote.stats(t) or t
 end
 
 return M

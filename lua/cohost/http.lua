@@ -93,9 +93,15 @@ end
 
 -- Debian's lua-cjson (2.1.0) has no cjson.empty_array: an empty table is
 -- written {}. http.array(t) marks t as an array, which res:json (and
--- cjson.encode under cohost: cohost.cjson) writes as [] when it is empty.
+-- cjson.encode under cohost: cohost.cjson) writes as [] when it is empty;
+-- cohost.cjson also writes a 64-bit integer cdata as its digits.
 M.array = json.array
 M.array_mt = json.array_mt
+
+-- json_encode(value) -> JSON text | nil, err: res:json's encoding.
+function M.json_encode(value)
+  return cjson.encode(value)
+end
 
 -- res:json(value [, status])
 function Response:json(value, status)

@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -207,7 +208,7 @@ static inline struct ch_coro *ch_current(void) { return ch_running; }
 /* Id of c. */
 int ch_coro_id(const struct ch_coro *c);
 
-/* -- Parking: the primitive under semaphores, channels and joins --------- */
+/* -- Parking: the primitive under wait queues ---------------------------- */
 
 /* Yields. Parks the running coroutine until ch_unpark or timeout_ms (< 0:
 ** never). Returns the value given to ch_unpark, -ETIMEDOUT, or -ECANCELED.
@@ -248,6 +249,113 @@ static inline unsigned ch_cancel_hits(const struct ch_coro *c)
 {
   return CH_CORO_FIELD(c, CH_CORO_OFS_CANCEL_HITS, uint32_t);
 }
+
+/* -- Wait queues --------------------------------------------------------- */
+
+/* A FIFO of coroutines parked until another wakes them (Tarantool's
+** fiber_cond): what a hand-written "the coroutine waiting here" slot does,
+** for any number of waiters, with timeouts and cancellation. All zero is
+** an empty queue. A queue belongs to one thread's coroutines; in COPY
+** stack mode it must not be on a coroutine's stack. Wake every waiter
+** (ch_waitq_wake_all) before the queue's memory goes. */
+struct ch_waiter;
+struct ch_waitq {
+  struct ch_waiter *head;         /* the longest waiter; the runtime's */
+  struct ch_waiter *tail;         /* the newest; the runtime's */
+};
+
+/* Yields. Parks the running coroutine at the back of q until a wake
+** reaches it, timeout_ms passes (< 0: never) or it is cancelled. Returns
+** 0 when woken by q, -ETIMEDOUT, -ECANCELED (also at once when already
+** cancelled), what a direct ch_unpark gave, or -EINVAL outside a
+** coroutine. However it returns, it is off q. */
+int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms);
+
+/* Yields. ch_waitq_wait on the n queues qs[0..n) at once (n >= 1):
+** returns 0 when a wake of any of them reaches the coroutine, or as
+** ch_waitq_wait; -ENOMEM when more than two queues need nodes and no
+** memory is left (nothing parked then). Off every queue when it returns. */
+int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms);
+
+/* ch_waitq_wake_one's and ch_waitq_wake_all's work, out of line: the
+** wakes are inline so that one on an empty queue, the usual case of a
+** "something to do" kick, costs a load and a branch. */
+int ch_waitq_wake(struct ch_waitq *q, int all);
+
+/* Wakes q's longest waiter; one timed out or cancelled meanwhile (woken,
+** not yet run) is skipped and taken off. Returns 1, or 0 when q had no
+** waiter. Never yields; the woken coroutine runs later. */
+static inline int ch_waitq_wake_one(struct ch_waitq *q)
+{
+  return q->head ? ch_waitq_wake(q, 0) : 0;
+}
+
+/* Wakes every waiter of q, in order; q is empty after. Returns how many
+** were woken (skipped ones, as above, not counted). Never yields. */
+static inline int ch_waitq_wake_all(struct ch_waitq *q)
+{
+  return q->head ? ch_waitq_wake(q, 1) : 0;
+}
+
+/* Non-zero when no coroutine is queued on q (one timed out or cancelled
+** stays queued until it runs again). */
+static inline int ch_waitq_empty(const struct ch_waitq *q)
+{
+  return q->head == NULL;
+}
+
+/* -- Growable buffers ---------------------------------------------------- */
+
+/* Bytes that grow as they are appended to (Redis's sds, nginx's
+** ngx_array_t), and the same for arrays: one growth rule, the capacity
+** doubled (from a first capacity the caller picks) until what is asked
+** fits, and one overflow check, for every buffer in cohost that grows.
+** All zero is an empty buffer holding no memory. */
+struct ch_buf {
+  char *p;                        /* the bytes; owned; NULL until the first
+                                  ** growth */
+  size_t len;                     /* bytes in use; the caller moves it */
+  size_t cap;                     /* bytes allocated at p */
+};
+
+/* Grows array p, of *cap elements of size bytes, to hold need elements
+** (need > *cap): *cap doubled, or first (>= 1) when it is 0, until need
+** fits; doubling makes n appends cost O(n) copying in all. Returns the
+** array (p moved, or p itself) with *cap updated, or NULL when memory is
+** short or need elements overflow a size_t (the check every caller used
+** to write, or forget): then p is untouched and still the caller's. For
+** arrays that keep their own count; bytes are easier in a struct ch_buf.
+** Inline: an HTTP/2 stream's header bytes take their first 512 here, per
+** request, where a call cost more than the rule. */
+static inline void *ch_buf_grow(void *p, size_t size, size_t *cap, size_t need, size_t first)
+{
+  size_t c = *cap ? *cap : first ? first : 1, bytes;
+  if (*cap) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
+  while (c < need) c = c <= SIZE_MAX / 2 ? c * 2 : SIZE_MAX;
+  /* A doubling past what a size_t holds falls back to need itself. */
+  if (__builtin_mul_overflow(c, size, &bytes) &&
+      __builtin_mul_overflow(c = need, size, &bytes))
+    return NULL;
+  void *q = realloc(p, bytes);
+  if (q) *cap = c;
+  return q;
+}
+
+/* ch_buf_reserve's slow path. */
+int ch_buf_expand(struct ch_buf *b, size_t n, size_t first);
+
+/* Makes room for n more bytes after b->len (ch_buf_grow's rule, from
+** first bytes). Returns 0, or -ENOMEM with b unchanged. */
+static inline int ch_buf_reserve(struct ch_buf *b, size_t n, size_t first)
+{
+  return b->cap - b->len >= n ? 0 : ch_buf_expand(b, n, first);
+}
+
+/* Appends s[0..n) to b: 0, or -ENOMEM with b unchanged. */
+int ch_buf_add(struct ch_buf *b, const void *s, size_t n, size_t first);
+
+/* Frees b's bytes: b is empty again. */
+void ch_buf_free(struct ch_buf *b);
 
 /* -- Stack modes --------------------------------------------------------- */
 

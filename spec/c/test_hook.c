@@ -1585,6 +1585,46 @@ static void test_a_short_read_does_not_hide_a_pending_eof(void **state) {
   close(sv[0]);
 }
 
+/* A read the hooks pass straight through (the user made the socket
+** non-blocking, as libpq does) tells io.c what it found: after its EAGAIN
+** and after a short read the socket is known empty, so a driver's
+** ch_io_wait parks without a poll(2) first; and that wait still wakes
+** for data sent before it parked, unregistered fd or registered. */
+struct passed { int fd, peer; int after_eagain, after_short, after_data; int waits[2]; };
+
+static void passed_main(void *arg) {
+  struct passed *p = arg;
+  char buf[16];
+  int fl = fcntl(p->fd, F_GETFL);
+  CHECK_EQ(fcntl(p->fd, F_SETFL, fl | O_NONBLOCK), 0);
+  CHECK_EQ(recv(p->fd, buf, sizeof buf, 0), -1);           /* EAGAIN: passed */
+  p->after_eagain = ch_io_input_known_empty(p->fd);
+  CHECK_EQ(th_raw_write_all(p->peer, "ab", 2), 0);
+  p->waits[0] = ch_io_wait(p->fd, POLLIN, 5000);           /* registers it */
+  CHECK_EQ(recv(p->fd, buf, sizeof buf, 0), 2);            /* short: emptied */
+  p->after_short = ch_io_input_known_empty(p->fd);
+  CHECK_EQ(th_raw_write_all(p->peer, "cd", 2), 0);
+  p->waits[1] = ch_io_wait(p->fd, POLLIN, 5000);           /* counted event */
+  CHECK_EQ(recv(p->fd, buf, 1, 0), 1);                     /* not short */
+  p->after_data = ch_io_input_known_empty(p->fd);
+}
+
+static void test_a_read_passed_through_on_a_user_nonblocking_socket_feeds_the_judgement(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct passed p = { sv[0], sv[1], -1, -1, -1, { -1, -1 } };
+  assert_true(ch_spawn(passed_main, &p) > 0);
+  th_run();
+  assert_int_equal(p.after_eagain, 1);
+  assert_int_equal(p.waits[0], POLLIN);
+  assert_int_equal(p.after_short, 1);
+  assert_int_equal(p.waits[1], POLLIN);
+  assert_int_equal(p.after_data, 0);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
@@ -1635,6 +1675,7 @@ int main(void) {
     TH_TEST(test_signal_with_sa_restart_does_not_fail_a_parked_read),
     TH_TEST(test_cancelled_hooks_return_timeout_results_libc_could_give),
     TH_TEST(test_a_short_read_does_not_hide_a_pending_eof),
+    TH_TEST(test_a_read_passed_through_on_a_user_nonblocking_socket_feeds_the_judgement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
