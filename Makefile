@@ -82,7 +82,7 @@ LIB := $(B)/libcohost.a
 # The host: LuaJIT embedding and the Lua bindings. -rdynamic exports the
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
-HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
+HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
@@ -289,7 +289,7 @@ install: all $(B)/cohost.pc
 	install -m 644 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(B)/cohost.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 644 runtime/include/cohost.h $(DESTDIR)$(PREFIX)/include/
-	cd lua && find cohost -name '*.lua' -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
+	cd lua && find cohost \( -name '*.lua' -o -name '*.proto' \) -exec install -D -m 644 {} $(DESTDIR)$(PREFIX)/share/cohost/lua/{} \;
 	for v in 5.1 5.2 5.3 5.4; do \
 	  install -D -m 644 lua/outside/cohost.lua $(DESTDIR)$(PREFIX)/share/lua/$$v/cohost.lua; done
 

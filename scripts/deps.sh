@@ -17,9 +17,9 @@ test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-bu
       lua-resty-core redis-sentinel
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
       wrk slowhttptest gnuplot-nox haproxy systemd nghttp2-client python3-h2 nginx
-      python3-grpcio)
+      python3-grpcio protobuf-compiler protobuf-compiler-grpc libprotobuf-dev python3-protobuf)
 bench=(g++ libboost-context-dev valgrind wrk nginx libnginx-mod-http-lua
-       tarantool util-linux)
+       tarantool util-linux libgrpc++-dev)
 
 case "$what" in
   build) want=("${build[@]}") ;;

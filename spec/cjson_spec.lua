@@ -68,6 +68,17 @@ describe("require \"cjson\" under cohost", function()
     assert.equal(http.array_mt, safe.empty_array_mt)
   end)
 
+  it("writes a 64-bit integer cdata key as its digits (a protobuf map's), and leaves the value alone", function()
+    assert.equal('{"42":"k"}', safe.encode({ [42ULL] = "k" }))
+    assert.equal('{"-9223372036854775808":[1]}', cjson.encode({ [-9223372036854775808LL] = { 1 } }))
+    local v = { by_id = { [18446744073709551615ULL] = 9007199254740993LL } }
+    assert.equal('{"by_id":{"18446744073709551615":9007199254740993}}', cjson.encode(v))
+    local k = next(v.by_id)
+    assert.equal("cdata", type(k))   -- the caller's table still has its cdata key
+    -- A key of another kind is refused as before.
+    assert.is_nil((safe.encode({ [true] = 1 })))
+  end)
+
   it("is what require gives whatever package.path and package.cpath say", function()
     package.loaded["cjson"] = nil
     local path, cpath = package.path, package.cpath

@@ -5,8 +5,9 @@
 -- marked as an array (http.array, cjson.empty_array_mt as in OpenResty's
 -- lua-cjson, or a metatable with __jsonarray as cohost.postgres's rows)
 -- as [] when it is empty, and a 64-bit integer cdata (an int8 past 2^53
--- from cohost.postgres, 12345LL) as its exact digits, where cjson refuses
--- it. Debian's lua-cjson
+-- from cohost.postgres, a 64-bit field from cohost.protobuf, 12345LL) as
+-- its exact digits, as a value or as an object key (a protobuf map's), where
+-- cjson refuses it. Debian's lua-cjson
 -- (2.1.0) has neither the mark nor cjson.empty_array: it writes an empty
 -- table as {}. decode, the settings functions, null and new() are the C
 -- module's own (new() gives an instance wrapped the same way).
@@ -74,20 +75,29 @@ local function swap_arrays(v, depth)
   local copy
   for k, x in pairs(v) do
     local nx, changed = swap_arrays(x, depth + 1)
+    local digits = type(k) == "cdata" and int64_digits(k)   -- a key as its digits
+    if digits then changed = true end
     if changed then
       if not copy then
         copy = {}
         for k2, x2 in pairs(v) do copy[k2] = x2 end
       end
-      copy[k] = nx
+      if digits then
+        copy[k] = nil
+        copy[digits] = nx
+      else
+        copy[k] = nx
+      end
     end
   end
   return copy or v, copy ~= nil
 end
 
--- cjson's refusal of a cdata value, raised (cjson) or returned (cjson.safe).
+-- cjson's refusal of a cdata value or key, raised (cjson) or returned
+-- (cjson.safe).
 local function refused_cdata(err)
-  return type(err) == "string" and find(err, "cdata", 1, true) ~= nil
+  return type(err) == "string"
+    and (find(err, "cdata", 1, true) ~= nil or find(err, "table key must be", 1, true) ~= nil)
 end
 
 -- The module table for C instance c: c's functions, encode wrapped.

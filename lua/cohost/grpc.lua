@@ -63,7 +63,23 @@ local wire_value = metadata.wire
 -- -- The call context ----------------------------------------------------------
 
 local Context = {}
-Context.__index = Context
+
+-- ctx.metadata and ctx.peer are made on first use, and kept: most
+-- handlers read neither, and each costs a walk of the headers or a
+-- formatted address per call.
+local LAZY = {
+  metadata = function(ctx) return metadata.decode(ctx.req.headers) end,
+  peer = function(ctx) return ctx.req.peer end,
+}
+Context.__index = function(ctx, k)
+  local v = Context[k]
+  if v ~= nil then return v end
+  local make = LAZY[k]
+  if make == nil then return nil end
+  v = make(ctx)
+  rawset(ctx, k, v)
+  return v
+end
 
 -- ctx:remaining() -> seconds left before the deadline (0 once it passed),
 -- or nil when the client set none.
@@ -192,18 +208,22 @@ end
 -- gone away pass through, be it the HTTP layer's quiet error (a handler
 -- parked on the stream) or "cancelled" (one parked anywhere else, a sleep
 -- or a cosocket, its task cancelled by the stream's reset: the task's end
--- logs that at info); anything else is a bug in the handler, logged with
--- its traceback here, where the stack still holds the frames that raised
--- it.
-local function traced(call)
-  return function(e)
-    if getmetatable(e) == Error or call.expired or call.drained or task.cancelled() then return e end
-    local quiet = debug.getregistry()["cohost.quiet_error"]
-    if quiet and getmetatable(e) == quiet then return e end
-    cohost.log(cohost.ERR, "grpc ", call.ctx.method, " handler error: ", debug.traceback(tostring(e), 2))
-    return { internal = true }
-  end
+-- logs that at info); anything else is a bug in the handler, whose
+-- traceback is taken here, where the stack still holds the frames that
+-- raised it (conclude logs it, or drops it for a call killed at its
+-- deadline or by the drain). One function for every call: a closure
+-- made per call would stop LuaJIT's trace of the call there (making one
+-- is not compiled).
+local function traced(e)
+  if getmetatable(e) == Error or task.cancelled() then return e end
+  local quiet = debug.getregistry()["cohost.quiet_error"]
+  if quiet and getmetatable(e) == quiet then return e end
+  return { internal = true, traceback = debug.traceback(tostring(e), 2) }
 end
+
+-- grpc-status values, made once.
+local CODE_TEXT = {}
+for code = 0, 16 do CODE_TEXT[code] = tostring(code) end
 
 -- Ends the response with code and message as trailers: after the
 -- messages, or, when none was sent, a trailers-only response (the HTTP/2
@@ -212,7 +232,11 @@ end
 local function finish(call, code, message)
   call.ended = true
   local res = call.res
-  for _, kv in ipairs(call.trailers) do   -- res:trailer adds a field per call
+  -- A numeric for that runs no round for a call without trailers: an
+  -- ipairs loop left at once would cut LuaJIT's trace of the call.
+  local trailers = call.trailers
+  for j = 1, #trailers do   -- res:trailer adds a field per call
+    local kv = trailers[j]
     local v = kv[2]
     if type(v) == "table" then
       for i = 1, #v do res:trailer(kv[1], v[i]) end
@@ -220,7 +244,7 @@ local function finish(call, code, message)
       res:trailer(kv[1], v)
     end
   end
-  res:trailer("grpc-status", tostring(code))
+  res:trailer("grpc-status", CODE_TEXT[code] or tostring(code))
   if message and message ~= "" then res:trailer("grpc-message", status.encode_message(message)) end
   res:send("")
 end
@@ -243,6 +267,7 @@ local function conclude(call, ok, code, message)
   if ok then return finish(call, code, message) end
   if getmetatable(e) == Error then return finish(call, e.code, e.message) end
   if type(e) == "table" and e.internal then
+    cohost.log(cohost.ERR, "grpc ", call.ctx.method, " handler error: ", e.traceback)
     return finish(call, status.INTERNAL, "handler error (see the server's log)")
   end
   error(e, 0)   -- the client went away: the HTTP layer's quiet error
@@ -288,7 +313,7 @@ local function run_apart(call, run)
   local done = semaphore.new(0)
   local ok, code, message
   local t = cohost.spawn(function()
-    ok, code, message = xpcall(run, traced(call), call)
+    ok, code, message = xpcall(run, traced, call)
     done:post()
   end)
   call.task = t
@@ -330,7 +355,9 @@ end
 
 -- Yields. Serves one request of srv.
 local function serve(srv, fallback, req, res)
-  if not is_grpc_type(req.headers["content-type"]) then
+  -- req:header looks one name up in C: req.headers would build a table of
+  -- every header on each call.
+  if not is_grpc_type(req:header("content-type")) then
     if fallback then return fallback(req, res) end
     return refuse(res, 415, "gRPC expects content-type application/grpc")
   end
@@ -341,35 +368,38 @@ local function serve(srv, fallback, req, res)
   end
   res:header("content-type", "application/grpc")
   local path = req.target
-  local ctx = setmetatable({
-    method = path, req = req, peer = req.peer, metadata = metadata.decode(req.headers),
-  }, Context)
-  ctx.service, ctx.name = path:match("^/(.+)/([^/]+)$")
+  local m = srv.methods[path]
+  local ctx = setmetatable({ method = path, req = req }, Context)
+  if m then
+    ctx.service, ctx.name = m.service, m.name
+  else
+    ctx.service, ctx.name = path:match("^/(.+)/([^/]+)$")
+  end
   local call = { srv = srv, req = req, res = res, ctx = ctx, trailers = {} }
   ctx._call = call
   call.stream = setmetatable({ _call = call, ctx = ctx }, Stream)
-  local enc = req.headers["grpc-encoding"]
+  local enc = req:header("grpc-encoding")
   if enc ~= nil and enc ~= "identity" then
     res:header("grpc-accept-encoding", "identity")
     return finish(call, status.UNIMPLEMENTED, format("grpc-encoding %s is not supported", tostring(enc)))
   end
-  local timeout = req.headers["grpc-timeout"]
+  local timeout = req:header("grpc-timeout")
   if timeout ~= nil then
     local secs = type(timeout) == "string" and status.parse_timeout(timeout)
     if not secs then return finish(call, status.INTERNAL, "malformed grpc-timeout") end
     ctx.deadline = monotonic() + secs
   end
-  call.method = srv.methods[path]
-  if not call.method then
+  call.method = m
+  if not m then
     return finish(call, status.UNIMPLEMENTED, "unknown method " .. path)
   end
-  call.reader = frame.reader(function(n) return req:read(n) end, srv.max_recv)
+  call.reader = frame.reader(req, srv.max_recv)   -- req:read, no closure per call
   -- A client or bidi stream may idle between messages for as long as the
   -- call lives: the listener's body_timeout is lifted (the deadline, if
   -- any, bounds the call; a client gone ends it through the connection).
   local kind = call.method.kind
   if kind == "client_stream" or kind == "bidi" then req:settimeout(0) end
-  if kind == "unary" and not ctx.deadline then return conclude(call, xpcall(body, traced(call), call)) end
+  if kind == "unary" and not ctx.deadline then return conclude(call, xpcall(body, traced, call)) end
   if ctx.deadline and ctx:remaining() <= 0 then return finish(call, status.DEADLINE_EXCEEDED, "deadline exceeded") end
   if kind ~= "unary" and drain.closing then   -- it came after the closers ran
     res:goaway()
@@ -384,7 +414,8 @@ local KINDS = { "unary", "server_stream", "client_stream", "bidi" }
 
 -- A method's spec: a function (unary) or a table with one of KINDS.
 local function method_spec(path, spec, level)
-  if type(spec) == "function" then return { kind = "unary", fn = spec } end
+  local service, name = path:match("^/(.+)/([^/]+)$")   -- ctx.service, ctx.name
+  if type(spec) == "function" then return { kind = "unary", fn = spec, service = service, name = name } end
   if type(spec) ~= "table" then
     error(format("bad method %s (function or table expected)", path), level + 1)
   end
@@ -393,7 +424,7 @@ local function method_spec(path, spec, level)
     if spec[kind] ~= nil then
       if found then error(format("method %s has two kinds (%s and %s)", path, found.kind, kind), level + 1) end
       if type(spec[kind]) ~= "function" then error(format("method %s: %s must be a function", path, kind), level + 1) end
-      found = { kind = kind, fn = spec[kind] }
+      found = { kind = kind, fn = spec[kind], service = service, name = name }
     end
   end
   return found or error(format("method %s has none of unary, server_stream, client_stream, bidi", path), level + 1)
@@ -419,12 +450,35 @@ function M.server(opts)
   if fb ~= nil and type(fb) ~= "function" and type(fb) ~= "table" then
     error("bad option fallback (handler or router expected)", 2)
   end
-  return setmetatable({
+  local srv = setmetatable({
     methods = {},
     max_recv = opt_size(opts, "max_receive_message_size", frame.MAX_MESSAGE),
     max_send = opt_size(opts, "max_send_message_size", frame.MAX_MESSAGE),
     fallback = fb,
   }, Server)
+  -- The standard services (docs/grpc.md): health checking unless
+  -- health = false, reflection when reflection = true. Required here, so
+  -- that a script that only calls pays nothing for them.
+  if opts.health ~= false then require("cohost.grpc.health").install(srv) end
+  if opts.reflection then require("cohost.grpc.reflection").install(srv) end
+  return srv
+end
+
+-- srv:service_from_proto(types, "package.Service", handlers) -> srv: the
+-- service's methods from a cohost.protobuf set (pb.load), each handler
+-- getting and returning tables; the kind of each method (unary, server,
+-- client or bidi streaming) is the .proto file's.
+function Server:service_from_proto(types, name, handlers)
+  require("cohost.grpc.typed").service(self, types, name, handlers, 2)
+  return self
+end
+
+-- srv:set_health(name, status) -> srv: service name's health status
+-- ("SERVING", "NOT_SERVING", "UNKNOWN", or nil to forget it); "" is the
+-- server's as a whole.
+function Server:set_health(name, st)
+  require("cohost.grpc.health").set(self, name, st, 2)
+  return self
 end
 
 -- srv:method(path, spec) -> srv: path is "/package.Service/Method".

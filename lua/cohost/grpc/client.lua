@@ -436,6 +436,13 @@ function Channel:close()
   client.close_pools(self.pools)
 end
 
+-- ch:stub(types, "package.Service") -> a table with a function per method
+-- of the service in a cohost.protobuf set, taking and returning tables:
+-- stub:GetNote({ id = 1 }) (cohost.grpc.typed).
+function Channel:stub(types, name)
+  return require("cohost.grpc.typed").stub(self, types, name, 2)
+end
+
 -- channel(target [, opts]) -> a channel: "http://host:port" (h2c, prior
 -- knowledge), "https://host:port" (TLS, h2 by ALPN), or "host:port"
 -- (http). opts: timeout (ms, each call's deadline unless the call sets

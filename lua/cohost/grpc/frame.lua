@@ -33,10 +33,21 @@ local Reader = {}
 Reader.__index = Reader
 
 -- reader(read, max) -> a reader of messages from read(n), which returns
--- up to n bytes, nil at the end, or nil and an error string. max is the
--- largest message accepted (default M.MAX_MESSAGE).
+-- up to n bytes, nil at the end, or nil and an error string; or from
+-- read:read(n) when read is an object (an HTTP request: no closure to
+-- make per call). max is the largest message accepted (default
+-- M.MAX_MESSAGE).
 function M.reader(read, max)
-  return setmetatable({ read = read, max = max or M.MAX_MESSAGE, buf = "", pos = 1 }, Reader)
+  local r = { max = max or M.MAX_MESSAGE, buf = "", pos = 1 }
+  if type(read) == "function" then r.read = read else r.src = read end
+  return setmetatable(r, Reader)
+end
+
+-- Yields. Up to n bytes from the reader's source.
+local function source_read(r, n)
+  local src = r.src
+  if src then return src:read(n) end
+  return r.read(n)
 end
 
 -- Bytes buffered and not yet consumed.
@@ -47,7 +58,7 @@ end
 -- Yields (read may park). Reads more into the buffer: true, false at
 -- the end, or nil and the read's error.
 local function fill(r)
-  local piece, err = r.read(65536)
+  local piece, err = source_read(r, 65536)
   if not piece then
     if err then return nil, err end
     return false
@@ -71,8 +82,12 @@ end
 -- other than 0 or 1 (INTERNAL), a message over max (RESOURCE_EXHAUSTED),
 -- or a read error (code nil, message the read's error string).
 function Reader:next()
-  while avail(self) < 5 do
+  -- The first fill is out of the loop: a small message comes whole in
+  -- one read, and then no loop runs (a loop entered on every call cuts
+  -- LuaJIT's trace of it).
+  if avail(self) < 5 then
     local more, err = fill(self)
+    while more and avail(self) < 5 do more, err = fill(self) end
     if more == nil then return nil, nil, err end
     if not more then
       if avail(self) == 0 then return nil end
@@ -97,7 +112,7 @@ function Reader:next()
   local parts, got = { take(self, avail(self)) }, 0
   got = #parts[1]
   while got < n do
-    local piece, err = self.read(n - got < 65536 and n - got or 65536)
+    local piece, err = source_read(self, n - got < 65536 and n - got or 65536)
     if not piece then
       if err then return nil, nil, err end
       return nil, status.INTERNAL, ("truncated message (%d of %d bytes)"):format(got, n)
