@@ -84,7 +84,7 @@ LIB := $(B)/libcohost.a
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
-            host/net/keepalive.c host/net/proxy.c host/net/activation.c \
+            host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
             host/proc/master.c host/proc/master_listen.c host/proc/stats.c \

@@ -49,7 +49,6 @@ struct ch_options ch_opts = {
   .workers = 1,
   .threads = 1,
   .shutdown_timeout_ms = 10000,
-  .log_level = CH_LOG_NOTICE,
   .fair_switches = 1000000,      /* no switch limit to speak of: the time rules */
   .fair_usec = 1000,
   .stack_mode = -1,
@@ -330,7 +329,9 @@ static int parse_args(int argc, char **argv, int *check)
       ch_opts.shutdown_timeout_ms = (int)(atof(value(argc, argv, &i, "--shutdown-timeout")) * 1000);
     } else if (is(a, "--log-level")) {
       const char *v = value(argc, argv, &i, "--log-level");
-      if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+      int level = ch_log_level(v);
+      if (!level) die("unknown log level '%s'", v);
+      ch_log_set_level(level);
     } else if (is(a, "--log-format")) {
       const char *v = value(argc, argv, &i, "--log-format");
       if (ch_log_set_format(v) < 0) die("--log-format: expected text or json, not '%s'", v);
