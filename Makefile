@@ -87,8 +87,8 @@ HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c 
             host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
-            host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
-            host/proc/stats_procs.c host/proc/watchdog.c host/proc/notify.c host/proc/metrics.c \
+            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c \
+            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \

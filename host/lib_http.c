@@ -26,7 +26,7 @@
 #include "http/response.h"
 #include "http/sendfile.h"
 #include "http/url.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 #include "lib.h"
 #include "lib_listen.h"
 #include "lib_socket.h"

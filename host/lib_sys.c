@@ -13,8 +13,8 @@
 #include "worker.h"
 #include "vm/task.h"
 #include "lib.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 
 /* now() -> seconds since the epoch with microseconds, like ngx.now (which
 ** caches to ms; we read the clock, which costs ~20 ns through the vDSO). */

@@ -32,10 +32,10 @@
 #include "proc/watchdog.h"
 #include "net/activation.h"
 #include "proc/notify.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 #include "proc/master.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 #include "shdict/store.h"
 #include "testmode.h"
 

@@ -26,8 +26,8 @@
 #include "http/conn.h"
 #include "net/keepalive.h"
 #include "net/listener.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 #include "proc/watchdog.h"
 
 __thread struct ch_worker *ch_worker_self;

@@ -23,7 +23,7 @@
 #include "http/h2.h"
 #include "http/response.h"
 #include "net/proxy.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 #include "net/tls.h"
 
 #define BUF_SIZE      16384       /* input buffer, at least; grows to fit

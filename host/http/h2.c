@@ -17,7 +17,7 @@
 #include <openssl/ssl.h>
 
 #include "log.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
 #include "http/h2_batch.h"

@@ -15,7 +15,7 @@
 
 #include <lauxlib.h>
 
-#include "proc/stats.h"
+#include "stats/stats.h"
 #include "vm/task.h"
 
 struct slot {

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 
 #include "log.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 
 #define MAX_METRICS 256
 #define MAX_SERIES 4096         /* a power of two: the table's mask */
