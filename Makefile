@@ -86,7 +86,7 @@ HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c 
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
-            host/http/url.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
+            host/http/url.c host/http/metrics.c host/http/h2.c host/http/h2_batch.c host/http/h2_response.c host/http/h2_client.c \
             host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c \
             host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c \
             host/shdict/store.c host/shdict/tlsf.c \

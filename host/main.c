@@ -33,6 +33,7 @@
 #include "net/activation.h"
 #include "proc/notify.h"
 #include "stats/metrics.h"
+#include "http/metrics.h"
 #include "proc/master.h"
 #include "stats/stats.h"
 #include "stats/stats_procs.h"
@@ -689,6 +690,7 @@ int main(int argc, char **argv)
   ch_notify_init();       /* and its NOTIFY_SOCKET */
   if (ch_metrics_init() < 0)   /* shared by every process: before the fork */
     fprintf(stderr, "cohost: no memory for the metrics registry; cohost.metrics is off\n");
+  else ch_http_metrics_init();   /* cohost.http's series, in it */
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (test_mode || (script && ch_testmode_is_busted(script))) enter_test_mode();
