@@ -214,7 +214,8 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 
 # Tests of host modules below Lua link the objects they test: the
 # stream's the Lua-free network layer, test_log the log's kinds of event,
-# test_tlsf the allocator.
+# test_tlsf the allocator. Each sees its layer's view only, so it needs
+# (and stubs) nothing of the layers above.
 STREAM_OBJ := $(B)/host/net/stream.o $(B)/host/net/tls.o $(B)/host/log.o
 $(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB) | $(B)/layers/net/.made
 	@mkdir -p $(@D)

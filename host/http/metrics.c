@@ -18,14 +18,13 @@ int ch_http_metrics_init(void)
                               "Requests cohost.http answered, by status code, method and "
                               "the router's pattern (route).",
                               CH_METRIC_COUNTER, labels, 3, NULL, 0);
-  if (r < 0) return r;
-  requests = r;
-  r = ch_metrics_register("cohost_http_request_duration_seconds",
-                          "Time from a request's head to the end of its response, by "
-                          "the router's pattern (route).",
-                          CH_METRIC_HISTOGRAM, labels + 2, 1, NULL, 0);
-  if (r < 0) return r;
-  duration = r;
+  int d = ch_metrics_register("cohost_http_request_duration_seconds",
+                              "Time from a request's head to the end of its response, by "
+                              "the router's pattern (route).",
+                              CH_METRIC_HISTOGRAM, labels + 2, 1, NULL, 0);
+  if (r < 0 || d < 0) return r < 0 ? r : d;
+  duration = d;
+  requests = r;   /* both or neither: a response checks this one */
   return 0;
 }
 
@@ -66,7 +65,7 @@ const char *ch_http_metrics_route_name(int route)
 
 void ch_http_metrics_count(int status, const char *method, size_t mlen, int route, double seconds)
 {
-  if (requests < 0 || duration < 0) return;
+  if (requests < 0) return;
   if (route < 0 || route >= CH_HTTP_METRICS_MAX_ROUTES) route = 0;
   /* Per worker thread: the last series of each (code, method, route)
   ** asked. A small direct-mapped cache saves the hash probe, and the

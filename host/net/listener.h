@@ -1,12 +1,12 @@
 /*
 ** Listeners: bind (shared between the worker threads of a process, and
 ** with --processes between processes through the listen operations the
-** master installs, see net/listen.h), one
-** acceptor coroutine each that never touches Lua, --max-connections with
-** a fixed 503 for HTTP, shedding when the fd table is full, and the drain
-** at shutdown. A protocol gets each connection through its admit
-** callback; the Lua face is lib_listen.c. The lists are per worker
-** thread.
+** master installs, see net/listen.h), one acceptor coroutine each that
+** never touches Lua, --max-connections with a fixed 503 for HTTP,
+** shedding when the fd table is full, and the drain at shutdown. A
+** protocol gets each connection through its admit callback; the Lua face
+** is lib_listen.c. The lists, and the context they count in, are per
+** worker thread.
 */
 #ifndef CH_LISTENER_H
 #define CH_LISTENER_H
