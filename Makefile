@@ -85,11 +85,11 @@ LIB := $(B)/libcohost.a
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
-            host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
+            host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
-            host/http/url.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
-            host/proc/master.c host/proc/master_listen.c host/proc/stats.c \
-            host/proc/stats_procs.c host/proc/watchdog.c host/proc/notify.c host/proc/metrics.c \
+            host/http/url.c host/http/metrics.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
+            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c \
+            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
@@ -145,17 +145,65 @@ $(B)/host/%.o: host/%.c
 	$(CC) $(CFLAGS) -fexceptions -iquote host $(LUAJIT_CFLAGS) \
 	  -DCOHOST_LUA_DIR='"$(PREFIX)/share/cohost/lua"' -c $< -o $@
 
-# host/net/ (streams, TLS, listeners) and host/shdict/ (the shared dicts'
-# store) are C without Lua: built without $(LUAJIT_CFLAGS), so a Lua header
-# included there fails to build. They never call into Lua, so no Lua error
-# unwinds through them either (no -fexceptions).
-$(B)/host/net/%.o: host/net/%.c
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote host -c $< -o $@
+# Layers (docs/architecture.md): the lower folders of host/ are built
+# without -iquote host. Each gets -iquote of a view instead, a folder of
+# links under build/layers/ to the headers its layer may include, so an
+# #include of a layer above it fails to compile ("proc/master.h: No such
+# file or directory"), and without -iquote runtime, so the runtime's
+# internals are out of reach too: cohost.h, the public header, is all.
+# <...> never searches -iquote folders. A quote include looks in the
+# including file's own folder first (host/ for log.c) and follows "../",
+# so each build then reads the dependencies the compiler wrote (-MMD) and
+# fails if one is neither the file, nor in the view (by either path), nor
+# the public header (system headers, by absolute paths, are not the
+# check's business). The runtime itself is built with runtime/ alone on its path: it
+# cannot reach host/.
+#   log.c    log.h
+#   net/     net/ and log.h: never worker.h, proc/, vm/, http/, lib_*
+#   shdict/  shdict/ and log.h
+#   http/    http/, net/, log.h, worker.h, the metrics registry: never
+#            proc/, lib_*, vm/
+# net/, shdict/, log.c and http/ are C without Lua: built without
+# $(LUAJIT_CFLAGS), so a Lua header included there fails to build too.
+# net/ and shdict/ never call into Lua, so no Lua error unwinds through
+# them either (no -fexceptions); http/ runs the handler through the
+# server's run callback (lib_http.c), so it keeps unwind tables.
+VIEW_log    := log.h
+VIEW_net    := net log.h
+VIEW_shdict := shdict log.h
+VIEW_http   := http net log.h worker.h stats/metrics.h
+LAYER_CFLAGS = $(subst -iquote runtime,,$(CFLAGS)) -iquote $(B)/layers/$(1)
+LAYER_CHECK = @bad=$$(sed -e 's/\\$$//' -e 's/^[^:]*: *//' $(@:.o=.d) | tr ' ' '\n' | \
+                grep -v -e '^$$' -e '^/' -e '^$<$$' -e '^runtime/include/' -e '^$(B)/layers/$(1)/' \
+                  $(foreach v,$(VIEW_$(1)),-e '^host/$(v)$$' -e '^host/$(v)/[^.]')); \
+              if [ -n "$$bad" ]; then rm -f $@; \
+                echo "$<: includes what its layer may not (the Makefile's views):" $$bad; exit 1; fi
 
-$(B)/host/shdict/%.o: host/shdict/%.c
+VIEWS := log net shdict http
+$(VIEWS:%=$(B)/layers/%/.made): $(B)/layers/%/.made: Makefile
+	@rm -rf $(@D) && mkdir -p $(@D)
+	@for p in $(VIEW_$*); do mkdir -p $(@D)/$$(dirname $$p) && ln -s $(CURDIR)/host/$$p $(@D)/$$p; done
+	@touch $@
+
+$(B)/host/log.o: host/log.c | $(B)/layers/log/.made
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote host -c $< -o $@
+	$(CC) $(call LAYER_CFLAGS,log) -c $< -o $@
+	$(call LAYER_CHECK,log)
+
+$(B)/host/net/%.o: host/net/%.c | $(B)/layers/net/.made
+	@mkdir -p $(@D)
+	$(CC) $(call LAYER_CFLAGS,net) -c $< -o $@
+	$(call LAYER_CHECK,net)
+
+$(B)/host/shdict/%.o: host/shdict/%.c | $(B)/layers/shdict/.made
+	@mkdir -p $(@D)
+	$(CC) $(call LAYER_CFLAGS,shdict) -c $< -o $@
+	$(call LAYER_CHECK,shdict)
+
+$(B)/host/http/%.o: host/http/%.c | $(B)/layers/http/.made
+	@mkdir -p $(@D)
+	$(CC) $(call LAYER_CFLAGS,http) -fexceptions -c $< -o $@
+	$(call LAYER_CHECK,http)
 
 $(B)/host/net/pg.o $(B)/host/lib_postgres.o: CFLAGS += $(PQ_CFLAGS)
 
@@ -172,19 +220,20 @@ $(B)/spec/%: spec/c/%.c $(LIB)
 
 # Tests of host modules below Lua link the objects they test: the
 # stream's the Lua-free network layer, test_log the log's kinds of event,
-# test_tlsf the allocator.
+# test_tlsf the allocator. Each sees its layer's view only, so it needs
+# (and stubs) nothing of the layers above.
 STREAM_OBJ := $(B)/host/net/stream.o $(B)/host/net/tls.o $(B)/host/log.o
-$(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB)
+$(B)/spec/test_stream: spec/c/test_stream.c $(STREAM_OBJ) $(LIB) | $(B)/layers/net/.made
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote host $< $(STREAM_OBJ) -o $@ $(LIB) $(CTEST_LIBS) -lssl $(LDLIBS)
+	$(CC) $(CFLAGS) -iquote $(B)/layers/net $< $(STREAM_OBJ) -o $@ $(LIB) $(CTEST_LIBS) -lssl $(LDLIBS)
 
-$(B)/spec/test_log: spec/c/test_log.c $(B)/host/log.o $(LIB)
+$(B)/spec/test_log: spec/c/test_log.c $(B)/host/log.o $(LIB) | $(B)/layers/log/.made
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote host $< $(B)/host/log.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -iquote $(B)/layers/log $< $(B)/host/log.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
-$(B)/spec/test_tlsf: spec/c/test_tlsf.c $(B)/host/shdict/tlsf.o $(LIB)
+$(B)/spec/test_tlsf: spec/c/test_tlsf.c $(B)/host/shdict/tlsf.o $(LIB) | $(B)/layers/shdict/.made
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote host $< $(B)/host/shdict/tlsf.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -iquote $(B)/layers/shdict $< $(B)/host/shdict/tlsf.o -o $@ $(LIB) $(CTEST_LIBS) $(LDLIBS)
 
 $(LJVM_PROBE): spec/c/ljvm_probe/probe.c host/vm/ljvm.c host/vm/ljvm.h $(LIB)
 	@mkdir -p $(@D)

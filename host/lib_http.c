@@ -27,7 +27,7 @@
 #include "http/response.h"
 #include "http/sendfile.h"
 #include "http/url.h"
-#include "proc/metrics.h"
+#include "http/metrics.h"
 #include "lib.h"
 #include "lib_listen.h"
 #include "lib_socket.h"
@@ -593,11 +593,11 @@ static int req_settimeout(lua_State *L)
 }
 
 /* route_id(pattern) -> the pattern's id for the route label (see
-** ch_metrics_route): a router asks once per route it adds, and puts the
-** matched one's id at res[1] for run_handler. */
+** ch_http_metrics_route): a router asks once per route it adds, and puts
+** the matched one's id at res[1] for run_handler. */
 static int l_route_id(lua_State *L)
 {
-  lua_pushinteger(L, ch_metrics_route(luaL_checkstring(L, 1)));
+  lua_pushinteger(L, ch_http_metrics_route(luaL_checkstring(L, 1)));
   return 1;
 }
 

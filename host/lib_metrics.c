@@ -1,5 +1,5 @@
 /*
-** cohost.core.metrics: the bindings of proc/metrics.c (application
+** cohost.core.metrics: the bindings of stats/metrics.c (application
 ** counters, gauges and histograms shared by every worker and process) and
 ** the process figures /metrics reports (CPU time, start time, open fds,
 ** read from /proc). lua/cohost/metrics.lua is the documented face.
@@ -15,7 +15,7 @@
 #include <lauxlib.h>
 
 #include "lib.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 
 /* A table's strings 1..n into out (at most max): their count, or raises. */
 static int strings(lua_State *L, int idx, const char **out, int max, const char *what)

@@ -13,8 +13,8 @@
 #include "worker.h"
 #include "vm/task.h"
 #include "lib.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 
 /* now() -> seconds since the epoch with microseconds, like ngx.now (which
 ** caches to ms; we read the clock, which costs ~20 ns through the vDSO). */
@@ -136,7 +136,7 @@ static void log_args(lua_State *L, int level, int first, const char *where, int 
 static int l_log(lua_State *L)
 {
   int level = check_level(L, 1);
-  if (level > ch_opts.log_level) return 0;
+  if (level > ch_log_get_level()) return 0;
   lua_Debug ar;
   const char *where = "?";
   int line = 0;
@@ -156,7 +156,7 @@ static int l_log_at(lua_State *L)
   int level = check_level(L, 1);
   const char *where = luaL_checkstring(L, 2);
   int line = (int)luaL_checkinteger(L, 3);
-  if (level <= ch_opts.log_level) log_args(L, level, 4, where, line);
+  if (level <= ch_log_get_level()) log_args(L, level, 4, where, line);
   return 0;
 }
 
@@ -168,14 +168,14 @@ static int l_log_raw(lua_State *L)
   size_t n;
   const char *msg = luaL_checklstring(L, 2, &n);
   if (level < CH_LOG_ERR || level > CH_LOG_DEBUG) return luaL_argerror(L, 1, "log level out of range");
-  if (level <= ch_opts.log_level) ch_log(level, "%.*s", (int)n, msg);
+  if (level <= ch_log_get_level()) ch_log(level, "%.*s", (int)n, msg);
   return 0;
 }
 
 /* log_level() -> --log-level, 1 (err) .. 5 (debug). */
 static int l_log_level(lua_State *L)
 {
-  lua_pushinteger(L, ch_opts.log_level);
+  lua_pushinteger(L, ch_log_get_level());
   return 1;
 }
 
@@ -190,7 +190,7 @@ static int l_processes(lua_State *L)
 
 static int l_log_enabled(lua_State *L)
 {
-  lua_pushboolean(L, luaL_checkinteger(L, 1) <= ch_opts.log_level);
+  lua_pushboolean(L, luaL_checkinteger(L, 1) <= ch_log_get_level());
   return 1;
 }
 

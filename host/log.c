@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,11 +15,41 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cohost.h"
 #include "log.h"
-#include "worker.h"
-#include "proc/master.h"
 
 static const char *const names[] = { NULL, "error", "warn", "notice", "info", "debug" };
+
+/* -- Level and identity -----------------------------------------------------
+**
+** Set from above (main.c, worker.c, the master): the log knows no worker
+** and no master, so net/ and the C tests link it alone. */
+
+static int max_level = CH_LOG_NOTICE;   /* --log-level; set before threads */
+static _Atomic unsigned generation;     /* gen= of every line */
+static const char *_Atomic process_name = "main";   /* a thread that is no worker's */
+static __thread int worker_id = -1;     /* the calling thread's worker, or -1 */
+
+void ch_log_set_level(int level)
+{
+  max_level = level;
+}
+
+int ch_log_get_level(void)
+{
+  return max_level;
+}
+
+void ch_log_set_identity(unsigned gen, const char *name)
+{
+  atomic_store_explicit(&generation, gen, memory_order_relaxed);
+  atomic_store_explicit(&process_name, name, memory_order_relaxed);
+}
+
+void ch_log_set_worker(int id)
+{
+  worker_id = id;
+}
 
 int ch_log_level(const char *name)
 {
@@ -93,12 +124,12 @@ static void emit(int level, size_t loc, const char *fields, const char *msg, siz
   if (repeats) len += (size_t)snprintf(text + len, sizeof text - len, " (repeated %u times)", repeats);
   text[len] = '\0';
   const char *lvl = names[level < CH_LOG_ERR ? CH_LOG_ERR : level > CH_LOG_DEBUG ? CH_LOG_DEBUG : level];
-  struct ch_worker *w = ch_worker_self;
+  int w = worker_id;
   int pid = (int)getpid();   /* a system call, but logging is no hot path */
-  unsigned gen = ch_master_generation();
+  unsigned gen = atomic_load_explicit(&generation, memory_order_relaxed);
   char who[32];
-  if (w) snprintf(who, sizeof who, "w%d c%d", w->id, ch_self());
-  else snprintf(who, sizeof who, "%s", ch_master_is_master() ? "master" : "main");
+  if (w >= 0) snprintf(who, sizeof who, "w%d c%d", w, ch_self());
+  else snprintf(who, sizeof who, "%s", atomic_load_explicit(&process_name, memory_order_relaxed));
   time_t now = time(NULL);
   struct tm tm;
   int n;
@@ -107,7 +138,7 @@ static void emit(int level, size_t loc, const char *fields, const char *msg, siz
     n = (int)strftime(buf, sizeof buf, "{\"time\":\"%Y-%m-%dT%H:%M:%SZ\"", &tm);
     n += snprintf(buf + n, sizeof buf - (size_t)n, ",\"level\":\"%s\",\"pid\":%d,\"generation\":%u,", lvl,
                   pid, gen);
-    if (w) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w->id, ch_self());
+    if (w >= 0) n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":%d,\"coroutine\":%d,", w, ch_self());
     else n += snprintf(buf + n, sizeof buf - (size_t)n, "\"worker\":\"%s\",", who);
     const char *m = text;
     if (loc >= 4 && loc <= len) {   /* "file:line: ": the line's digits end 2 bytes before loc */
@@ -134,7 +165,7 @@ static void emit(int level, size_t loc, const char *fields, const char *msg, siz
     n = (int)strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
     /* The master's messages say "master: " themselves. */
     const char *t = text;
-    if (!w && !strncmp(t, "master: ", 8) && !strcmp(who, "master")) t += 8;
+    if (w < 0 && !strncmp(t, "master: ", 8) && !strcmp(who, "master")) t += 8;
     n += snprintf(buf + n, sizeof buf - (size_t)n, " [%s] pid=%d gen=%u %s: %s", lvl, pid, gen, who, t);
     if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
   }
@@ -210,7 +241,7 @@ static void __attribute__((format(printf, 2, 3))) log_line(int level, const char
 
 void ch_log(int level, const char *fmt, ...)
 {
-  if (level > ch_opts.log_level) return;
+  if (level > max_level) return;
   va_list ap;
   va_start(ap, fmt);
   vlog(level, NULL, 0, NULL, fmt, ap);
@@ -219,7 +250,7 @@ void ch_log(int level, const char *fmt, ...)
 
 void ch_log_fields(int level, const char *fields, const char *fmt, ...)
 {
-  if (level > ch_opts.log_level) return;
+  if (level > max_level) return;
   va_list ap;
   va_start(ap, fmt);
   vlog(level, NULL, 0, fields, fmt, ap);
@@ -228,7 +259,7 @@ void ch_log_fields(int level, const char *fields, const char *fmt, ...)
 
 void ch_log_at(int level, const char *file, int line, const char *fields, const char *fmt, ...)
 {
-  if (level > ch_opts.log_level) return;
+  if (level > max_level) return;
   va_list ap;
   va_start(ap, fmt);
   vlog(level, file, line, fields, fmt, ap);
@@ -281,7 +312,7 @@ static void on_flush(struct ch_timer *t);
 
 static void arm(int ms)
 {
-  if (flush_armed || !ch_worker_self || ms < 0) return;
+  if (flush_armed || worker_id < 0 || ms < 0) return;
   flush_timer.weak = 1;
   if (ch_timer_start(&flush_timer, ms, on_flush) == 0) flush_armed = 1;
 }
@@ -301,7 +332,7 @@ static int ms_left(const struct ch_log_kind *k, uint64_t now)
 
 void ch_log_event(struct ch_log_kind *k, int level, const char *fmt, ...)
 {
-  if (level > ch_opts.log_level) return;
+  if (level > max_level) return;
   uint64_t now = ch_now_ns();
   unsigned count = 0;
   uint64_t over = 0;

@@ -9,9 +9,27 @@
 
 enum { CH_LOG_ERR = 1, CH_LOG_WARN, CH_LOG_NOTICE, CH_LOG_INFO, CH_LOG_DEBUG };
 
+/* The lines written: level and up (CH_LOG_NOTICE until --log-level says
+** otherwise). Set at start, before any thread. */
+void ch_log_set_level(int level);
+int ch_log_get_level(void);
+
+/* Who this process is in its lines, installed from above (the log knows
+** no worker and no master): its reload generation (gen=) and the name its
+** threads that are no worker's go by ("main" until set; a --processes
+** master says "master"). Any thread; the master sets it at start and at
+** each reload, each worker process it forks at once. */
+void ch_log_set_identity(unsigned generation, const char *name);
+
+/* The calling thread is worker id's (its lines say "w<id> c<coroutine>"),
+** or no worker's with -1 (the default). A worker's thread, which has a
+** scheduler, also gets the timer that writes the kinds of event's
+** summaries (ch_log_event). */
+void ch_log_set_worker(int id);
+
 /* Writes "YYYY/MM/DD HH:MM:SS [level] pid=P gen=G w<worker> c<coroutine>:
-** message" to stderr when level is enabled ("master:" in place of the
-** worker in a --processes master, "main:" on a thread that is no worker),
+** message" to stderr when level is enabled (the identity's name, such as
+** "master:" or "main:", in place of the worker on a thread that is none),
 ** or with --log-format json one object a line: {"time", "level", "pid",
 ** "generation", "worker", "coroutine", "message"} ("file" and "line" too
 ** from ch_log_at). One write(2), so lines never interleave and never

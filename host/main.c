@@ -32,10 +32,11 @@
 #include "proc/watchdog.h"
 #include "net/activation.h"
 #include "proc/notify.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
+#include "http/metrics.h"
 #include "proc/master.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 #include "shdict/store.h"
 #include "testmode.h"
 
@@ -49,7 +50,6 @@ struct ch_options ch_opts = {
   .workers = 1,
   .threads = 1,
   .shutdown_timeout_ms = 10000,
-  .log_level = CH_LOG_NOTICE,
   .fair_switches = 1000000,      /* no switch limit to speak of: the time rules */
   .fair_usec = 1000,
   .stack_mode = -1,
@@ -341,7 +341,9 @@ static int parse_args(int argc, char **argv, int *check)
       ch_opts.shutdown_timeout_ms = (int)(atof(value(argc, argv, &i, "--shutdown-timeout")) * 1000);
     } else if (is(a, "--log-level")) {
       const char *v = value(argc, argv, &i, "--log-level");
-      if (!(ch_opts.log_level = ch_log_level(v))) die("unknown log level '%s'", v);
+      int level = ch_log_level(v);
+      if (!level) die("unknown log level '%s'", v);
+      ch_log_set_level(level);
     } else if (is(a, "--log-format")) {
       const char *v = value(argc, argv, &i, "--log-format");
       if (ch_log_set_format(v) < 0) die("--log-format: expected text or json, not '%s'", v);
@@ -698,6 +700,7 @@ int main(int argc, char **argv)
   ch_notify_init();       /* and its NOTIFY_SOCKET */
   if (ch_metrics_init() < 0)   /* shared by every process: before the fork */
     fprintf(stderr, "cohost: no memory for the metrics registry; cohost.metrics is off\n");
+  else ch_http_metrics_init();   /* cohost.http's series, in it */
   parse_args(argc, argv, &check);
   if (check) return check_only();
   if (test_mode || (script && ch_testmode_is_busted(script))) enter_test_mode();

@@ -26,8 +26,8 @@
 #include "http/conn.h"
 #include "net/keepalive.h"
 #include "net/listener.h"
-#include "proc/stats.h"
-#include "proc/stats_procs.h"
+#include "stats/stats.h"
+#include "stats/stats_procs.h"
 #include "proc/watchdog.h"
 
 __thread struct ch_worker *ch_worker_self;
@@ -77,6 +77,11 @@ static void *worker_main(void *p)
 {
   struct ch_worker *w = p;
   ch_worker_self = w;
+  ch_log_set_worker(w->id);
+  w->listen.worker = w->id;
+  w->listen.max_connections = ch_opts.max_connections;
+  w->listen.accepted = &w->accepted;
+  ch_listener_set_ctx(&w->listen);
   pin(w->id);
   struct ch_sched *s = ch_sched_self();
   if (!s) fatal("cannot create a scheduler", w->id);
@@ -226,7 +231,7 @@ void ch_worker_shutdown(struct ch_worker *w)
   w->stopping = 1;
   ch_worker_drain_begin(w);   /* cohost.shutdown(), a failed main chunk */
   ch_log(CH_LOG_INFO, "shutting down");
-  ch_listener_drain(w);
+  ch_listener_drain();
   ch_http_close_idle(w);
   ch_keepalive_close_all();
   kill_tasks(w, 1);

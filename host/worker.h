@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cohost.h"
+#include "net/listen.h"
 
 struct lua_State;
 struct ch_task;
@@ -31,7 +32,9 @@ struct ch_worker {
                                 ** --drain-delay before stopping) */
   struct ch_timer stop_timer;   /* cancels what is left at the deadline;
                                 ** weak: never keeps the worker running */
-  uint64_t connections;         /* open connections */
+  struct ch_listen_ctx listen;  /* what its listeners read and count in
+                                ** (net/listen.h): its id, the limit, open
+                                ** connections; installed on its thread */
   /* Live counters: written only by the worker's thread, read by anyone
   ** (stats, relaxed loads). On a cache line of their own, away from what
   ** the worker touches for everything else. */
@@ -60,7 +63,6 @@ struct ch_options {
   int drain_delay_ms;           /* --drain-delay: SIGTERM first makes
                                 ** /healthz answer 503 this long, serving
                                 ** as before, then the shutdown starts */
-  int log_level;                /* CH_LOG_* */
   unsigned fair_switches;       /* ch_sched_set_fairness's policy */
   unsigned fair_usec;
   int stack_mode;               /* --stack-mode; -1: CH_STACK_MODE or separate */
@@ -129,15 +131,14 @@ void ch_worker_shutdown(struct ch_worker *w);
 /* The worker count (for cohost.worker_count). */
 int ch_worker_count(void);
 
-/* Counts one accepted connection, or one HTTP request, on w from its own
-** thread. One writer: a load and a store, not a locked add (what that
-** saves: docs/benchmarks.md). */
+/* Counts one HTTP request on w from its own thread. One writer: a load
+** and a store, not a locked add (what that saves: docs/benchmarks.md).
+** The listeners count accepts the same way, through w->listen. */
 static inline void ch_worker_bump(_Atomic uint64_t *n)
 {
   atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
                         memory_order_relaxed);
 }
-#define ch_worker_count_accept(w) ch_worker_bump(&(w)->accepted)
 #define ch_worker_count_request(w) ch_worker_bump(&(w)->requests)
 
 /* Ends the process at once with code, flushing stdio. */

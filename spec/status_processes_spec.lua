@@ -1,7 +1,7 @@
 -- Statistics across worker processes: with --processes, cohost.stats("all")
 -- and the --status-addr endpoint cover every worker of every process, each
 -- process answering for its own workers through shared memory
--- (host/proc/stats_procs.c, docs/stats.md). Every test starts build/cohost
+-- (host/stats/stats_procs.c, docs/stats.md). Every test starts build/cohost
 -- --processes 2 -w 2 as a child; the script prints "port master-pid".
 local cohost = require "cohost"
 local cjson = require "cjson"

@@ -23,7 +23,7 @@
 #include "http/h2.h"
 #include "http/response.h"
 #include "net/proxy.h"
-#include "proc/metrics.h"
+#include "http/metrics.h"
 #include "net/tls.h"
 
 #define BUF_SIZE      16384       /* input buffer, at least; grows to fit
@@ -387,7 +387,7 @@ static int access_json(struct ch_http_req *rq, const char *peer, char *line)
   n += sprintf(line + n, ",\"status\":%d,\"bytes\":%llu,\"duration\":%.6f", rq->status,
                (unsigned long long)rq->sent, (double)(ch_now_ns() - rq->start_ns) / 1e9);
   if (rq->route) {
-    const char *r = ch_metrics_route_name(rq->route);
+    const char *r = ch_http_metrics_route_name(rq->route);
     n = json_str(line, n, "route", r, strlen(r), 400);
   }
   const char *ref, *ua;
@@ -483,7 +483,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
     size_t mlen = h->method.len < sizeof method ? h->method.len : sizeof method - 1;
     memcpy(method, ch_stream_data(&c->s) + h->method.off, mlen);
     ch_http_answer_error(c, 413);
-    if (!srv->uncounted) ch_metrics_http(413, method, mlen, 0, (double)(ch_now_ns() - t0) / 1e9);
+    if (!srv->uncounted) ch_http_metrics_count(413, method, mlen, 0, (double)(ch_now_ns() - t0) / 1e9);
     linger_close(c);
     return 0;
   }
@@ -513,7 +513,7 @@ static int serve(struct ch_http_conn *c, struct ch_http_req *rq)
   if (!rq->hijacked) {
     ch_http_access_log(c, rq);
     if (!srv->uncounted)
-      ch_metrics_http(rq->status, base + h->method.off, h->method.len, rq->route,
+      ch_http_metrics_count(rq->status, base + h->method.off, h->method.len, rq->route,
                       (double)(ch_now_ns() - rq->start_ns) / 1e9);
   }
   /* What the handler left of the body: drain a little to keep the

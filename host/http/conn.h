@@ -139,8 +139,8 @@ struct ch_http_req {
                                   ** NULL for HTTP/1.1 (http/h2.h) */
   uint64_t start_ns;              /* for the access log */
   int route;                      /* the router's pattern, as an id of
-                                  ** ch_metrics_route (0: none), for the
-                                  ** metrics' route label and the log */
+                                  ** ch_http_metrics_route (0: none), for
+                                  ** the metrics' route label and the log */
   /* What the run callback says */
   int failed;                     /* the handler raised; -1: a target that
                                   ** is no path (400) */

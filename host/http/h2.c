@@ -17,7 +17,7 @@
 #include <openssl/ssl.h>
 
 #include "log.h"
-#include "proc/metrics.h"
+#include "http/metrics.h"
 #include "worker.h"
 #include "http/h2.h"
 #include "http/h2_writer.h"
@@ -323,7 +323,7 @@ static void stream_main(void *arg)
   ch_http_access_log(c, rq);
   /* Counted as HTTP/1.1's serve counts a response (the same series). */
   if (!srv->uncounted)
-    ch_metrics_http(rq->status, m, rq->h.method.len, rq->route, (double)(ch_now_ns() - rq->start_ns) / 1e9);
+    ch_http_metrics_count(rq->status, m, rq->h.method.len, rq->route, (double)(ch_now_ns() - rq->start_ns) / 1e9);
   nghttp2_session *s = ch_h2_session(st);
   if (s && !st->remote_done) {
     /* A complete answer before the whole request: what is left of the

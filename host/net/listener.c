@@ -18,11 +18,10 @@
 
 #include "cohost.h"
 #include "log.h"
-#include "worker.h"
 #include "net/activation.h"
+#include "net/listen.h"
 #include "net/listener.h"
 #include "net/stream.h"
-#include "proc/master_listen.h"
 
 #define BACKLOG      511          /* nginx's default listen backlog */
 #define ACCEPT_BATCH 64           /* accepts before the acceptor yields */
@@ -35,6 +34,15 @@
                                   ** most; the rest are reset with them */
 
 /* -- Process-wide coordination --------------------------------------------- */
+
+/* Where sockets come from: NULL, made here; with --processes, the
+** master's (host/proc/master_listen.h), which may say -ENOSYS. */
+static const struct ch_listen_ops *ops;
+
+void ch_listener_set_ops(const struct ch_listen_ops *o)
+{
+  ops = o;
+}
 
 /* Every worker runs the script's main chunk, so each calls listen() with
 ** the same arguments and gets its own socket (SO_REUSEPORT spreads
@@ -103,11 +111,11 @@ static int seen_next(const char *addr)
 
 /* The first listen() on a fixed port in this cohost checks that no other
 ** process listens there (SO_REUSEPORT would let it join ours silently):
-** asked of the master with --processes (master_listen.h), else probed
-** here. Returns 0 or -errno (-EADDRINUSE). */
+** asked of the master with --processes (ops->claim), else probed here.
+** Returns 0 or -errno (-EADDRINUSE). */
 static int claim_port(const char *spec, int nth, const union ch_addr *a, socklen_t alen)
 {
-  int r = ch_master_claim_port(spec, nth, &a->sa, alen);
+  int r = ops ? ops->claim(spec, nth, &a->sa, alen) : -ENOSYS;
   return r == -ENOSYS ? ch_listen_probe(&a->sa, alen) : r;
 }
 
@@ -128,8 +136,8 @@ static int open_tcp(const char *spec, int nth, int worker, union ch_addr *a, soc
   }
   if (zero_port) {
     /* A worker before us got the port; or, with --processes, the master
-    ** reserved it for every process (master_listen.h). */
-    int port = made ? ch_master_reserve_port(spec, nth, &a->sa, alen) : s->port;
+    ** reserved it for every process (ops->reserve). */
+    int port = !made ? s->port : ops ? ops->reserve(spec, nth, &a->sa, alen) : -ENOSYS;
     if (port < 0 && port != -ENOSYS) {
       s->nth = -1;   /* the next worker asks afresh */
       pthread_mutex_unlock(&shared_lock);
@@ -145,8 +153,8 @@ static int open_tcp(const char *spec, int nth, int worker, union ch_addr *a, soc
     return -err;
   }
   /* With --processes the master owns the socket (a reload's workers take
-  ** it over, queue and all: master_listen.h); else it is ours. */
-  int fd = ch_master_listen_tcp(spec, nth, worker, &a->sa, alen, backlog);
+  ** it over, queue and all: ops->open_tcp); else it is ours. */
+  int fd = ops ? ops->open_tcp(spec, nth, worker, &a->sa, alen, backlog) : -ENOSYS;
   if (fd == -ENOSYS) fd = ch_listen_tcp(&a->sa, alen, backlog);
   if (fd < 0) {
     err = -fd;
@@ -168,7 +176,7 @@ static int open_tcp(const char *spec, int nth, int worker, union ch_addr *a, soc
 }
 
 /* Binds the unix socket path once per process (with --processes, the
-** master binds it once for all: master_listen.h); every other worker gets
+** master binds it once for all: ops->open_unix); every other worker gets
 ** a dup of it. A stale socket file (nobody accepting) is removed first.
 ** Returns the fd or -errno. Never parks: the lock is held throughout. */
 static int open_unix(const char *spec, int nth, const union ch_addr *a, socklen_t alen, int backlog,
@@ -182,7 +190,7 @@ static int open_unix(const char *spec, int nth, const union ch_addr *a, socklen_
   } else if (s->fd >= 0) {
     if ((fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 0)) < 0) err = errno;
   } else {
-    fd = ch_master_listen_unix(spec, nth, &a->un, alen, backlog);
+    fd = ops ? ops->open_unix(spec, nth, &a->un, alen, backlog) : -ENOSYS;
     if (fd == -ENOSYS) fd = ch_listen_unix(&a->un, alen, backlog);   /* no master */
     else s->from_master = fd >= 0;
     if (fd < 0) err = -fd;
@@ -208,7 +216,7 @@ struct ch_listener {
   int reserve;              /* /dev/null, given up to shed a connection
                             ** when accept says EMFILE; -1 if we have none */
   int refs;                 /* the opener's, the acceptor, each connection */
-  struct ch_worker *w;      /* owner */
+  struct ch_listen_ctx *ctx;   /* its thread's: counters, limit, stopping */
   struct shared *shared;    /* unix: the process-wide socket; else NULL */
   union ch_addr addr;       /* bound address, for addr() */
   struct ch_listener_opts o;   /* as opened; o.ssl_ctx owned */
@@ -217,6 +225,18 @@ struct ch_listener {
 
 static __thread struct ch_listener *listeners;   /* open ones */
 static __thread int busy_n;           /* busy_main coroutines running */
+static __thread struct ch_listen_ctx *ctx;   /* the worker's, or NULL */
+static __thread struct ch_listen_ctx own_ctx;   /* a thread without one */
+
+void ch_listener_set_ctx(struct ch_listen_ctx *c)
+{
+  ctx = c;
+}
+
+static struct ch_listen_ctx *this_ctx(void)
+{
+  return ctx ? ctx : &own_ctx;
+}
 
 static void release(struct ch_listener *l)
 {
@@ -252,7 +272,7 @@ void ch_listener_close(struct ch_listener *l)
 
 void ch_listener_conn_end(struct ch_listener *l)
 {
-  l->w->connections--;
+  l->ctx->connections--;
   release(l);
 }
 
@@ -332,16 +352,26 @@ static void refuse(struct ch_listener *l, int fd)
   }
   if (!answered) close(fd);
   ch_log_event(&busy_kind, CH_LOG_WARN, "%d connections reached (--max-connections): %s new ones",
-               ch_opts.max_connections, l->o.answer_503 ? "answering 503 to" : "closing");
+               l->ctx->max_connections, l->o.answer_503 ? "answering 503 to" : "closing");
+}
+
+/* Counts one accepted connection in c, from its own thread. One writer:
+** a load and a store, not a locked add (what that saves:
+** docs/benchmarks.md). */
+static void count_accept(struct ch_listen_ctx *c)
+{
+  if (!c->accepted) return;
+  atomic_store_explicit(c->accepted, atomic_load_explicit(c->accepted, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
 }
 
 /* Hands a new connection to the protocol, or refuses it when the worker
 ** is at --max-connections. */
 static void admit(struct ch_listener *l, int fd, const union ch_addr *peer)
 {
-  struct ch_worker *w = l->w;
-  ch_worker_count_accept(w);
-  if (ch_opts.max_connections > 0 && w->connections >= (uint64_t)ch_opts.max_connections) {
+  struct ch_listen_ctx *c = l->ctx;
+  count_accept(c);
+  if (c->max_connections > 0 && c->connections >= (uint64_t)c->max_connections) {
     refuse(l, fd);
     return;
   }
@@ -350,7 +380,7 @@ static void admit(struct ch_listener *l, int fd, const union ch_addr *peer)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
   l->refs++;
-  w->connections++;
+  c->connections++;
   l->o.admit(l->o.admit_ud, l, fd, peer);
 }
 
@@ -381,9 +411,8 @@ static int shed(struct ch_listener *l, int err)
 static void acceptor(void *arg)
 {
   struct ch_listener *l = arg;
-  struct ch_worker *w = l->w;
   int batch = 0;
-  while (l->fd >= 0 && !w->stopping) {
+  while (l->fd >= 0 && !l->ctx->stopping) {
     if (++batch == ACCEPT_BATCH) {
       batch = 0;
       ch_yield();
@@ -430,7 +459,7 @@ done:
 int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
                      const struct ch_listener_opts *o, struct ch_listener **out)
 {
-  struct ch_worker *w = ch_worker_self;
+  struct ch_listen_ctx *c = this_ctx();
   int backlog = o->backlog > 0 ? o->backlog : BACKLOG;
   struct ch_listener *l = calloc(1, sizeof *l);
   if (!l) {
@@ -446,7 +475,7 @@ int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
     else getsockname(fd, &a->sa, &len);
   } else {
     fd = a->sa.sa_family == AF_UNIX ? open_unix(spec, nth, a, alen, backlog, &shared)
-                                    : open_tcp(spec, nth, w ? w->id : 0, a, alen, backlog);
+                                    : open_tcp(spec, nth, c->worker, a, alen, backlog);
   }
   if (fd < 0) {
     SSL_CTX_free(o->ssl_ctx);
@@ -454,7 +483,7 @@ int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
     return fd;
   }
   l->fd = fd;
-  l->w = w;
+  l->ctx = c;
   l->shared = shared;
   l->addr = *a;
   l->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -483,8 +512,8 @@ struct queued {
   union ch_addr peer;
 };
 
-/* Accepts what is already queued on w's listeners, each holding a ref on
-** its listener; returns how many (q grows as needed, *q may be NULL). A
+/* Accepts what is already queued on this thread's listeners, each
+** holding a ref on its listener; returns how many (q grows as needed, *q may be NULL). A
 ** listener that shares its port with other sockets (SO_REUSEPORT) resets
 ** its queued connections when it is closed for good (at a stop; a reload
 ** hands the socket on instead):
@@ -517,10 +546,11 @@ static int take_queued(struct queued **q)
 }
 
 
-void ch_listener_drain(struct ch_worker *w)
+void ch_listener_drain(void)
 {
   struct queued *q = NULL;
-  int n = w->stopping ? take_queued(&q) : 0;
+  this_ctx()->stopping = 1;
+  int n = take_queued(&q);
   while (listeners) ch_listener_close(listeners);
   /* Each is served like any other during a drain (HTTP: the idle grace of
   ** ch_http_close_idle, one request, then Connection: close). */

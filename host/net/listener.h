@@ -1,11 +1,12 @@
 /*
 ** Listeners: bind (shared between the worker threads of a process, and
-** with --processes between processes, see proc/master_listen.h), one
-** acceptor coroutine each that never touches Lua, --max-connections with
-** a fixed 503 for HTTP, shedding when the fd table is full, and the drain
-** at shutdown. A protocol gets each connection through its admit
-** callback; the Lua face is lib_listen.c. The lists are per worker
-** thread.
+** with --processes between processes through the listen operations the
+** master installs, see net/listen.h), one acceptor coroutine each that
+** never touches Lua, --max-connections with a fixed 503 for HTTP,
+** shedding when the fd table is full, and the drain at shutdown. A
+** protocol gets each connection through its admit callback; the Lua face
+** is lib_listen.c. The lists, and the context they count in, are per
+** worker thread.
 */
 #ifndef CH_LISTENER_H
 #define CH_LISTENER_H
@@ -13,9 +14,9 @@
 #include <openssl/ssl.h>
 
 #include "net/addr.h"
+#include "net/listen.h"
 
 struct ch_listener;
-struct ch_worker;
 
 /* A protocol's hand-off of an accepted connection: fd is non-blocking and
 ** owned by the callee, which calls ch_listener_conn_end(l) once it has
@@ -41,10 +42,21 @@ struct ch_listener_opts {
   void *free_ud;
 };
 
+/* Installs where this process's listening sockets come from (a
+** --processes master's operations); NULL, the default: made here. Call
+** before any listener opens; the operations live as long as the process. */
+void ch_listener_set_ops(const struct ch_listen_ops *ops);
+
+/* Installs the calling thread's context (net/listen.h): its worker's id,
+** limit and counters, which its listeners from now on read and count in.
+** ctx lives as long as they do. A thread without one (no worker) counts
+** in a context of its own: worker id 0, no limit. */
+void ch_listener_set_ctx(struct ch_listen_ctx *ctx);
+
 /* Binds and listens on a (alen bytes) for spec, the address as the script
 ** gave it (with port 0, the workers agree on one port; a unix path is
 ** bound once per process and each worker gets a dup), and starts its
-** acceptor on the calling worker. One reference is the caller's (drop it
+** acceptor on the calling thread. One reference is the caller's (drop it
 ** with ch_listener_unref). Returns 0 with *out, or -errno (o->ssl_ctx is
 ** freed then). Never yields. */
 int ch_listener_open(const char *spec, union ch_addr *a, socklen_t alen,
@@ -74,10 +86,11 @@ int ch_listener_proxy(const struct ch_listener *l);
 /* l's TLS context, or NULL for a plain listener. */
 SSL_CTX *ch_listener_ssl_ctx(const struct ch_listener *l);
 
-/* Shutdown, first step: takes what the kernel already queued on w's
-** listeners, closes them all, then admits those connections (a
-** listener that shares its port with another process resets its queue
-** when it closes). Never yields or calls Lua; on w's own thread. */
-void ch_listener_drain(struct ch_worker *w);
+/* Shutdown, first step: marks the calling thread's context stopping,
+** takes what the kernel already queued on its listeners, closes them
+** all, then admits those connections (a listener that shares its port
+** with another process resets its queue when it closes). Never yields or
+** calls Lua. */
+void ch_listener_drain(void);
 
 #endif

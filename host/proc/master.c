@@ -95,7 +95,6 @@ static unsigned generation;     /* the newest generation forked */
 static unsigned current_gen;    /* the generation serving */
 static int ready_wfd = -1;      /* in a worker: its end of the channel */
 static int my_index;            /* in a worker: its index */
-static unsigned my_gen;         /* in a worker: its generation */
 static unsigned generation_of_child;   /* the generation spawn forks */
 
 static uint64_t now_ms(void)
@@ -147,7 +146,7 @@ static void become_worker(int wfd, const sigset_t *old_mask)
   for (int i = 0; i < nkids; i++)
     if (kids[i].ready_fd >= 0) close(kids[i].ready_fd);
   ready_wfd = wfd;
-  my_gen = generation_of_child;
+  ch_log_set_identity(generation_of_child, "main");
   ch_mlisten_forget();
   ch_mlisten_set_channel(wfd);
   struct sigaction sa;
@@ -285,6 +284,7 @@ static void promote_if_started(void)
     backoff_ms[i] = BACKOFF_MIN_MS;
   }
   current_gen = generation;
+  ch_log_set_identity(current_gen, "master");
   ch_mlisten_retire(current_gen);
   ch_notify("READY=1\nSTATUS=serving: %d worker process%s, generation %u", next, next == 1 ? "" : "es",
             current_gen);
@@ -535,6 +535,7 @@ int ch_master_run(void)
 {
   int n = ch_opts.processes;
   master_pid = getpid();
+  ch_log_set_identity(current_gen, "master");
   restart_ms = calloc((size_t)n, sizeof *restart_ms);
   backoff_ms = calloc((size_t)n, sizeof *backoff_ms);
   struct pollfd *fds = NULL;
@@ -626,16 +627,6 @@ static void tell_master(unsigned char b)
   }
   long r = syscall(SYS_write, ready_wfd, &b, 1);
   (void)r;
-}
-
-unsigned ch_master_generation(void)
-{
-  return ready_wfd >= 0 ? my_gen : current_gen;
-}
-
-int ch_master_is_master(void)
-{
-  return master_pid != 0 && getpid() == master_pid;
 }
 
 void ch_master_ready(void)

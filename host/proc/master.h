@@ -33,11 +33,4 @@ void ch_master_ready(void);
 ** Same rules as ch_master_ready. */
 void ch_master_draining(void);
 
-/* The reload generation of this process: 0 for the first workers, one
-** more per SIGHUP; the master's is the serving one. 0 without a master. */
-unsigned ch_master_generation(void);
-
-/* 1 in the master process itself, else 0. */
-int ch_master_is_master(void);
-
 #endif

@@ -14,14 +14,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
 
 #include "log.h"
-#include "worker.h"
+#include "net/listen.h"
+#include "net/listener.h"
 #include "proc/master_listen.h"
 
 enum { KIND_UNIX = 'u', KIND_PORT = 'p', KIND_CLAIM = 'c', KIND_TCP = 't' };
@@ -68,71 +68,10 @@ static void reply_msg_init(struct reply_msg *m, int with_fd)
   }
 }
 
-int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog)
-{
-  struct stat st;
-  if (lstat(a->sun_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-    /* A socket file nobody accepts on is left over from a process that
-    ** ended without unlinking it: take its place. A live one is not ours. */
-    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-      if (connect(probe, (const struct sockaddr *)a, alen) < 0 && errno == ECONNREFUSED)
-        unlink(a->sun_path);
-      close(probe);
-    }
-  }
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  if (bind(fd, (const struct sockaddr *)a, alen) < 0 || listen(fd, backlog) < 0) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  return fd;
-}
-
-int ch_listen_tcp(const struct sockaddr *a, socklen_t alen, int backlog)
-{
-  int one = 1;
-  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
-  if (a->sa_family == AF_INET6)   /* nginx's ipv6only=on */
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-  if (bind(fd, a, alen) < 0 || listen(fd, backlog) < 0) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  return fd;
-}
-
-int ch_listen_probe(const struct sockaddr *a, socklen_t alen)
-{
-  /* SO_REUSEADDR (a TIME_WAIT left by an earlier run is no owner) but no
-  ** SO_REUSEPORT: the bind then fails with EADDRINUSE while any socket
-  ** listens there, SO_REUSEPORT or not. Bound, never listening: it takes
-  ** no connection, and it is closed at once. */
-  int one = 1;
-  int fd = socket(a->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -errno;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (a->sa_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-  int r = bind(fd, a, alen) < 0 ? -errno : 0;
-  close(fd);
-  return r;
-}
-
 /* -- Worker side ---------------------------------------------------------- */
 
 static int channel = -1;
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void ch_mlisten_set_channel(int fd)
-{
-  channel = fd;
-}
 
 /* Sends rq and waits for the reply; *fd gets a passed descriptor or -1.
 ** Raw system calls: the hooks would park the coroutine while the mutex is
@@ -179,8 +118,8 @@ static int make_request(struct request *rq, int kind, const char *key, int nth, 
   return 0;
 }
 
-int ch_master_listen_tcp(const char *key, int nth, int worker, const struct sockaddr *a,
-                         socklen_t alen, int backlog)
+static int open_tcp(const char *key, int nth, int worker, const struct sockaddr *a,
+                    socklen_t alen, int backlog)
 {
   struct request rq;
   int fd, r = make_request(&rq, KIND_TCP, key, nth, worker, a, alen, backlog);
@@ -190,8 +129,8 @@ int ch_master_listen_tcp(const char *key, int nth, int worker, const struct sock
   return fd >= 0 ? fd : -EPROTO;
 }
 
-int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
-                          socklen_t alen, int backlog)
+static int open_unix(const char *key, int nth, const struct sockaddr_un *a, socklen_t alen,
+                     int backlog)
 {
   struct request rq;
   int fd, r = make_request(&rq, KIND_UNIX, key, nth, 0, a, alen, backlog);
@@ -201,7 +140,7 @@ int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
   return fd >= 0 ? fd : -EPROTO;
 }
 
-int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
+static int reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
 {
   struct request rq;
   int fd, r = make_request(&rq, KIND_PORT, key, nth, 0, a, alen, 0);
@@ -211,7 +150,7 @@ int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, s
   return r == 0 ? -EPROTO : r;
 }
 
-int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
+static int claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen)
 {
   struct request rq;
   int fd, r = make_request(&rq, KIND_CLAIM, key, nth, 0, a, alen, 0);
@@ -219,6 +158,15 @@ int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, soc
   r = ask(&rq, &fd);
   if (fd >= 0) close(fd);
   return r > 0 ? 0 : r;
+}
+
+/* What this worker process's listeners ask the master for. */
+static const struct ch_listen_ops ops = { claim_port, reserve_port, open_tcp, open_unix };
+
+void ch_mlisten_set_channel(int fd)
+{
+  channel = fd;
+  ch_listener_set_ops(&ops);
 }
 
 /* -- Master side ---------------------------------------------------------- */

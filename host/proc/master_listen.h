@@ -27,7 +27,7 @@
 **                processes and generations of this master join after.
 **
 ** Entries are keyed by the address string and by which listen() call with
-** that string it was on its worker (as lib_socket.c keys them between the
+** that string it was on its worker (as net/listener.c keys them between the
 ** threads of a process), and TCP ones by the worker id too. Entries that a
 ** reload's new generation did not ask for are closed once it has started,
 ** those only a failed reload asked for when it fails, and a worker
@@ -37,49 +37,14 @@
 #ifndef CH_MASTER_LISTEN_H
 #define CH_MASTER_LISTEN_H
 
-#include <sys/socket.h>
-#include <sys/un.h>
+#include <stddef.h>
 
-/* -- In a worker process (lib_socket.c) ----------------------------------- */
+/* -- In a worker process -------------------------------------------------- */
 
-/* The listening socket for unix address a (listen() call nth with spec
-** key): a new fd, or -ENOSYS without a master (bind it yourself), or
-** -errno (the master could not bind it). Never yields: blocks the calling
-** thread for one round trip to the master, which never waits on anyone. */
-int ch_master_listen_unix(const char *key, int nth, const struct sockaddr_un *a,
-                          socklen_t alen, int backlog);
-
-/* The port every process binds for TCP address a whose port is 0 (listen()
-** call nth with spec key): > 0, or -ENOSYS without a master, or -errno. */
-int ch_master_reserve_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen);
-
-/* May this cohost listen on TCP address a with its fixed port (listen()
-** call nth with spec key)? The first ask of all its processes and
-** generations checks that no other process listens there (the answer's
-** -EADDRINUSE); the others join the first with SO_REUSEPORT. Returns 0,
-** -ENOSYS without a master (probe yourself), or -errno. */
-int ch_master_claim_port(const char *key, int nth, const struct sockaddr *a, socklen_t alen);
-
-/* The listening socket of worker id worker for TCP address a (listen()
-** call nth with spec key), its port claimed or reserved first: a new fd,
-** or -ENOSYS without a master (ch_listen_tcp it yourself), or -errno. The
-** same socket for that worker in every generation. */
-int ch_master_listen_tcp(const char *key, int nth, int worker, const struct sockaddr *a,
-                         socklen_t alen, int backlog);
-
-/* Binds (SO_REUSEADDR, SO_REUSEPORT, IPV6_V6ONLY) and listens on TCP
-** address a, non-blocking and close-on-exec. Returns the fd or -errno. */
-int ch_listen_tcp(const struct sockaddr *a, socklen_t alen, int backlog);
-
-/* Whether any process listens on TCP address a now: 0 if none, else
-** -EADDRINUSE (or another -errno). What a claim checks. */
-int ch_listen_probe(const struct sockaddr *a, socklen_t alen);
-
-/* Binds and listens on unix address a (non-blocking, close-on-exec),
-** first removing a stale socket file there (one nobody accepts on).
-** Returns the fd or -errno. What the master does on a first ask, and what
-** a process without a master does itself. */
-int ch_listen_unix(const struct sockaddr_un *a, socklen_t alen, int backlog);
+/* The channel to the master (set by master.c); installs the listen
+** operations (net/listen.h) that ask the master, so that the process's
+** listeners (net/listener.c) get their sockets from it. */
+void ch_mlisten_set_channel(int fd);
 
 /* -- In the master (master.c) --------------------------------------------- */
 
@@ -109,8 +74,5 @@ void ch_mlisten_forget(void);
 
 /* The master ends: closes every entry and unlinks its unix paths. */
 void ch_mlisten_close_all(void);
-
-/* In a worker process: the channel to the master (set by master.c), or -1. */
-void ch_mlisten_set_channel(int fd);
 
 #endif

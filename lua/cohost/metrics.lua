@@ -1,7 +1,7 @@
 -- cohost.metrics: Prometheus counters, gauges and histograms for the
 -- application, shown on --status-addr's /metrics. Every worker thread and
 -- worker process adds into the same series (shared memory made before the
--- workers start, host/proc/metrics.c), so a series is the sum over all of
+-- workers start, host/stats/metrics.c), so a series is the sum over all of
 -- them, and a reload keeps its values. docs/stats.md.
 --
 --   local jobs = cohost.metrics.counter("app_jobs_total", "Jobs run.", { "kind" })

@@ -3,21 +3,12 @@
 ** first event of a kind is written, the others counted, also when worker
 ** threads log the same kind at once, and the count comes out as one
 ** summary line. stderr goes to a file the test reads back. No worker runs
-** here (ch_worker_self is NULL), so no flush timer is armed: the window's
-** end is the spec's part (spec/http2_spec.lua, rapid resets).
+** here (no thread calls ch_log_set_worker), so no flush timer is armed:
+** the window's end is the spec's part (spec/http2_spec.lua, rapid resets).
 */
 #include "helpers.h"
 
 #include "log.h"
-#include "worker.h"
-#include "proc/master.h"
-
-/* What log.c reads, normally the host's (main.c, worker.c). */
-struct ch_options ch_opts = { .log_level = CH_LOG_WARN };
-__thread struct ch_worker *ch_worker_self;
-/* log.o names the process in its lines; no master here. */
-unsigned ch_master_generation(void) { return 0; }
-int ch_master_is_master(void) { return 0; }
 
 /* -- stderr into a file ----------------------------------------------------- */
 
@@ -123,6 +114,7 @@ static void test_kinds_count_apart_and_a_level_off_counts_nothing(void **state)
 int main(void)
 {
   th_main_init();
+  ch_log_set_level(CH_LOG_WARN);
   const struct CMUnitTest tests[] = {
     TH_TEST(test_threads_logging_one_kind_write_one_line_and_one_count),
     TH_TEST(test_kinds_count_apart_and_a_level_off_counts_nothing),

@@ -15,17 +15,8 @@
 #include <openssl/x509.h>
 
 #include "log.h"
-#include "worker.h"
 #include "net/stream.h"
 #include "net/tls.h"
-#include "proc/master.h"
-
-/* What log.c reads, normally the host's (main.c, worker.c). */
-struct ch_options ch_opts = { .log_level = CH_LOG_ERR };
-__thread struct ch_worker *ch_worker_self;
-/* log.o names the process in its lines; no master here. */
-unsigned ch_master_generation(void) { return 0; }
-int ch_master_is_master(void) { return 0; }
 
 /* -- Lines and patterns --------------------------------------------------- */
 
@@ -431,6 +422,7 @@ static void test_a_parked_fill_holds_no_buffer_and_one_small_frame(void **state)
 
 int main(void) {
   th_main_init();
+  ch_log_set_level(CH_LOG_ERR);
   const struct CMUnitTest tests[] = {
     TH_TEST(test_a_line_split_across_reads_is_found_whole),
     TH_TEST(test_a_pattern_split_across_reads_is_found_and_a_limit_stops_first),

@@ -14,13 +14,13 @@
 
 #include "cohost.h"
 #include "log.h"
-#include "proc/metrics.h"
+#include "stats/metrics.h"
 
 #define MAX_METRICS 256
 #define MAX_SERIES 4096         /* a power of two: the table's mask */
 #define NAME_MAX_LEN 96
 #define HELP_MAX_LEN 256
-#define KEY_MAX_LEN 240         /* label values, '\x1f'-joined */
+#define KEY_MAX_LEN CH_METRICS_KEY_MAX   /* label values, '\x1f'-joined */
 #define SLOT_VALUES (CH_METRICS_MAX_BUCKETS + 3)   /* buckets, +Inf, sum, count */
 
 struct metric {
@@ -52,7 +52,6 @@ struct registry {
 };
 
 static struct registry *reg;    /* mapped by ch_metrics_init; shared */
-static int http_requests = -1, http_duration = -1;   /* cohost.http's ids */
 
 static const double default_buckets[] = { .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10 };
 
@@ -78,16 +77,6 @@ int ch_metrics_init(void)
   pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
   pthread_mutex_init(&reg->lock, &a);
   pthread_mutexattr_destroy(&a);
-  static const char *const rl[] = { "code", "method", "route" };
-  http_requests = ch_metrics_register("cohost_http_requests_total",
-                                      "Requests cohost.http answered, by status code, method and "
-                                      "the router's pattern (route).",
-                                      CH_METRIC_COUNTER, rl, 3, NULL, 0);
-  http_duration = ch_metrics_register("cohost_http_request_duration_seconds",
-                                      "Time from a request's head to the end of its response, by "
-                                      "the router's pattern (route).",
-                                      CH_METRIC_HISTOGRAM, rl + 2, 1, default_buckets,
-                                      (int)(sizeof default_buckets / sizeof default_buckets[0]));
   return 0;
 }
 
@@ -271,78 +260,6 @@ int ch_metrics_observe(int series, double v)
   add_double(&s->v[CH_METRICS_MAX_BUCKETS + 1], v);
   atomic_fetch_add_explicit(&s->v[CH_METRICS_MAX_BUCKETS + 2], 1, memory_order_relaxed);
   return 0;
-}
-
-/* -- cohost.http's series ---------------------------------------------------- */
-
-/* Route patterns by id, for this process: written once under routes_lock
-** and never freed, so an id a worker was given reads its text without
-** the lock. routes[0] is the empty route. */
-static pthread_mutex_t routes_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *routes[CH_METRICS_MAX_ROUTES] = { "" };
-static int nroutes = 1;   /* guarded by routes_lock */
-
-#define ROUTE_MAX_LEN 200   /* leaves the code and method room in KEY_MAX_LEN */
-
-int ch_metrics_route(const char *pattern)
-{
-  size_t n = strlen(pattern);
-  if (n == 0 || n > ROUTE_MAX_LEN || memchr(pattern, '\x1f', n)) return 0;
-  pthread_mutex_lock(&routes_lock);
-  int id = 0;
-  /* O(routes) per call: a router's patterns are added once per worker. */
-  for (int i = 1; i < nroutes && !id; i++)
-    if (strcmp(routes[i], pattern) == 0) id = i;
-  if (!id && nroutes < CH_METRICS_MAX_ROUTES && (routes[nroutes] = strdup(pattern))) id = nroutes++;
-  pthread_mutex_unlock(&routes_lock);
-  return id;
-}
-
-const char *ch_metrics_route_name(int route)
-{
-  const char *p = route > 0 && route < CH_METRICS_MAX_ROUTES ? routes[route] : NULL;
-  return p ? p : "";
-}
-
-void ch_metrics_http(int status, const char *method, size_t mlen, int route, double seconds)
-{
-  if (!reg) return;
-  if (route < 0 || route >= CH_METRICS_MAX_ROUTES) route = 0;
-  /* Per worker thread: the last series of each (code, method, route)
-  ** asked. A small direct-mapped cache saves the hash probe, and the
-  ** label key's making, on most requests; the route is its id, so the
-  ** label costs an int compare, never a string. */
-  static __thread struct { int status, route; char method[12]; int series; } cache[64];
-  /* The duration series of each route, plus one (0: not looked up yet). */
-  static __thread int duration_series[CH_METRICS_MAX_ROUTES];
-  char m[12];
-  if (mlen >= sizeof m) mlen = sizeof m - 1;   /* a longer method is cut */
-  memcpy(m, method, mlen);
-  m[mlen] = '\0';
-  unsigned slot = ((unsigned)status * 31u + (unsigned char)m[0] + (unsigned)route * 7u) & 63u;
-  int series = -1;
-  if (cache[slot].status == status && cache[slot].route == route && strcmp(cache[slot].method, m) == 0) {
-    series = cache[slot].series;
-  } else {
-    char code[8];
-    snprintf(code, sizeof code, "%d", status);
-    const char *values[3] = { code, m, ch_metrics_route_name(route) };
-    series = ch_metrics_series(http_requests, values, 3);
-    if (series >= 0) {
-      cache[slot].status = status;
-      cache[slot].route = route;
-      memcpy(cache[slot].method, m, mlen + 1);
-      cache[slot].series = series;
-    }
-  }
-  if (series >= 0) ch_metrics_add(series, 1);
-  int d = duration_series[route] - 1;
-  if (d < 0) {
-    const char *values[1] = { ch_metrics_route_name(route) };
-    d = ch_metrics_series(http_duration, values, 1);
-    if (d >= 0) duration_series[route] = d + 1;
-  }
-  if (d >= 0) ch_metrics_observe(d, seconds);
 }
 
 /* -- Rendering ------------------------------------------------------------- */

@@ -29,7 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "proc/stats_procs.h"
+#include "stats/stats_procs.h"
 #include "vm/task.h"
 
 #define ANSWER_TIMEOUT_MS 200   /* an answer's own wait for its threads */

@@ -7,7 +7,8 @@
 ** of a fixed open-addressing table, found without a lock (a slot is
 ** published once, with a release store) and changed with atomic adds;
 ** only a new metric or a new series takes the registry's process-shared
-** mutex. cohost.http's own request metrics live here too.
+** mutex. Generic: cohost.http registers its own series
+** (host/http/metrics.c), as scripts do theirs (lib_metrics.c).
 */
 #ifndef CH_METRICS_H
 #define CH_METRICS_H
@@ -18,16 +19,18 @@ enum { CH_METRIC_COUNTER = 1, CH_METRIC_GAUGE, CH_METRIC_HISTOGRAM };
 
 #define CH_METRICS_MAX_BUCKETS 24     /* upper bounds of one histogram */
 #define CH_METRICS_MAX_LABELS 8
+#define CH_METRICS_KEY_MAX 240        /* bytes of a series' label values,
+                                      ** each joined to the next by one */
 
-/* Maps the registry and registers cohost.http's metrics. Call once at
-** start, before any thread or fork. Returns 0 or -errno (then the calls
-** below fail with -ENOSYS). */
+/* Maps the registry. Call once at start, before any thread or fork.
+** Returns 0 or -errno (then the calls below fail with -ENOSYS). */
 int ch_metrics_init(void);
 
 /* The metric called name: registers it on first use with its type, help,
 ** label names (nlabels of them) and, for a histogram, its bucket upper
-** bounds (sorted, +Inf implied). A second call with the same name and the
-** same type and labels finds it (every worker runs the script). Returns
+** bounds (sorted, +Inf implied; NULL: Prometheus' defaults, .005 to 10).
+** A second call with the same name and the same type and labels finds it
+** (every worker runs the script). Returns
 ** its id (>= 0), -EEXIST when name is registered differently, -EINVAL for
 ** a bad name, label or bucket list, -ENOSPC when the registry is full. */
 int ch_metrics_register(const char *name, const char *help, int type, const char *const *labels,
@@ -42,24 +45,6 @@ int ch_metrics_series(int id, const char *const *values, int nvalues);
 int ch_metrics_add(int series, double v);
 int ch_metrics_set(int series, double v);
 int ch_metrics_observe(int series, double v);
-
-/* The id of a route pattern ("/notes/:id") for ch_metrics_http's route
-** label: the same id for the same text, in this process (every worker
-** registers its router's patterns). 0 is the empty route (no router, or
-** none matched), and so is every pattern past CH_METRICS_MAX_ROUTES or
-** over 200 bytes: the label's values stay bounded by the patterns,
-** whatever the paths. Takes
-** a lock: call it when a route is added, not per request. */
-#define CH_METRICS_MAX_ROUTES 1024
-int ch_metrics_route(const char *pattern);
-
-/* The pattern of route id (from ch_metrics_route), "" for 0 or a bad id. */
-const char *ch_metrics_route_name(int route);
-
-/* cohost.http, after each response: counts it by status code, method and
-** route (an id from ch_metrics_route) and observes its duration by route.
-** Never blocks, never yields. */
-void ch_metrics_http(int status, const char *method, size_t mlen, int route, double seconds);
 
 /* Every metric in the Prometheus text format 0.0.4 into a malloc'd buffer
 ** (*len bytes), or NULL on ENOMEM. */

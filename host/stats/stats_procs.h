@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "proc/stats.h"
+#include "stats/stats.h"
 
 /* What a scrape learnt about one worker process. */
 struct ch_stats_proc {

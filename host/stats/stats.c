@@ -15,7 +15,7 @@
 
 #include <lauxlib.h>
 
-#include "proc/stats.h"
+#include "stats/stats.h"
 #include "vm/task.h"
 
 struct slot {
@@ -48,7 +48,7 @@ static void read_own(struct ch_stats_worker *out)
 {
   struct ch_worker *w = ch_worker_self;
   if (ch_stats(&out->sched) < 0) memset(&out->sched, 0, sizeof out->sched);
-  out->connections = w ? w->connections : 0;
+  out->connections = w ? w->listen.connections : 0;
   /* LUA_GCCOUNT is KiB, LUA_GCCOUNTB the bytes beyond; a read of
   ** g->gc.total, safe between coroutines since no Lua runs then. */
   out->lua_bytes = w && w->L ? (uint64_t)lua_gc(w->L, LUA_GCCOUNT, 0) * 1024 +

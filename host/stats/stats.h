@@ -17,7 +17,7 @@
 /* One worker's figures. */
 struct ch_stats_worker {
   struct ch_stats sched;        /* its scheduler's ch_stats */
-  uint64_t connections;         /* open connections (ch_worker.connections) */
+  uint64_t connections;         /* open connections (ch_listen_ctx.connections) */
   uint64_t accepted;            /* connections accepted, total; live */
   uint64_t requests;            /* requests cohost.http served, total; live */
   uint64_t lua_bytes;           /* Lua heap of the worker's state (lua_gc) */
