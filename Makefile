@@ -74,7 +74,7 @@ endif
 # program because sched.c references ch_hook_init.
 RUNTIME_SRC := runtime/panic.c runtime/libc.c runtime/stack.c runtime/fault.c \
                runtime/timer.c runtime/fd.c runtime/coro.c runtime/sched.c \
-               runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c \
+               runtime/fdwait.c runtime/poll.c runtime/ring.c runtime/io.c runtime/pool.c runtime/hook.c \
                runtime/waitq.c runtime/buf.c
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(B)/%.o) $(ASM_SRC:%.S=$(B)/%.o)
 LIB := $(B)/libcohost.a

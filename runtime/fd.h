@@ -6,10 +6,11 @@
 ** table of lazily allocated chunks, so memory follows the fds in use, with
 ** no fixed maximum below 2^24.
 **
-** Who writes what: poll.c counts the events epoll reports (in_events,
-** out_events, hup) and links waiters; io.c alone judges readiness from
-** them (in_drained/in_seen, out_full/out_seen); the hooks keep the user's
-** view (user_nonblock, timeouts).
+** Who writes what: fdwait.c counts the events the I/O backend reports
+** (in_events, out_events, hup) and links waiters; io.c alone judges
+** readiness from them (in_drained/in_seen, out_full/out_seen); the epoll
+** backend keeps its registration (registered, poll_id); the hooks keep
+** the user's view (user_nonblock, timeouts).
 */
 #ifndef CH_FD_H
 #define CH_FD_H
@@ -47,8 +48,8 @@ struct ch_fd {
   uint8_t sys_nonblock;     /* the runtime set O_NONBLOCK in the kernel */
   uint8_t stream;           /* SOCK_STREAM or pipe: writes may be partial,
                             ** and a short read means the buffer is empty */
-  uint8_t registered;       /* in the epoll set of sched_id */
-  uint8_t hup;              /* poll.c: epoll reported RDHUP, HUP or ERR; a
+  uint8_t registered;       /* poll.c: in the epoll set poll_id */
+  uint8_t hup;              /* fdwait.c: RDHUP, HUP or ERR reported; a
                             ** short read may have left the EOF or error to
                             ** read, so io.c always tries (nginx's
                             ** pending_eof) */
@@ -56,17 +57,16 @@ struct ch_fd {
                             ** EAGAIN, when in_events was in_seen */
   uint8_t out_full;         /* io.c: the last write said EAGAIN, when
                             ** out_events was out_seen */
-  uint32_t in_events;       /* poll.c: input events reported, counted
+  uint32_t in_events;       /* fdwait.c: input events reported, counted
                             ** (wraps; only compared for equality) */
-  uint32_t out_events;      /* poll.c: output events reported, counted */
+  uint32_t out_events;      /* fdwait.c: output events reported, counted */
   uint32_t in_seen;         /* io.c: in_events at the drained read */
   uint32_t out_seen;        /* io.c: out_events at the full write */
   uint32_t gen;             /* bumped when the fd is closed or reused */
   int rcvtimeo_ms;          /* SO_RCVTIMEO in ms, 0 for none */
   int sndtimeo_ms;          /* SO_SNDTIMEO in ms, 0 for none */
-  uint16_t ring_ops;        /* ring.c: its operations in flight on this fd
-                            ** (in what was padding: the entry stays 64) */
-  uint64_t sched_id;        /* scheduler whose epoll holds it */
+  uint32_t poll_id;         /* poll.c: the epoll instance whose set holds
+                            ** it, when registered */
   struct ch_waiter *readers;  /* coroutines waiting for POLLIN */
   struct ch_waiter *writers;  /* coroutines waiting for POLLOUT */
 };

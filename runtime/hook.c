@@ -6,7 +6,7 @@
 ** over io.c, whose engine makes the call and waits on EAGAIN; what is
 ** theirs is keeping libc's promises:
 **
-**  - outside a coroutine, on a file epoll cannot watch, or on an fd the
+**  - outside a coroutine, on a file the backend cannot watch, or on an fd the
 **    user made non-blocking, they call libc straight through (a plain
 **    thread on a socket the runtime made non-blocking waits in poll(2),
 **    as libc would block);
@@ -41,12 +41,11 @@
 
 #include "cohost.h"
 #include "fd.h"
+#include "fdwait.h"
 #include "hook.h"
 #include "io.h"
 #include "libc.h"
 #include "panic.h"
-#include "poll.h"
-#include "ring.h"
 #include "sched.h"
 
 void ch_hook_init(void)
@@ -113,6 +112,7 @@ struct io {
   const struct sockaddr *to;  /* sendto */
   socklen_t tolen;
   struct msghdr *msg;         /* vector ops (readv/writev use msg_iov) */
+  struct ch_io_rx rx;         /* reads: where input the backend holds goes */
 };
 
 static ssize_t io_call(struct ch_io_op *op)
@@ -137,21 +137,34 @@ static ssize_t io_call(struct ch_io_op *op)
   return -1;
 }
 
-/* The same call as a ring operation (ring.h), for the kinds that have
-** one; io_run gives this to the engine only for those. */
-static void io_form(const struct ch_io_op *op, struct ch_ring_args *a)
+/* Room for input the I/O backend holds for fd (read ahead by a stream of
+** the host's on it, backend.h): the call's own buffer, or its first vector
+** with room (a read may come back short). The call's other outputs say
+** what a stream socket's read says: no address, no control data. */
+static int io_room(void *ctx, size_t hint, struct iovec *b)
 {
-  const struct io *io = (const struct io *)op;
-  const struct msghdr *m = io->msg;
-  switch (io->kind) {
-  case OP_READ:   *a = (struct ch_ring_args){ CH_RING_READ, 0, io->buf, NULL, op->want }; break;
-  case OP_RECV:   *a = (struct ch_ring_args){ CH_RING_RECV, io->flags, io->buf, NULL, op->want }; break;
-  case OP_READV:  *a = (struct ch_ring_args){ CH_RING_READV, 0, m->msg_iov, NULL, m->msg_iovlen }; break;
-  case OP_WRITE:  *a = (struct ch_ring_args){ CH_RING_WRITE, 0, io->buf, NULL, op->want }; break;
-  case OP_SEND:   *a = (struct ch_ring_args){ CH_RING_SEND, io->flags, io->buf, NULL, op->want }; break;
-  case OP_WRITEV: *a = (struct ch_ring_args){ CH_RING_WRITEV, 0, m->msg_iov, NULL, m->msg_iovlen }; break;
-  default: ch_panic("hook: no ring form for call kind %d", io->kind);
+  (void)hint;
+  struct io *io = ctx;
+  if (!b) return 0;
+  if (io->msg) {
+    b->iov_base = NULL;
+    b->iov_len = 0;
+    for (size_t i = 0; i < io->msg->msg_iovlen; i++)
+      if (io->msg->msg_iov[i].iov_len) {
+        *b = io->msg->msg_iov[i];
+        break;
+      }
+    if (io->kind == OP_RECVMSG) {
+      io->msg->msg_namelen = 0;
+      io->msg->msg_controllen = 0;
+      io->msg->msg_flags = 0;
+    }
+  } else {
+    b->iov_base = io->buf;
+    b->iov_len = io->op.want;
   }
+  if (io->kind == OP_RECVFROM && io->fromlen) *io->fromlen = 0;
+  return 0;
 }
 
 /* Moves past n transferred bytes. Returns the bytes still to go. */
@@ -200,13 +213,18 @@ static ssize_t io_run(struct io *io, int writing, int all)
   struct ch_fd *f = hook_begin(io->op.fd);
   if (!f) return io_pass(io, writing);
   io->op.call = io_call;
-  /* recvfrom, recvmsg, sendto and sendmsg keep the readiness path: their
-  ** addresses and control data would need ring forms of their own. A
-  ** writev on a socket would be a sendmsg without MSG_NOSIGNAL's say:
-  ** libc's writev raises SIGPIPE, so it stays on readiness too. */
-  io->op.form = io->kind == OP_READ || io->kind == OP_RECV || io->kind == OP_READV ||
-                io->kind == OP_WRITE || io->kind == OP_SEND ||
-                (io->kind == OP_WRITEV && f->kind != CH_FD_SOCKET) ? io_form : NULL;
+  /* A read gets what the backend holds first (bytes read ahead of it by a
+  ** stream on the same fd come before the socket's), then makes its own
+  ** call after readiness (CH_RX_EXACT): never a receive of the backend's,
+  ** which has no control data or addresses and could outlive the call.
+  ** Flags the held bytes cannot honour (MSG_OOB, MSG_ERRQUEUE, ...) go to
+  ** the socket alone. */
+  io->op.rx = NULL;
+  if (!writing && !(io->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))) {
+    io->rx = (struct ch_io_rx){ io_room, io, io->op.want,
+                                CH_RX_EXACT | (io->flags & MSG_PEEK ? CH_RX_PEEK : 0) };
+    io->op.rx = &io->rx;
+  }
   io->op.events = writing ? POLLOUT : POLLIN;
   /* A short read means an empty socket only for a plain stream read. */
   io->op.judge = !writing && !io->msg && !(io->flags & MSG_PEEK);
@@ -358,7 +376,7 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
   /* In a coroutine the new socket is made non-blocking at birth, saving
   ** the two fcntl calls its first read would cost. */
   uint64_t deadline = 0;
-  int r = ch_io_accept_as(fd, addr, len, flags, ch_current() != NULL,
+  int r = ch_io_accept_as(fd, addr, len, flags, ch_current() != NULL, 0,
                           f->rcvtimeo_ms ? f->rcvtimeo_ms : -1, &deadline);
   return r < 0 ? (int)fail(0, r) : r;
 }
@@ -382,22 +400,29 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
   return -1;
 }
 
+/* A send the backend queued (ch_io_send, io_uring) and that failed
+** before anyone was told is reported here, as a delayed write error of a
+** file system is: the fd is closed all the same. */
 int close(int fd)
 {
   ENSURE(close);
-  struct ch_fd *f = ch_fd_peek(fd);
   /* Before the real close: once it returns, the number can be reused by
   ** another thread, and our entry must not describe the old file. */
-  if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
-    ch_poll_close(fd, f);
-  return ch_libc.close(fd);
+  int err = ch_io_close(fd);
+  int r = ch_libc.close(fd);
+  if (r == 0 && err < 0) {
+    errno = -err;
+    return -1;
+  }
+  return r;
 }
 
+/* Waiters need no help: the kernel reports EOF and HUP. A shutdown that
+** sends a FIN goes after the bytes a backend still has queued. */
 int shutdown(int fd, int how)
 {
   ENSURE(shutdown);
-  /* Waiters need no help: the kernel reports EOF/HUP to epoll. */
-  return ch_libc.shutdown(fd, how);
+  return ch_io_shutdown(fd, how);
 }
 
 /* -- fd creation ---------------------------------------------------------- */
@@ -556,6 +581,22 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 
 #define POLL_LOCAL 32
 
+/* poll(2) with timeout 0, and input the I/O backend holds for an fd
+** (read ahead by a stream of the host's on it) counted as readable: the
+** socket no longer has those bytes, so poll(2) alone would not say so. */
+static int poll_now(struct pollfd *fds, nfds_t n)
+{
+  int r = ch_libc.poll(fds, n, 0);
+  if (r < 0) return r;
+  for (nfds_t i = 0; i < n; i++)
+    if (fds[i].fd >= 0 && (fds[i].events & (POLLIN | POLLRDNORM)) &&
+        !(fds[i].revents & (POLLIN | POLLRDNORM)) && ch_io_held(fds[i].fd)) {
+      if (!fds[i].revents) r++;
+      fds[i].revents |= fds[i].events & (POLLIN | POLLRDNORM);
+    }
+  return r;
+}
+
 static int poll_park(struct pollfd *fds, nfds_t n, int timeout)
 {
   struct ch_waiter local[POLL_LOCAL], *w = local;
@@ -583,15 +624,15 @@ static int poll_park(struct pollfd *fds, nfds_t n, int timeout)
       uint64_t now = ch_now_ns();
       left = now >= deadline ? 0 : (int64_t)((deadline - now + 999999) / 1000000);
     }
-    r = left == 0 ? -ETIMEDOUT : ch_poll_wait_many(w, k, left);
-    if (r == -ECANCELED) { r = ch_libc.poll(fds, n, 0); break; }   /* as a timeout */
+    r = left == 0 ? -ETIMEDOUT : ch_fdwait_wait_many(w, k, left);
+    if (r == -ECANCELED) { r = poll_now(fds, n); break; }   /* as a timeout */
     if (r < 0 && r != -ETIMEDOUT) {
-      /* epoll refused an fd (EPERM for regular files, ENOSPC at
+      /* The backend refused an fd (EPERM for regular files, ENOSPC at
       ** max_user_watches) or memory ran out: block like libc. */
       r = ch_libc.poll(fds, n, (int)left);
       break;
     }
-    r = ch_libc.poll(fds, n, 0);
+    r = poll_now(fds, n);
     if (r != 0) break;
     if (deadline && ch_now_ns() >= deadline) break;   /* r == 0: timed out */
   }
@@ -604,7 +645,7 @@ int poll(struct pollfd *fds, nfds_t n, int timeout)
   ENSURE(poll);
   struct ch_coro *c = ch_current();
   if (!c) return ch_libc.poll(fds, n, timeout);
-  int r = ch_libc.poll(fds, n, 0);
+  int r = poll_now(fds, n);
   if (r != 0 || timeout == 0) return r;
   if (!ch_sched_may_park(c)) return ch_libc.poll(fds, n, timeout);
   return poll_park(fds, n, timeout);

@@ -3,35 +3,42 @@
 ** the runtime takes, the hooks' and the host's alike. A call is tried
 ** first; on EAGAIN the caller waits for readiness and tries again.
 **
-** Readiness is judged here and nowhere else. poll.c counts the events
-** epoll reports per fd; this file notes, at each read that came back
-** short or said EAGAIN, the input count it saw (in_seen). Until epoll
-** reports input again, another read could only say EAGAIN, so it is not
-** made: the caller waits first. That saves one system call per message
-** on a request/response stream (Go's netpoller keeps the same bit). A
-** wait that had to block in poll(2) (the coroutine may not park there)
-** sees readiness epoll never counted, so it clears the judgement: the
-** next read is always made.
+** Readiness is judged here and nowhere else. The backend reports events
+** per fd and fdwait.c counts them; this file notes, at each read that
+** came back short or said EAGAIN, the input count it saw (in_seen). Until
+** input is reported again, another read could only say EAGAIN, so it is
+** not made: the caller waits first. That saves one system call per
+** message on a request/response stream (Go's netpoller keeps the same
+** bit). A wait that had to block in poll(2) (the coroutine may not park
+** there) sees readiness the backend never reported, so it clears the
+** judgement: the next read is always made.
 **
 ** Writes are always tried; a write that said EAGAIN is noted (out_full)
 ** only so that a later ch_io_wait for POLLOUT can park without looking.
+**
+** A backend that completes operations itself (io_uring, backend.h) may
+** hold input it received for an fd, and sends it queued: reads take the
+** held input first, and a read or write of the socket itself is made only
+** when the backend holds nothing and has nothing in flight that it could
+** overtake. Which backend runs is never asked: the table says what it can.
 */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cohost.h"
 #include "coro.h"
+#include "fdwait.h"
 #include "io.h"
 #include "libc.h"
-#include "poll.h"
-#include "ring.h"
 #include "sched.h"
 
 /* -- The fd table's side -------------------------------------------------- */
@@ -71,7 +78,7 @@ struct ch_fd *ch_io_fd_new(int fd, int kind, int user_nonblock, int sys_nonblock
   struct ch_fd *f = ch_fd_get(fd);
   if (!f) return NULL;
   if (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers)
-    ch_poll_close(fd, f);
+    ch_fdwait_close(fd, f);
   f->kind = (uint8_t)kind;
   f->user_nonblock = (uint8_t)(user_nonblock != 0);
   f->sys_nonblock = (uint8_t)(sys_nonblock != 0);
@@ -85,7 +92,7 @@ void ch_io_fd_dup(int oldfd, int newfd)
   if (!o || o->kind == CH_FD_UNKNOWN) {
     struct ch_fd *f = ch_fd_peek(newfd);
     if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
-      ch_poll_close(newfd, f);
+      ch_fdwait_close(newfd, f);
     return;
   }
   struct ch_fd *f = ch_io_fd_new(newfd, o->kind, o->user_nonblock, o->sys_nonblock, o->stream);
@@ -97,9 +104,9 @@ void ch_io_fd_dup(int oldfd, int newfd)
 /* -- The judgement --------------------------------------------------------- */
 
 /* Non-zero when a read of f could only say EAGAIN: the last one emptied
-** the buffer and epoll has reported no input since. After RDHUP, HUP or
-** ERR a read is always made: a short read may have left the EOF or the
-** error to read. */
+** the buffer and no input was reported since. After RDHUP, HUP or ERR a
+** read is always made: a short read may have left the EOF or the error
+** to read. */
 static inline int input_known_empty(const struct ch_fd *f)
 {
   return f->in_drained && f->in_seen == f->in_events && !f->hup;
@@ -136,6 +143,26 @@ void ch_io_passed(int fd, int writing, ssize_t r, int err, size_t want)
   }
 }
 
+/* What s's backend holds for fd (backend.h: held): > 0 input, 
+** -EINPROGRESS an operation in flight that will report it, 0 neither. */
+static inline int backend_holds(struct ch_sched *s, int fd)
+{
+  return s && s->be->held ? s->be->held(s, fd) : 0;
+}
+
+int ch_io_known_empty(int fd)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  /* run_waitfirst ignores the judgement: its reads are always made. */
+  return f && f->kind != CH_FD_WAITFIRST && input_known_empty(f) &&
+         backend_holds(ch_sched_tls, fd) <= 0;
+}
+
+int ch_io_held(int fd)
+{
+  return backend_holds(ch_sched_tls, fd) > 0;
+}
+
 /* -- Waiting ---------------------------------------------------------------- */
 
 /* Milliseconds left until deadline (rounded up), 0 when it has passed. */
@@ -144,13 +171,20 @@ static int64_t left_ms(uint64_t deadline, uint64_t now)
   return now >= deadline ? 0 : (int64_t)((deadline - now + 999999) / 1000000);
 }
 
-/* Waits in poll(2), blocking the thread: where the caller may not park
-** (outside a coroutine, a finalizer, an FFI call) or epoll refuses fd.
-** Readiness seen here was never counted by epoll, so it clears f's
-** judgement for the directions that are ready. */
+/* Waits blocking the thread: where the caller may not park (outside a
+** coroutine, a finalizer, an FFI call) or the backend refuses fd. In the
+** backend's own wait when it has an operation in flight on fd (what the
+** socket says would not be what the caller waits for), else in poll(2).
+** Readiness poll(2) saw was never reported by the backend, so it clears
+** f's judgement for the directions that are ready. */
 static __attribute__((noinline)) int block(int fd, struct ch_fd *f, int events, int64_t ms,
                                            uint64_t deadline)
 {
+  struct ch_sched *s = ch_sched_tls;
+  if (s && s->be->block) {
+    int r = s->be->block(s, fd, events, ms);
+    if (r != -ENOTSUP) return r;
+  }
   struct pollfd p = { fd, (short)events, 0 };
   if (ms > 0 && !deadline) deadline = ch_now_ns() + (uint64_t)ms * 1000000u;
   for (;;) {
@@ -173,8 +207,8 @@ static __attribute__((noinline)) int block(int fd, struct ch_fd *f, int events, 
 }
 
 /* Yields. The wait itself: parked when the caller is a coroutine that may
-** park, else in poll(2) for ms (deadline: when those ms end, if the
-** caller knows; 0 makes it from ms). A file epoll refuses (a regular file,
+** park, else blocking for ms (deadline: when those ms end, if the caller
+** knows; 0 makes it from ms). A file the backend refuses (a regular file,
 ** /dev/null), a full max_user_watches or a memory shortage are found
 ** before anything parks, and the wait then blocks like libc rather than
 ** spin. In COPY mode this frame is saved under a parked connection: it
@@ -188,7 +222,10 @@ static int wait_for(int fd, int events, int64_t ms, uint64_t deadline)
       return -ECANCELED;
     }
     if (ch_sched_may_park(c)) {
-      int r = ch_poll_wait(fd, events, ms);
+      int r = ch_fdwait_link(fd, events, 0);
+      if (r == 0)
+        return ch_fdwait_done(fd, events, ch_sched_park(ch_sched_deadline(ms), 0,
+                                                        CH_CORO_WAITING));
       if (r != -EPERM && r != -ENOSPC && r != -ENOMEM) return r;
     }
   }
@@ -208,27 +245,35 @@ int ch_io_wait_until(int fd, int events, int64_t timeout_ms, uint64_t *deadline_
   return wait_for(fd, events, ms, timeout_ms > 0 ? *deadline_ns : 0);
 }
 
+/* Non-zero when bytes a backend queued for fd are not all sent: a write
+** made now would overtake them, so fd does not count as writable. */
+static inline int backend_queued(struct ch_sched *s, int fd)
+{
+  return s && s->be->queued && s->be->queued(s, fd);
+}
+
 /* Edge-triggered epoll reports changes, not states: unless io.c knows fd
 ** is not ready in every direction asked (its last call said so and no
-** event came since), look first. Returns the ready events, 0 when not
-** ready, or -EBADF. */
+** event came since), look first. Input the backend holds counts as
+** readable; bytes it still has queued make fd not writable. Returns the
+** ready events, 0 when not ready, or -EBADF. */
 static __attribute__((noinline)) int look(int fd, int events)
 {
+  struct ch_sched *s = ch_sched_tls;
+  int held = events & POLLIN ? backend_holds(s, fd) : 0;
+  if (held > 0) return POLLIN;
+  int queued = (events & POLLOUT) && backend_queued(s, fd);
   struct ch_fd *f = ch_fd_peek(fd);
-  if (f && (!(events & POLLIN) || input_known_empty(f)) &&
-      (!(events & POLLOUT) || output_known_full(f)))
+  if ((!(events & POLLIN) || held == -EINPROGRESS || (f && input_known_empty(f))) &&
+      (!(events & POLLOUT) || queued || (f && output_known_full(f))))
     return 0;
-  struct pollfd p = { fd, (short)events, 0 };
+  int ask = events;
+  if (held == -EINPROGRESS) ask &= ~POLLIN;
+  if (queued) ask &= ~POLLOUT;
+  struct pollfd p = { fd, (short)ask, 0 };
   if (ch_libc.poll(&p, 1, 0) <= 0) return 0;
   if (p.revents & POLLNVAL) return -EBADF;
   return p.revents & (events | POLLERR | POLLHUP);
-}
-
-int ch_io_input_known_empty(int fd)
-{
-  struct ch_fd *f = ch_fd_peek(fd);
-  /* run_waitfirst ignores the judgement: its reads are always made. */
-  return f && f->kind != CH_FD_WAITFIRST && input_known_empty(f);
 }
 
 int ch_io_wait(int fd, int events, int64_t timeout_ms)
@@ -240,51 +285,6 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms)
   if (r != 0) return r;
   if (timeout_ms == 0) return -ETIMEDOUT;
   return wait_for(fd, events, timeout_ms, 0);
-}
-
-/* Out of line: the ring's receive, when it takes fd. The judgement is set
-** from it as from a read: a receive that did not fill its buffer emptied
-** the socket. */
-static __attribute__((noinline)) int wait_input_ring(struct ch_sched *s, int fd,
-                                                     int64_t timeout_ms, struct ch_io_input *in)
-{
-  struct ch_fd *f = prepare(fd);
-  if (!f || !ch_ring_takes_fd(s, f)) return -EAGAIN;
-  struct ch_ring_buf b;
-  uint64_t deadline = 0;
-  int r = ch_ring_recv_buf(s, fd, timeout_ms, &deadline, &b);
-  if (r != 1) return r;
-  if ((f = ch_fd_peek(fd)) != NULL) {
-    if (b.len && !b.full && f->stream) note_input_empty(f);
-    else f->in_drained = 0;
-  }
-  in->data = b.data;
-  in->len = b.len;
-  in->id = b.id;
-  return CH_IO_TAKEN;
-}
-
-int ch_io_wait_input(int fd, int64_t timeout_ms, struct ch_io_input *in)
-{
-  in->data = NULL;
-  in->len = 0;
-  in->id = -1;
-  struct ch_sched *s = ch_sched_tls;
-  if (s && s->ring && timeout_ms != 0 && fd >= 0) {
-    int r = wait_input_ring(s, fd, timeout_ms, in);
-    if (r != -EAGAIN) return r;
-  }
-  return ch_io_wait(fd, POLLIN, timeout_ms);
-}
-
-void ch_io_input_done(struct ch_io_input *in)
-{
-  struct ch_sched *s = ch_sched_tls;
-  if (in->id >= 0 && s) {
-    struct ch_ring_buf b = { .id = in->id };
-    ch_ring_buf_done(s, &b);
-  }
-  in->id = -1;
 }
 
 /* -- The engine -------------------------------------------------------------- */
@@ -353,32 +353,71 @@ static __attribute__((noinline)) ssize_t run_waitfirst(struct ch_io_op *op, int6
   return n < 0 ? -errno : n;
 }
 
-/* Yields. The call as a ring operation (ring.c), when the scheduler has a
-** ring that takes it; -EAGAIN sends it the readiness way. Out of line, as
-** the waits are. A ring call says nothing of what the socket still holds
-** or has room for (epoll, which would say, never sees the fd), so the
-** judgement in its direction is dropped: the next call is made. */
-static __attribute__((noinline)) ssize_t run_ring(struct ch_sched *s, struct ch_io_op *op,
+/* Non-zero when input a backend holds may go to op: a stream socket's
+** read that says where its bytes go. */
+static inline int takes_input(const struct ch_io_op *op, const struct ch_fd *f)
+{
+  return op->rx && f->kind == CH_FD_SOCKET && f->stream;
+}
+
+/* Yields. A read on a backend that may hold input: what it holds first,
+** then the socket, and a wait that posts a receive into the backend's
+** buffers (if it takes one) rather than waiting for readiness. A hook's
+** read (CH_RX_EXACT) posts none: it waits for readiness and makes its own
+** call, with libc's meaning (control data, addresses, MSG_PEEK). */
+static __attribute__((noinline)) ssize_t run_held(struct ch_sched *s, struct ch_io_op *op,
                                                   struct ch_fd *f, int64_t timeout_ms,
                                                   uint64_t *deadline_ns)
 {
-  if (!ch_ring_takes(s, op, f)) return -EAGAIN;
-  ssize_t n = ch_ring_run(s, op, timeout_ms, deadline_ns);
-  f = ch_fd_peek(op->fd);
-  if (f && op->events == POLLIN) f->in_drained = 0;
-  else if (f) f->out_full = 0;
-  return n;
+  const struct ch_backend *be = s->be;
+  int fd = op->fd;
+  for (;;) {
+    uint8_t empty = 0;
+    ssize_t n = be->take(s, fd, op->rx, &empty);
+    if (empty) note_input_empty(f);
+    if (n != -EAGAIN && n != -EINPROGRESS) return n;
+    int inflight = n == -EINPROGRESS;
+    if (!inflight && !input_known_empty(f)) {
+      n = attempt(op, consts_of(op), f);
+      if (n != -EAGAIN) return n;
+    }
+    if (timeout_ms == 0) {
+      /* A stream reads ahead from now on: what comes while it does other
+      ** things is in the backend's buffers when it asks next (an idle
+      ** HTTP connection's watch wakes on it). */
+      if (!inflight && (op->rx->flags & CH_RX_AHEAD)) be->recv(s, fd, f, op->rx);
+      return -EAGAIN;
+    }
+    struct ch_coro *c = ch_current();
+    if (!inflight && !(op->rx->flags & CH_RX_EXACT) && c && ch_sched_may_park(c))
+      be->recv(s, fd, f, op->rx);   /* else (no buffers) readiness */
+    int r = ch_io_wait_until(fd, POLLIN, timeout_ms, deadline_ns);
+    if (r < 0) return r;
+  }
+}
+
+/* Yields. A write when the backend may still have sends queued for fd:
+** it waits until they are out, so that this one goes after them. */
+static __attribute__((noinline)) ssize_t run_queued(struct ch_sched *s, struct ch_io_op *op,
+                                                    struct ch_fd *f, int64_t timeout_ms,
+                                                    uint64_t *deadline_ns)
+{
+  for (;;) {
+    if (!s->be->queued(s, op->fd)) {
+      ssize_t n = attempt(op, consts_of(op), f);
+      if (n != -EAGAIN) return n;
+    }
+    if (timeout_ms == 0) return -EAGAIN;
+    int r = ch_io_wait_until(op->fd, POLLOUT, timeout_ms, deadline_ns);
+    if (r < 0) return r;
+  }
 }
 
 /* The engine, inline into each ch_io_* call so that op->call, a constant
-** there (struct op_consts), becomes a direct call: an attempt unless the socket is known
-** empty, and the waits only when it says EAGAIN; or, on a ring, a read
-** posted there at once and a write posted only once its attempt said
-** EAGAIN (a call that may not wait, timeout 0, is always made at once).
-** A write that goes out at once is one send(2) and no park: on the ring
-** it cost a park and a resume per message, which at 1,000 connections
-** (a cold stack each) cost more than the system call it saved
-** (docs/benchmarks.md#io_uring). */
+** there (struct op_consts), becomes a direct call: an attempt unless the
+** socket is known empty, and the waits only when it says EAGAIN. On a
+** backend that completes operations (one with take) reads and writes of
+** stream sockets go out of line, to keep the order of what it holds. */
 static inline __attribute__((always_inline))
 ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
 {
@@ -387,20 +426,15 @@ ssize_t run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns)
   struct ch_fd *f = prepare(op->fd);
   if (__builtin_expect(f && f->kind == CH_FD_WAITFIRST, 0)) return run_waitfirst(op, timeout_ms);
   struct ch_sched *s = ch_sched_tls;
-  int ring = __builtin_expect(s && s->ring && timeout_ms != 0, 0);
-  if (ring && input) {
-    ssize_t n = run_ring(s, op, f, timeout_ms, deadline_ns);
-    if (n != -EAGAIN) return n;
+  if (__builtin_expect(s && s->be->take && f && f->kind == CH_FD_SOCKET && f->stream, 0)) {
+    if (input && op->rx) return run_held(s, op, f, timeout_ms, deadline_ns);
+    if (!input) return run_queued(s, op, f, timeout_ms, deadline_ns);
   }
   if (!(f && input && input_known_empty(f))) {
     ssize_t n = attempt(op, k, f);
     if (n != -EAGAIN) return n;
   }
   if (timeout_ms == 0) return -EAGAIN;
-  if (ring && !input) {   /* no room: the ring waits for it and writes */
-    ssize_t n = run_ring(s, op, f, timeout_ms, deadline_ns);
-    if (n != -EAGAIN) return n;
-  }
   return retry(op, f, input, timeout_ms, deadline_ns);
 }
 
@@ -413,11 +447,13 @@ ssize_t ch_io_run(struct ch_io_op *op, int64_t timeout_ms, uint64_t *deadline_ns
 
 struct buf_op {
   struct ch_io_op op;
+  struct ch_io_rx rx;
   void *buf;
 };
 
 struct vec_op {
   struct ch_io_op op;
+  struct ch_io_rx rx;
   const struct iovec *iov;
   int iovcnt;
 };
@@ -450,11 +486,30 @@ static ssize_t call_read(struct ch_io_op *op)
   return ch_libc.read(op->fd, buf, op->want);
 }
 
-static void form_read(const struct ch_io_op *op, struct ch_ring_args *a)
+/* Room for held input: the caller's own buffer. */
+static int alloc_buf(void *ctx, size_t hint, struct iovec *b)
 {
-  struct ch_fd *f = ch_fd_peek(op->fd);
-  *a = (struct ch_ring_args){ f && f->kind == CH_FD_SOCKET ? CH_RING_RECV : CH_RING_READ, 0,
-                              ((const struct buf_op *)op)->buf, NULL, op->want };
+  (void)hint;
+  struct buf_op *o = ctx;
+  b->iov_base = o->buf;
+  b->iov_len = o->op.want;
+  return 0;
+}
+
+/* Room for held input: the first vector with room (a read may come back
+** short, and held input is one receive's bytes at a time anyway). */
+static int alloc_vec(void *ctx, size_t hint, struct iovec *b)
+{
+  (void)hint;
+  struct vec_op *v = ctx;
+  for (int i = 0; i < v->iovcnt; i++)
+    if (v->iov[i].iov_len) {
+      *b = v->iov[i];
+      return 0;
+    }
+  b->iov_base = NULL;
+  b->iov_len = 0;
+  return 0;
 }
 
 static ssize_t call_readv(struct ch_io_op *op)
@@ -473,19 +528,6 @@ static ssize_t call_write(struct ch_io_op *op)
   return ch_libc.write(op->fd, buf, op->want);
 }
 
-static void form_readv(const struct ch_io_op *op, struct ch_ring_args *a)
-{
-  const struct vec_op *v = (const struct vec_op *)op;
-  *a = (struct ch_ring_args){ CH_RING_READV, 0, (void *)v->iov, NULL, (size_t)v->iovcnt };
-}
-
-static void form_write(const struct ch_io_op *op, struct ch_ring_args *a)
-{
-  struct ch_fd *f = ch_fd_peek(op->fd);
-  *a = (struct ch_ring_args){ f && f->kind == CH_FD_SOCKET ? CH_RING_SEND : CH_RING_WRITE,
-                              MSG_NOSIGNAL, ((const struct buf_op *)op)->buf, NULL, op->want };
-}
-
 static ssize_t call_writev(struct ch_io_op *op)
 {
   struct vec_op *v = (struct vec_op *)op;
@@ -497,14 +539,6 @@ static ssize_t call_writev(struct ch_io_op *op)
   return ch_libc.writev(op->fd, v->iov, v->iovcnt);
 }
 
-/* ring.c makes a writev on a socket a sendmsg with MSG_NOSIGNAL, as
-** call_writev does. */
-static void form_writev(const struct ch_io_op *op, struct ch_ring_args *a)
-{
-  const struct vec_op *v = (const struct vec_op *)op;
-  *a = (struct ch_ring_args){ CH_RING_WRITEV, 0, (void *)v->iov, NULL, (size_t)v->iovcnt };
-}
-
 static size_t iov_total(const struct iovec *iov, int n)
 {
   size_t t = 0;
@@ -514,7 +548,7 @@ static size_t iov_total(const struct iovec *iov, int n)
 
 ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
 {
-  struct buf_op b = { { call_read, form_read, fd, POLLIN, 1, n }, buf };
+  struct buf_op b = { { call_read, &b.rx, fd, POLLIN, 1, n }, { alloc_buf, &b, n, 0 }, buf };
   uint64_t deadline = 0;
   return run(&b.op, timeout_ms, &deadline);
 }
@@ -522,14 +556,16 @@ ssize_t ch_io_read(int fd, void *buf, size_t n, int64_t timeout_ms)
 ssize_t ch_io_readv(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
 {
   if (iovcnt < 0) return -EINVAL;
-  struct vec_op v = { { call_readv, form_readv, fd, POLLIN, 1, iov_total(iov, iovcnt) }, iov, iovcnt };
+  size_t total = iov_total(iov, iovcnt);
+  struct vec_op v = { { call_readv, &v.rx, fd, POLLIN, 1, total }, { alloc_vec, &v, total, 0 },
+                      iov, iovcnt };
   uint64_t deadline = 0;
   return run(&v.op, timeout_ms, &deadline);
 }
 
 ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
 {
-  struct buf_op b = { { call_write, form_write, fd, POLLOUT, 0, n }, (void *)buf };
+  struct buf_op b = { { call_write, NULL, fd, POLLOUT, 0, n }, { 0 }, (void *)buf };
   uint64_t deadline = 0;
   return run(&b.op, timeout_ms, &deadline);
 }
@@ -537,9 +573,165 @@ ssize_t ch_io_write(int fd, const void *buf, size_t n, int64_t timeout_ms)
 ssize_t ch_io_writev(int fd, const struct iovec *iov, int iovcnt, int64_t timeout_ms)
 {
   if (iovcnt < 0) return -EINVAL;
-  struct vec_op v = { { call_writev, form_writev, fd, POLLOUT, 0, 0 }, iov, iovcnt };
+  struct vec_op v = { { call_writev, NULL, fd, POLLOUT, 0, 0 }, { 0 }, iov, iovcnt };
   uint64_t deadline = 0;
   return run(&v.op, timeout_ms, &deadline);
+}
+
+/* -- The receive with an allocation callback ---------------------------------- */
+
+struct recv_op {
+  struct ch_io_op op;
+  struct ch_io_rx rx;
+};
+
+/* One receive into room the caller gives once it is called: alloc is
+** asked only now, when the socket is not known empty; a read that still
+** finds nothing gives the room back (alloc with no buffer). The
+** judgement is made here, against the room given. */
+static ssize_t call_recv(struct ch_io_op *op)
+{
+  struct recv_op *r = (struct recv_op *)op;
+  struct iovec b;
+  int e = r->rx.alloc(r->rx.ctx, r->rx.want, &b);
+  if (e < 0) {
+    errno = -e;
+    return -1;
+  }
+  struct ch_fd *f = ch_fd_peek(op->fd);
+  ssize_t n = f && f->kind == CH_FD_SOCKET ? sys_recv(op->fd, b.iov_base, b.iov_len, 0)
+                                           : ch_libc.read(op->fd, b.iov_base, b.iov_len);
+  if (n >= 0) {
+    if (f && f->stream && (size_t)n < b.iov_len) note_input_empty(f);
+    return n;
+  }
+  e = errno;
+  if (e == EAGAIN || e == EWOULDBLOCK) r->rx.alloc(r->rx.ctx, 0, NULL);
+  errno = e;
+  return -1;
+}
+
+/* Everything of ch_io_recv but its park, out of line (see ch_io_recv):
+** the input the backend holds, the socket unless known empty, and, when
+** both have nothing, a receive posted to the backend (if it takes one).
+** -EAGAIN: wait, then call again. An fd that is no plain socket or pipe
+** of this process (an inherited tty waits first) takes the engine's
+** whole way, waits included. */
+static __attribute__((noinline)) ssize_t recv_try(int fd, size_t want,
+                                                 int (*alloc)(void *, size_t, struct iovec *),
+                                                 void *ctx, int64_t timeout_ms)
+{
+  struct recv_op r = { { call_recv, &r.rx, fd, POLLIN, 0, want }, { alloc, ctx, want, CH_RX_AHEAD } };
+  struct ch_fd *f = prepare(fd);
+  if (!f || (f->kind != CH_FD_SOCKET && f->kind != CH_FD_PIPE)) {
+    uint64_t deadline = 0;
+    return run(&r.op, timeout_ms, &deadline);
+  }
+  struct ch_sched *s = ch_sched_tls;
+  const struct ch_backend *be = s ? s->be : NULL;
+  int inflight = 0;
+  if (be && be->take && f->kind == CH_FD_SOCKET && f->stream) {
+    uint8_t empty = 0;
+    ssize_t n = be->take(s, fd, &r.rx, &empty);
+    if (empty) note_input_empty(f);
+    if (n != -EAGAIN && n != -EINPROGRESS) return n;
+    inflight = n == -EINPROGRESS;
+    if (!inflight && !input_known_empty(f)) {
+      n = attempt(&r.op, consts_of(&r.op), f);
+      if (n != -EAGAIN) return n;
+    }
+    /* With timeout 0 too: what comes while the stream does other things
+    ** is in the backend's buffers when it asks next (an idle HTTP
+    ** connection's watch wakes on it). */
+    if (!inflight) be->recv(s, fd, f, &r.rx);
+    return -EAGAIN;
+  }
+  if (input_known_empty(f)) return -EAGAIN;
+  return attempt(&r.op, consts_of(&r.op), f);
+}
+
+/* Before ch_io_recv's park, out of line: the deadline, kept in *deadline
+** across the loop's waits, and the link (ch_fdwait_link). Returns 0 when
+** linked (park until *deadline, 0: none), else the wait's result made
+** here: an error, or the events a blocking wait saw (a coroutine that may
+** not park, or none; a backend that refuses fd). */
+static __attribute__((noinline)) int recv_link(int fd, int64_t timeout_ms, uint64_t *deadline)
+{
+  int64_t ms = -1;
+  if (timeout_ms > 0) {
+    uint64_t now = ch_now_ns();
+    if (!*deadline) *deadline = now + (uint64_t)timeout_ms * 1000000u;
+    if ((ms = left_ms(*deadline, now)) == 0) return -ETIMEDOUT;
+  }
+  struct ch_coro *c = ch_current();
+  if (c) {
+    if (c->cancelled) {
+      c->cancel_hits++;
+      return -ECANCELED;
+    }
+    if (ch_sched_may_park(c)) {
+      int r = ch_fdwait_link(fd, POLLIN, 0);
+      if (r != -EPERM && r != -ENOSPC && r != -ENOMEM) return r;
+    }
+  }
+  int r = block(fd, ch_fd_peek(fd), POLLIN, ms, *deadline);
+  return r == 0 ? POLLIN : r;
+}
+
+/* The park is here, between recv_link and ch_fdwait_done, not in a
+** function of its own: in COPY mode this frame, the stream's above it and
+** ch_sched_park's are all a parked connection saves of the runtime's. */
+ssize_t ch_io_recv(int fd, size_t want, int (*alloc)(void *ctx, size_t hint, struct iovec *buf),
+                   void *ctx, int64_t timeout_ms)
+{
+  uint64_t deadline = 0;
+  for (;;) {
+    ssize_t n = recv_try(fd, want, alloc, ctx, timeout_ms);
+    if (n != -EAGAIN || timeout_ms == 0) return n;
+    int r = recv_link(fd, timeout_ms, &deadline);
+    if (r == 0)
+      r = ch_fdwait_done(fd, POLLIN, ch_sched_park(deadline, 0, CH_CORO_WAITING));
+    if (r < 0) return r;
+  }
+}
+
+/* -- Sending everything ---------------------------------------------------------- */
+
+static void iov_advance(struct iovec **iov, int *n, size_t w)
+{
+  while (*n > 0 && w >= (*iov)->iov_len) {
+    w -= (*iov)->iov_len;
+    (*iov)++;
+    (*n)--;
+  }
+  if (*n > 0) {
+    (*iov)->iov_base = (char *)(*iov)->iov_base + w;
+    (*iov)->iov_len -= w;
+  }
+}
+
+int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms)
+{
+  while (n > 0 && iov->iov_len == 0) { iov++; n--; }
+  if (n == 0) return 0;
+  struct ch_sched *s = ch_sched_tls;
+  if (s && s->be->send) {
+    struct ch_fd *f = prepare(fd);
+    if (f && f->kind == CH_FD_SOCKET && f->stream) {
+      int r = s->be->send(s, fd, f, iov, n, timeout_ms);
+      if (r != -ENOTSUP) return r;
+    }
+  }
+  while (n > 0) {
+    /* One piece: send(2), which the kernel takes for less than sendmsg's
+    ** message header and iovec import. Each call's waits are bounded by
+    ** timeout_ms: a send that makes progress starts the clock again. */
+    ssize_t w = n == 1 ? ch_io_write(fd, iov->iov_base, iov->iov_len, timeout_ms)
+                       : ch_io_writev(fd, iov, n, timeout_ms);
+    if (w < 0) return (int)w;
+    iov_advance(&iov, &n, (size_t)w);
+  }
+  return 0;
 }
 
 /* -- Connections ---------------------------------------------------------------- */
@@ -557,18 +749,37 @@ static ssize_t call_accept(struct ch_io_op *op)
   return ch_libc.accept4(op->fd, a->addr, a->len, a->flags);
 }
 
-static void form_accept(const struct ch_io_op *op, struct ch_ring_args *a)
+/* Yields. An accept a backend may make ahead of the caller (backend.h:
+** accept): what it holds first, then a wait for its next. -ENOTSUP: the
+** backend does not accept on fd (the caller accepts itself). */
+static __attribute__((noinline)) int accept_held(struct ch_sched *s, int fd, struct ch_fd *f,
+                                                 struct sockaddr *addr, socklen_t *len,
+                                                 int flags, int64_t timeout_ms,
+                                                 uint64_t *deadline_ns)
 {
-  const struct accept_op *x = (const struct accept_op *)op;
-  *a = (struct ch_ring_args){ CH_RING_ACCEPT, x->flags, x->addr, x->len, 0 };
+  for (;;) {
+    int r = s->be->accept(s, fd, f, addr, len, flags);
+    if (r != -EAGAIN) return r;
+    if (timeout_ms == 0) return -EAGAIN;
+    r = ch_io_wait_until(fd, POLLIN, timeout_ms, deadline_ns);
+    if (r < 0) return r;
+  }
 }
 
 int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, int nonblock,
-                    int64_t timeout_ms, uint64_t *deadline_ns)
+                    int ahead, int64_t timeout_ms, uint64_t *deadline_ns)
 {
-  struct accept_op a = { { call_accept, form_accept, fd, POLLIN, 0, 0 }, addr, len,
-                         nonblock ? flags | SOCK_NONBLOCK : flags };
-  int r = (int)ch_io_run(&a.op, timeout_ms, deadline_ns);
+  int kflags = nonblock ? flags | SOCK_NONBLOCK : flags;   /* the kernel's */
+  int r = -ENOTSUP;
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_fd *f;
+  if (ahead && s && s->be->accept && (f = prepare(fd)) != NULL && f->kind == CH_FD_SOCKET &&
+      ch_current() && ch_sched_may_park(ch_current()))
+    r = accept_held(s, fd, f, addr, len, kflags, timeout_ms, deadline_ns);
+  if (r == -ENOTSUP) {
+    struct accept_op a = { { call_accept, NULL, fd, POLLIN, 0, 0 }, addr, len, kflags };
+    r = (int)ch_io_run(&a.op, timeout_ms, deadline_ns);
+  }
   if (r >= 0) {
     /* Known from birth: no classification (five system calls) at its
     ** first use. It inherits the listener's kind and timeouts. */
@@ -586,7 +797,7 @@ int ch_io_accept_as(int fd, struct sockaddr *addr, socklen_t *len, int flags, in
 int ch_io_accept(int fd, struct sockaddr *addr, socklen_t *len, int flags, int64_t timeout_ms)
 {
   uint64_t deadline = 0;
-  return ch_io_accept_as(fd, addr, len, flags, 0, timeout_ms, &deadline);
+  return ch_io_accept_as(fd, addr, len, flags, 0, 1, timeout_ms, &deadline);
 }
 
 /* How long a connect waits before it tries again when a unix socket's
@@ -626,4 +837,24 @@ int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t ti
   socklen_t elen = sizeof err;
   if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) < 0) return -errno;
   return -err;
+}
+
+/* -- Ending ---------------------------------------------------------------------- */
+
+int ch_io_close(int fd)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (f && (f->kind != CH_FD_UNKNOWN || f->registered || f->readers || f->writers))
+    return ch_fdwait_close(fd, f);
+  return 0;
+}
+
+int ch_io_shutdown(int fd, int how)
+{
+  struct ch_sched *s = ch_sched_tls;
+  if (how != SHUT_RD && s && s->be->shutdown) {
+    int r = s->be->shutdown(s, fd, how);
+    if (r == 0) return 0;
+  }
+  return ch_libc.shutdown(fd, how);
 }

@@ -4,7 +4,7 @@
 ** 3x dearer per yield); when nothing is ready, or the batch has used up its
 ** fairness budget (fair_usec microseconds, or fair_switches direct
 ** switches if that comes first: by default it never does), it switches to
-** the loop, which expires timers, polls epoll and reclaims exited
+** the loop, which expires timers, polls the backend and reclaims exited
 ** coroutines. So a coroutine that only yields can delay I/O and timers by
 ** one budget at most, and a busy queue is polled once per drain or budget,
 ** not once per fixed count of cheap switches. Shape after
@@ -15,9 +15,10 @@
 ** waited through CH_SCHED_SHARE - 1 runs of others runs next, so neither
 ** starves.
 **
-** Waiting for fds is poll.c's (the backend, as ae_epoll.c is to ae.c) and
-** judging their readiness io.c's; this file only parks and unparks, and
-** runs the backend's poll between batches.
+** Waiting for fds is fdwait.c's, through the I/O backend the scheduler
+** points at (backend.h: epoll or io_uring, as ae_epoll.c is to ae.c), and
+** judging their readiness io.c's; this file only parks and unparks, picks
+** the backend, and runs its poll between batches.
 */
 #include <assert.h>
 #include <errno.h>
@@ -32,12 +33,13 @@
 #include <x86intrin.h>
 #endif
 
+#include <sys/eventfd.h>
+
+#include "backend.h"
 #include "fault.h"
 #include "hook.h"
 #include "libc.h"
 #include "panic.h"
-#include "poll.h"
-#include "ring.h"
 #include "sched.h"
 
 /* ASan builds (make SAN=address sets CH_ASAN): ASan must be told of every
@@ -144,7 +146,7 @@ static void calibrate(struct ch_sched *s, uint64_t now)
 }
 
 /* Out of line: the clock's timespec would take room in every waiting
-** frame (ch_poll_wait's, parked in COPY mode). */
+** frame (ch_fdwait_wait's, parked in COPY mode). */
 __attribute__((noinline)) uint64_t ch_sched_deadline(int64_t ms)
 {
   if (ms < 0) return 0;
@@ -158,8 +160,8 @@ static void sched_free(void *p)
   struct ch_sched *s = p;
   /* Coroutines still parked at thread exit are abandoned with their
   ** stacks: nothing can resume them. */
-  ch_ring_free(s);
-  ch_poll_fini(&s->poll);
+  s->be->fini(s);
+  ch_libc.close(s->wakefd);
   ch_timerq_fini(&s->timers);
   while (s->spare) {
     struct ch_coro *c = s->spare;
@@ -202,10 +204,64 @@ static int env_io_backend(void)
   return CH_IO_URING;
 }
 
+/* -- The I/O backend ------------------------------------------------------ */
+
+static const struct ch_backend *backend_of(int kind)
+{
+  return kind == CH_IO_URING ? &ch_backend_uring : &ch_backend_epoll;
+}
+
+/* Moves s to backend be: its instance is made first, so a refusal leaves
+** s on the one it had. The old one must hold nothing: no coroutine parked
+** (its waits may be the old backend's), no watch armed, no operation in
+** flight. */
+static int use_backend(struct ch_sched *s, const struct ch_backend *be)
+{
+  if (s->be == be) return 0;
+  if (s->nwaiting || s->nwatches || s->be->pending(s)) return -EBUSY;
+  void *old = s->be_state;
+  s->be_state = NULL;
+  int r = be->init(s);
+  void *made = s->be_state;
+  s->be_state = old;
+  if (r < 0) return r;
+  s->be->fini(s);
+  s->be = be;
+  s->be_state = made;
+  return 0;
+}
+
+void ch_sched_wake_drain(struct ch_sched *s)
+{
+  uint64_t count;
+  ssize_t r = ch_libc.read(s->wakefd, &count, sizeof count);
+  (void)r;   /* EAGAIN: drained already */
+}
+
+void ch_sched_io_fallback(struct ch_sched *s)
+{
+  ch_libc.close(s->wakefd);
+  s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s->be = &ch_backend_epoll;
+  s->be_state = NULL;
+  int r = s->wakefd < 0 ? -errno : s->be->init(s);
+  if (r < 0) ch_panic("epoll after a fork: %s", strerror(-r));
+}
+
+/* A forked child has one thread, the one that forked, and its scheduler:
+** a backend that cannot be shared with the parent (io_uring's ring) lets
+** go of its copy, and the scheduler goes on with epoll. */
+static void forked_child(void)
+{
+  struct ch_sched *s = ch_sched_tls;
+  if (s && s->be->forked && s->be->forked(s)) ch_sched_io_fallback(s);
+}
+
 static void make_key(void)
 {
   if (pthread_key_create(&sched_key, sched_free) != 0)
     ch_panic("pthread_key_create failed");
+  pthread_atfork(NULL, NULL, forked_child);
 }
 
 struct ch_sched *ch_sched_get(int *err)
@@ -218,7 +274,18 @@ struct ch_sched *ch_sched_get(int *err)
   if (r < 0) { *err = r; return NULL; }
   s = calloc(1, sizeof *s);
   if (!s) { *err = -ENOMEM; return NULL; }
-  if ((r = ch_poll_init(&s->poll)) < 0) { *err = r; free(s); return NULL; }
+  if ((s->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+    *err = -errno;
+    free(s);
+    return NULL;
+  }
+  s->be = &ch_backend_epoll;
+  if ((r = s->be->init(s)) < 0) {
+    ch_libc.close(s->wakefd);
+    *err = r;
+    free(s);
+    return NULL;
+  }
   ch_timerq_init(&s->timers);
   pthread_mutex_init(&s->post_lock, NULL);
   s->stack_size = CH_STACK_DEFAULT;
@@ -232,7 +299,7 @@ struct ch_sched *ch_sched_get(int *err)
   set_fair_ticks(s);
   pthread_setspecific(sched_key, s);
   ch_sched_tls = s;
-  if (env_io_backend() == CH_IO_URING) s->ring_err = ch_ring_new(s);
+  if (env_io_backend() == CH_IO_URING) s->ring_err = use_backend(s, &ch_backend_uring);
   return s;
 }
 
@@ -684,22 +751,19 @@ int ch_sched_set_io_backend(int backend)
   struct ch_sched *s = ch_sched_get(&err);
   if (!s) return err;
   if (backend != CH_IO_EPOLL && backend != CH_IO_URING) return -EINVAL;
-  if (ch_ring_check(s) == (backend == CH_IO_URING)) return 0;
-  if (backend == CH_IO_URING) return s->ring_err = ch_ring_new(s);
-  /* Parked operations hold the ring until they complete. */
-  if (ch_ring_inflight(s)) return -EBUSY;
-  ch_ring_free(s);
-  s->ring_err = 0;
-  return 0;
+  int r = use_backend(s, backend_of(backend));
+  if (backend == CH_IO_URING && r != -EBUSY) s->ring_err = r;
+  else if (r == 0) s->ring_err = 0;
+  return r;
 }
 
 int ch_sched_io_backend(int *why)
 {
   int err = 0;
-  struct ch_sched *s = ch_sched_tls;   /* asked at every stream park */
-  if (!s && !(s = ch_sched_get(&err))) return err;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
   if (why) *why = s->ring_err;
-  return s->ring && ch_ring_check(s) ? CH_IO_URING : CH_IO_EPOLL;
+  return s->be->kind;
 }
 
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }
@@ -717,7 +781,10 @@ int ch_post(struct ch_sched *s, void (*fn)(void *), void *arg)
   p->next = s->posts;
   s->posts = p;
   pthread_mutex_unlock(&s->post_lock);
-  ch_poll_wake(&s->poll);
+  uint64_t one = 1;
+  /* EAGAIN means the counter is already non-zero: a wakeup is pending. */
+  ssize_t w = ch_libc.write(s->wakefd, &one, sizeof one);
+  (void)w;
   return 0;
 }
 
@@ -879,15 +946,19 @@ int ch_run(void)
     /* With no coroutine left but weak ones, every armed timer is a
     ** ch_timer_start one or a weak coroutine's park timeout; weak ones do
     ** not count. */
-    if (s->nlive == s->nweak && s->timers.n == s->timers.nweak && !any_ready(s)) {
+    if (s->nlive == s->nweak && s->timers.n == s->timers.nweak && !any_ready(s) &&
+        !(s->be->pending(s) & CH_BE_SENDING)) {
       pthread_mutex_lock(&s->post_lock);
       int posts = s->posts != NULL;
       pthread_mutex_unlock(&s->post_lock);
       if (!posts) break;
     }
     int t = loop_timeout(s);
-    if (s->ring ? ch_ring_poll(s, t) : ch_poll_run(&s->poll, t, NULL)) run_posts(s);
+    if (s->be->poll(s, t)) run_posts(s);
   }
+  /* Stopped with sends queued (ch_stop): they go into the kernel now, so
+  ** that a program that ends here loses none it could send. */
+  if (s->be->pending(s) & CH_BE_SENDING) s->be->poll(s, 0);
   s->running = 0;
   return 0;
 }
@@ -932,8 +1003,8 @@ int ch_stats(struct ch_stats *st)
   for (int i = 0; i < CH_STACK_CLASSES; i++) st->stacks_free += s->stacks.cls[i].nfree;
   st->stack_bytes = s->stacks.bytes;
   st->stack_mode = s->copy_mode ? CH_STACK_COPY : CH_STACK_SEPARATE;
-  st->io_backend = s->ring ? CH_IO_URING : CH_IO_EPOLL;
-  st->ring_inflight = ch_ring_inflight(s);
+  st->io_backend = (uint64_t)s->be->kind;
+  st->ring_inflight = s->be->inflight(s);
   st->saved_bytes = s->saved_bytes;
   st->saved_alloc = s->saved_alloc;
   st->copied_bytes = s->copied_bytes;

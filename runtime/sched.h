@@ -1,7 +1,8 @@
 /*
 ** The per-thread scheduler: ready queues, park and unpark, the loop,
 ** timers and cross-thread posts. One per thread, created on first use,
-** found through a thread-local pointer. Its fd waits are poll.c's.
+** found through a thread-local pointer. Its fd waits are fdwait.c's,
+** through the I/O backend it points at (backend.h).
 */
 #ifndef CH_SCHED_H
 #define CH_SCHED_H
@@ -13,7 +14,6 @@
 #include "coro.h"
 #include "ctx.h"
 #include "fd.h"
-#include "poll.h"
 #include "stack.h"
 #include "timer.h"
 
@@ -36,7 +36,7 @@
 #define CH_PRIO_CLASSES 3
 
 struct ch_post;
-struct ch_ring;
+struct ch_backend;
 
 /* A FIFO of NEW and READY coroutines of one class. */
 struct ch_readyq {
@@ -77,11 +77,14 @@ struct ch_sched {
   uint8_t idle_trimmed;         /* trim_idle ran since then */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
-  struct ch_poll poll;          /* the readiness backend (poll.c) */
-  struct ch_ring *ring;         /* the io_uring backend (ring.c); NULL:
-                                ** epoll alone */
+  const struct ch_backend *be;  /* the I/O backend (backend.h): epoll
+                                ** or io_uring; never NULL */
+  void *be_state;               /* its instance; the backend's */
+  int wakefd;                   /* eventfd other threads write to wake the
+                                ** loop (ch_post); owned, watched by be */
   int ring_err;                 /* why the last ring asked for is not
                                 ** there (-errno), 0 if none failed */
+  uint32_t nwatches;            /* armed ch_watch_fd watches (fdwait.c) */
   uint32_t batch;               /* direct switches in the current batch */
   uint32_t fair_switches;       /* batch limit, switches (>= 1) */
   uint32_t fair_usec;           /* batch limit, microseconds; 0: none */
@@ -98,7 +101,7 @@ struct ch_sched {
   uint64_t spawned;             /* total spawned */
   uint64_t exited;              /* total reclaimed after they ended */
   uint64_t closed;              /* fds known to the runtime closed on this
-                                ** thread (poll.c's ch_poll_close) */
+                                ** thread (fdwait.c's ch_fdwait_close) */
   uint64_t switches;            /* context switches */
   pthread_mutex_t post_lock;    /* guards posts */
   struct ch_post *posts;        /* ch_post queue, newest first */
@@ -119,6 +122,16 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state);
 /* Non-zero if a hook may park c: its may_yield switch and the embedder's
 ** yield check agree. Asked only when a call would block. */
 int ch_sched_may_park(struct ch_coro *c);
+
+/* Reads s's wakeup eventfd back to zero: the backend's poll calls it
+** when the eventfd fired, before it returns 1. */
+void ch_sched_wake_drain(struct ch_sched *s);
+
+/* The backend s runs can go on no more (a forked child's copy of its
+** parent's ring, which it has let go of): s goes on with epoll and a
+** wakeup eventfd of its own (the old one is the parent's too). Panics
+** when even those cannot be made. */
+void ch_sched_io_fallback(struct ch_sched *s);
 
 /* The CLOCK_MONOTONIC deadline ms milliseconds from now, in ns; 0 for a
 ** negative ms (none). */

@@ -318,7 +318,9 @@ int ch_pg_usable(struct ch_pg *p)
   if (!p->conn || p->dead || PQstatus(p->conn) != CONNECTION_OK) return 0;
   if (PQisBusy(p->conn) || PQtransactionStatus(p->conn) == PQTRANS_ACTIVE) return 0;
   int fd = PQsocket(p->conn);
-  if (ch_io_input_known_empty(fd) && !ssl_pending(p->conn)) return 1;
+  /* No system call when io.c knows the socket empty (libpq's last read
+  ** said EAGAIN, and nothing was reported since), one poll(2) otherwise. */
+  if (ch_io_wait(fd, POLLIN, 0) == -ETIMEDOUT && !ssl_pending(p->conn)) return 1;
   /* Something came while it was idle: read it. An EOF or a reset makes
   ** libpq mark the connection bad. */
   if (!PQconsumeInput(p->conn) || PQstatus(p->conn) != CONNECTION_OK) {

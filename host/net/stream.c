@@ -1,7 +1,11 @@
 /*
-** Buffered connections. See stream.h. The waits are all in
-** ch_stream_wait, which hands them to io.c; the reads in fill_once, which
-** is the one place bytes come in, plain or TLS.
+** Buffered connections. See stream.h. A plain stream's bytes come in
+** through one call, ch_io_recv (the runtime's receive with an allocation
+** callback, libuv's uv_read_start shape): the buffer is asked for only
+** when bytes are there, so a parked stream holds none, whichever I/O
+** backend runs. A TLS stream reads through SSL_read (fill_tls), whose
+** socket reads are io.c's, and waits in ch_stream_wait. Writes of a plain
+** stream are one ch_io_send.
 */
 #include <errno.h>
 #include <poll.h>
@@ -147,32 +151,44 @@ void ch_stream_close(struct ch_stream *s, int notify)
 
 /* -- Reading ------------------------------------------------------------------ */
 
-/* One read into the buffer, making room for want. Returns bytes (> 0), 0
-** at EOF, -EAGAIN with want_ev set when there is nothing to read yet, or
-** -errno. Out of line, so that its locals are not in ch_stream_fill's
-** frame while the stream is parked (COPY mode saves that frame for every
-** idle connection, docs/stacks.md). */
-static __attribute__((noinline)) ssize_t fill_once(struct ch_stream *s, size_t want)
+/* ch_io_recv's allocation callback: room for what came, at the end of
+** the buffer, which is taken now if the stream has none; with no buffer
+** asked for, the read found nothing after all and an empty buffer goes
+** back (a parked stream holds none). */
+static int room(void *ctx, size_t hint, struct iovec *b)
 {
-  if (s->fd < 0) return -EBADF;
-  int r = ch_stream_reserve(s, want);
-  if (r < 0) return r;
-  size_t room = s->cap - s->end;
-  ssize_t n;
-  if (s->ssl) {
-    /* Always SSL_read: it may hold decrypted bytes (SSL_pending) that
-    ** no input edge will announce. Its own socket reads are io.c's (the
-    ** BIO in tls.c), so a WANT_* means they said EAGAIN. */
-    int ev = POLLIN;
-    n = ch_tls_read(s->ssl, s->buf + s->end, room, &ev);
-    if (n == -EAGAIN) s->want_ev = (uint8_t)ev;
-  } else {
-    n = ch_io_read(s->fd, s->buf + s->end, room, 0);
-    if (n == -EAGAIN) s->want_ev = POLLIN;
+  struct ch_stream *s = ctx;
+  if (!b) {
+    ch_stream_release(s);
+    return 0;
   }
-  if (n > 0) s->end += (uint32_t)n;
-  else if (n == 0) s->eof = 1;
-  return n;
+  int r = ch_stream_reserve(s, hint);
+  if (r < 0) return r;
+  b->iov_base = s->buf + s->end;
+  b->iov_len = s->cap - s->end;
+  return 0;
+}
+
+/* Yields. A TLS stream's fill: SSL_read first, always (it may hold
+** decrypted bytes, SSL_pending, that no input edge will announce), then
+** the wait its WANT_* asks for. Its socket reads are io.c's (the BIO in
+** tls.c), so a WANT_* means they said EAGAIN. */
+static __attribute__((noinline)) ssize_t fill_tls(struct ch_stream *s, size_t want, int timeout_ms)
+{
+  for (;;) {
+    if (s->fd < 0) return -EBADF;
+    int r = ch_stream_reserve(s, want);
+    if (r < 0) return r;
+    int ev = POLLIN;
+    ssize_t n = ch_tls_read(s->ssl, s->buf + s->end, s->cap - s->end, &ev);
+    if (n > 0) s->end += (uint32_t)n;
+    else if (n == 0) s->eof = 1;
+    if (n != -EAGAIN) return n;
+    s->want_ev = (uint8_t)ev;
+    if (timeout_ms == 0) return n;
+    ch_stream_release(s);   /* park without a buffer */
+    if ((r = ch_stream_wait(s, timeout_ms)) < 0) return r;
+  }
 }
 
 int ch_stream_wait(struct ch_stream *s, int timeout_ms)
@@ -186,73 +202,23 @@ int ch_stream_wait(struct ch_stream *s, int timeout_ms)
   return r;
 }
 
-/* Yields. The wait of a plain stream on a ring (runtime/ring.c): the
-** bytes come with the wakeup, in the ring's buffer, and are copied in.
-** Returns bytes (> 0), 0 at EOF, -EAGAIN when fd is ready and nothing
-** was taken (read it), or -errno. */
-static __attribute__((noinline)) ssize_t wait_input(struct ch_stream *s, size_t want,
-                                                   int timeout_ms)
-{
-  int fd = s->fd;
-  struct ch_io_input in;
-  s->filling++;
-  int r = ch_io_wait_input(fd, timeout_ms, &in);
-  s->filling--;
-  if (s->fd != fd) {   /* closed meanwhile */
-    ch_io_input_done(&in);
-    return -EBADF;
-  }
-  if (r < 0) return r;
-  if (r != CH_IO_TAKEN) return -EAGAIN;
-  ssize_t n = (ssize_t)in.len;
-  if (n == 0) {
-    s->eof = 1;
-  } else if ((r = ch_stream_reserve(s, want > in.len ? want : in.len)) < 0) {
-    n = r;
-  } else {
-    memcpy(s->buf + s->end, in.data, in.len);
-    s->end += (uint32_t)in.len;
-  }
-  ch_io_input_done(&in);
-  return n;
-}
-
-/* Yields. ch_stream_fill's park on epoll: gives the empty buffer back
-** (an idle connection holds none) and waits for what the last read waits
-** for. Out of line and ending in a tail call, so that none of it stays on
-** the stack under a parked fill: the fill keeps fd and undoes filling
-** itself, which leaves its own frame at four registers (48 bytes, not 80;
-** COPY mode saves it for every idle connection). */
-static __attribute__((noinline)) int fill_park(struct ch_stream *s, int fd, int timeout_ms)
-{
-  ch_stream_release(s);
-  s->filling++;
-  return ch_io_wait(fd, s->want_ev, timeout_ms);
-}
-
+/* A plain stream gives its empty buffer back before the receive: if it
+** parks, it parks without one, and the runtime asks for room again once
+** bytes are there. filling keeps a close by another coroutine meanwhile
+** from freeing what the reader may still hold (a part of a line). */
 ssize_t ch_stream_fill(struct ch_stream *s, size_t want, int timeout_ms)
 {
-  if (timeout_ms == 0) return fill_once(s, want);   /* never waits */
-  /* A plain stream whose socket is known empty waits at once: no buffer
-  ** is readied for a read io.c would not make (the buffer would go
-  ** straight back before the park). After a wakeup the read is made. */
-  ssize_t n = -EAGAIN;
-  if (s->ssl || !ch_io_input_known_empty(s->fd)) n = fill_once(s, want);
-  for (;;) {
-    if (n != -EAGAIN) return n;
-    if (!s->ssl && ch_sched_io_backend(NULL) == CH_IO_URING) {
-      ch_stream_release(s);   /* park without a buffer */
-      n = wait_input(s, want, timeout_ms);
-      if (n == -EAGAIN) n = fill_once(s, want);   /* ready, nothing taken */
-      continue;
-    }
-    int fd = s->fd;   /* >= 0: fill_once or io.c said EAGAIN */
-    int r = fill_park(s, fd, timeout_ms);
-    s->filling--;
-    if (s->fd != fd) return -EBADF;   /* closed meanwhile */
-    if (r < 0) return r;
-    n = fill_once(s, want);
-  }
+  if (s->ssl) return fill_tls(s, want, timeout_ms);
+  int fd = s->fd;
+  if (fd < 0) return -EBADF;
+  ch_stream_release(s);
+  s->filling++;
+  ssize_t n = ch_io_recv(fd, want, room, s, timeout_ms);
+  s->filling--;
+  if (s->fd != fd) return -EBADF;   /* closed meanwhile */
+  if (n > 0) s->end += (uint32_t)n;
+  else if (n == 0) s->eof = 1;
+  return n;
 }
 
 int ch_stream_line(struct ch_stream *s, int timeout_ms, size_t *len)
@@ -358,21 +324,16 @@ static int write_tls(struct ch_stream *s, struct iovec *iov, int n, int timeout_
   return 0;
 }
 
+/* A plain stream's bytes go out through ch_io_send, which may queue them
+** (io_uring's write-behind) and return before the kernel has them. */
 int ch_stream_writev(struct ch_stream *s, struct iovec *iov, int n, int timeout_ms)
 {
   if (s->ssl) return write_tls(s, iov, n, timeout_ms);
-  while (n > 0) {
-    int fd = s->fd;
-    if (fd < 0) return -EBADF;
-    /* One piece: send(2), which the kernel takes for less than sendmsg's
-    ** message header and iovec import. */
-    ssize_t w = n == 1 ? ch_io_write(fd, iov->iov_base, iov->iov_len, timeout_ms)
-                       : ch_io_writev(fd, iov, n, timeout_ms);
-    if (w < 0) return (int)w;
-    if (s->fd != fd) return -EBADF;   /* closed while it waited */
-    advance(&iov, &n, (size_t)w);
-  }
-  return 0;
+  int fd = s->fd;
+  if (fd < 0) return -EBADF;
+  int r = ch_io_send(fd, iov, n, timeout_ms);
+  if (r == 0 && s->fd != fd) return -EBADF;   /* closed while it waited */
+  return r;
 }
 
 int ch_stream_write(struct ch_stream *s, const void *p, size_t n, int timeout_ms)

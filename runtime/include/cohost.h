@@ -142,34 +142,46 @@ int ch_io_connect(int fd, const struct sockaddr *addr, socklen_t len, int64_t ti
 ** coroutine it blocks the thread, as poll(2). */
 int ch_io_wait(int fd, int events, int64_t timeout_ms);
 
-/* Non-zero when a read of fd through this API could only say EAGAIN now
-** (the judgement above: the last one emptied the socket and epoll has
-** reported no input since), so a caller may wait before it reads, without
-** readying a buffer for a read that would not be made. Never yields. */
-int ch_io_input_known_empty(int fd);
+/* Yields. One receive from fd, a stream socket (or pipe), for a caller
+** that keeps a buffer of its own (libuv's uv_read_start shape): waits
+** until bytes are there (or EOF, or an error), then asks alloc for room
+** and puts them there. alloc(ctx, hint, buf) fills *buf with room for at
+** least one byte (hint: want, the room asked for; bytes beyond the room
+** given wait for the next call) and returns 0, or -errno, which
+** ch_io_recv then returns. It is called only when bytes are there, so a
+** caller parked here holds no buffer: with epoll once the socket is not
+** known empty (the read is made into the room; if that read still finds
+** nothing, alloc is called again with buf NULL, and may let the room go
+** before the wait); with io_uring when a receive completed into one of
+** the ring's buffers, whose bytes are copied into the room. Returns the
+** bytes put in the room (> 0), 0 at EOF, or -errno as ch_io_read (timeout
+** 0: -EAGAIN when nothing is there).
+**
+** On io_uring the receive reads ahead of its caller: a multishot receive
+** stays armed on fd and takes what comes into the ring's buffers, at most
+** a few buffers per connection before it is stopped (the rest waits in
+** the socket, so TCP's window still closes on a slow reader), and at most
+** the ring's buffers in all (then receives wait for readiness and read
+** into the caller's room, as on epoll). Every read of fd through this API
+** and the hooks gets the bytes held first, in order. */
+ssize_t ch_io_recv(int fd, size_t want, int (*alloc)(void *ctx, size_t hint, struct iovec *buf),
+                   void *ctx, int64_t timeout_ms);
 
-/* Bytes ch_io_wait_input took for its caller. */
-struct ch_io_input {
-  const char *data;        /* the runtime's buffer; valid until
-                           ** ch_io_input_done */
-  size_t len;              /* bytes at data; 0 at EOF */
-  int id;                  /* the runtime's: which buffer; -1: none */
-};
-
-#define CH_IO_TAKEN 0x10000   /* ch_io_wait_input: bytes are in *in */
-
-/* Yields. ch_io_wait(fd, POLLIN, timeout_ms) for a caller that reads
-** next into a buffer of its own (host/net/stream.c). On a scheduler with
-** a ring (CH_IO_URING) the wait is a receive into one of the ring's
-** buffers, taken when data comes, so an idle caller holds no buffer and
-** the bytes come with the wakeup: no read follows. Returns CH_IO_TAKEN
-** with *in filled (in->len bytes at in->data, 0 at EOF: copy them out,
-** then ch_io_input_done), poll events as ch_io_wait when fd is ready and
-** nothing was taken (read it then), or -errno as ch_io_wait. */
-int ch_io_wait_input(int fd, int64_t timeout_ms, struct ch_io_input *in);
-
-/* Gives in's buffer back (nothing if none). */
-void ch_io_input_done(struct ch_io_input *in);
+/* Yields. Sends every byte of iov[0..n) on fd, a stream socket, advancing
+** the array past what it sent: 0, or -errno (what was not sent is then
+** what iov still says, on epoll; unknown on io_uring). timeout_ms bounds
+** each wait for room (a wait that ends in progress starts it again:
+** nginx's send_timeout). With epoll it writes until the kernel has taken
+** every byte. With io_uring it may return once the bytes are queued
+** (write-behind, as libuv's uv_write): they are copied into a bounded
+** buffer of the connection's and posted with the loop's next
+** io_uring_enter, with everything else; a full buffer parks the caller
+** until the kernel has taken some. A queued send's error is returned by
+** the next ch_io_send or ch_io_recv on fd, or by close(2). Writes and
+** shutdown(2) of fd through this API and the hooks go after the queued
+** bytes; close(2) lets them finish (on a dup of fd, for a minute at
+** most). */
+int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms);
 
 /* A one-shot readiness callback that needs no coroutine: what lets a
 ** server keep an idle keep-alive connection with no stack at all, and bind
@@ -387,14 +399,15 @@ int ch_sched_stack_mode(void);
 
 /* I/O backends. EPOLL: every call is made at once and, where it would
 ** block, waits for readiness in epoll (edge-triggered, one registration
-** per fd). URING: an io_uring ring beside the epoll instance; reads,
-** writes and accepts of coroutines (SEPARATE mode, fds the user did not
-** make non-blocking) are ring operations on the caller's buffers, posted
-** with no system call and submitted together at the loop's next wait,
-** which also reaps them; the rest (connect, poll and select, watches,
-** COPY mode) waits on epoll as before, the ring watching epoll's fd. The
-** calls keep their meaning: a hooked read is a read, partial transfers,
-** errors and timeouts are the same. docs/runtime.md has the details. */
+** per fd). URING: an io_uring ring instead, and no epoll: waits for
+** readiness are polls on the ring; ch_io_recv and ch_io_read of stream
+** sockets receive into the ring's own buffers, ch_io_send queues its
+** bytes and posts them (write-behind), ch_io_accept accepts ahead with a
+** multishot accept; all are posted with no system call and submitted
+** together at the loop's next wait, which also reaps them. The hooks
+** keep libc's meaning: a hooked read waits for readiness and makes its
+** own call, partial transfers, errors and timeouts are the same.
+** docs/runtime.md has the details. */
 enum { CH_IO_EPOLL = 0, CH_IO_URING = 1 };
 
 /* Sets this thread's scheduler's I/O backend (CH_IO_*). A new scheduler

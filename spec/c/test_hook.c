@@ -9,6 +9,7 @@
 ** hook the thread blocks for the whole 100 ms and the ticker never runs.
 */
 #include "helpers.h"
+#include "io.h"
 
 #include <netdb.h>
 #include <openssl/sha.h>
@@ -1598,15 +1599,15 @@ static void passed_main(void *arg) {
   int fl = fcntl(p->fd, F_GETFL);
   CHECK_EQ(fcntl(p->fd, F_SETFL, fl | O_NONBLOCK), 0);
   CHECK_EQ(recv(p->fd, buf, sizeof buf, 0), -1);           /* EAGAIN: passed */
-  p->after_eagain = ch_io_input_known_empty(p->fd);
+  p->after_eagain = ch_io_known_empty(p->fd);
   CHECK_EQ(th_raw_write_all(p->peer, "ab", 2), 0);
   p->waits[0] = ch_io_wait(p->fd, POLLIN, 5000);           /* registers it */
   CHECK_EQ(recv(p->fd, buf, sizeof buf, 0), 2);            /* short: emptied */
-  p->after_short = ch_io_input_known_empty(p->fd);
+  p->after_short = ch_io_known_empty(p->fd);
   CHECK_EQ(th_raw_write_all(p->peer, "cd", 2), 0);
   p->waits[1] = ch_io_wait(p->fd, POLLIN, 5000);           /* counted event */
   CHECK_EQ(recv(p->fd, buf, 1, 0), 1);                     /* not short */
-  p->after_data = ch_io_input_known_empty(p->fd);
+  p->after_data = ch_io_known_empty(p->fd);
 }
 
 static void test_a_read_passed_through_on_a_user_nonblocking_socket_feeds_the_judgement(void **state) {
