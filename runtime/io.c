@@ -734,6 +734,17 @@ int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms)
   return 0;
 }
 
+int ch_io_flush(int fd, int64_t timeout_ms)
+{
+  uint64_t deadline = 0;
+  while (backend_queued(ch_sched_tls, fd)) {
+    if (timeout_ms == 0) return -EAGAIN;
+    int r = ch_io_wait_until(fd, POLLOUT, timeout_ms, &deadline);
+    if (r < 0) return r;
+  }
+  return 0;
+}
+
 /* -- Connections ---------------------------------------------------------------- */
 
 struct accept_op {

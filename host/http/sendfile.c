@@ -169,6 +169,9 @@ static int send_body(struct ch_http_req *rq, int fd, off_t off, int64_t left)
     free(piece);
     return r;
   }
+  /* The head may still be queued (io_uring's write-behind): sendfile(2)
+  ** goes to the socket directly, so it waits for the head first. */
+  if ((r = ch_io_flush(c->s.fd, c->srv->send_ms)) < 0) return r;
   while (left > 0) {
     int sock = c->s.fd;
     if (sock < 0) return -EBADF;

@@ -183,6 +183,14 @@ ssize_t ch_io_recv(int fd, size_t want, int (*alloc)(void *ctx, size_t hint, str
 ** most). */
 int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms);
 
+/* Yields. Waits until the bytes ch_io_send queued for fd are all in the
+** kernel: before writing to fd by other means than this API and the hooks
+** (sendfile(2), splice(2)), which would overtake them. 0 at once when
+** nothing is queued (always, on epoll), -ETIMEDOUT, -ECANCELED, -EBADF,
+** or -EAGAIN with timeout 0 while some are. A queued send's error is the
+** next ch_io_send's or ch_io_recv's. */
+int ch_io_flush(int fd, int64_t timeout_ms);
+
 /* A one-shot readiness callback that needs no coroutine: what lets a
 ** server keep an idle keep-alive connection with no stack at all, and bind
 ** a coroutine only when input arrives. */
