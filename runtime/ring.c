@@ -106,6 +106,11 @@ struct rfd {
   uint8_t acc_own;            /* an accept's error was handed out: the
                               ** next accept is the caller's own call */
   uint8_t shut;               /* a shutdown's how + 1, made once drained */
+  uint8_t counted;            /* in the ring's sending: bytes are queued
+                              ** and no send of the caller's failed */
+  uint8_t stalled;            /* a send of the caller's failed (its timeout,
+                              ** a cancel) with bytes queued: they still go,
+                              ** but do not keep the loop running */
   int err;                    /* a receive's error, not yet handed out */
   int send_err;               /* a queued send's error, not yet told */
   int acc_err;                /* an accept's error, not yet handed out */
@@ -144,7 +149,8 @@ struct ch_ring {
   uint64_t posted;            /* operations posted since the ring was made */
   uint32_t turn;              /* submissions made (io_uring_enter calls) */
   unsigned inflight;          /* operations posted, not yet completed */
-  unsigned sending;           /* records with bytes queued to send */
+  unsigned sending;           /* records with bytes queued to send that
+                              ** keep the loop running (counted, below) */
   uint8_t wake_armed;         /* the poll on the eventfd is posted */
   uint8_t woken;              /* the eventfd fired: posts to run */
   uint8_t no_multishot;       /* the kernel refused a multishot receive */
@@ -355,6 +361,17 @@ static void drop_input(struct ch_ring *r, struct rfd *x)
   x->qoff = x->qbytes = 0;
 }
 
+/* Counts x in the ring's sending while it has bytes queued and is not
+** stalled: what keeps the loop from ending (backend.h: pending). */
+static void recount(struct ch_ring *r, struct rfd *x)
+{
+  uint8_t on = x->wb && !x->stalled;
+  if (on == x->counted) return;
+  x->counted = on;
+  if (on) r->sending++;
+  else r->sending--;
+}
+
 static void wb_give(struct ch_ring *r, struct rfd *x)
 {
   if (!x->wb) return;
@@ -367,9 +384,9 @@ static void wb_give(struct ch_ring *r, struct rfd *x)
 static void rfd_free(struct ch_ring *r, struct rfd *x)
 {
   if (r->rfds && (size_t)x->fd < r->nrfds && r->rfds[x->fd] == x) r->rfds[x->fd] = NULL;
-  if (x->wb && (x->wend > x->wstart || x->wsent)) r->sending--;
   drop_input(r, x);
   wb_give(r, x);
+  recount(r, x);
   for (uint32_t i = 0; i < x->acc_n; i++) ch_libc.close(x->accq[x->acc_head + i]);
   free(x->accq);
   ch_timer_stop(&x->orphan);
@@ -426,10 +443,11 @@ static void report(struct rfd *x, int revents)
 static int ring_arm(struct ch_sched *s, int fd, struct ch_fd *f, int events)
 {
   struct ch_ring *r = ring_of(s);
+  /* Any file: a poll of one that is always ready (a regular file, which
+  ** epoll refuses) completes at once, and an eventfd, a timerfd or a
+  ** pipe are polled as sockets are. Known from here on, so that its
+  ** close comes to ring_close, as a registered fd's comes to epoll's. */
   if (f->kind == CH_FD_UNKNOWN && ch_fd_classify(fd, f) < 0) return -EBADF;
-  /* Regular files are always ready: epoll refuses them, and so does
-  ** this, so that the waiter blocks in poll(2) as on epoll. */
-  if (f->kind == CH_FD_OTHER) return -EPERM;
   struct rfd *x = rfd_get(r, fd, f);
   if (!x) return -ENOMEM;
   int need = events & (POLLIN | POLLOUT) & ~x->polls;
@@ -548,8 +566,10 @@ static int ring_recv(struct ch_sched *s, int fd, struct ch_fd *f, const struct c
   else io_uring_prep_recv(e, fd, NULL, 0, 0);
   /* POLL_FIRST: the caller comes here after a read said EAGAIN (or the
   ** judgement knew it would), so the kernel skips its own first try,
-  ** which would fail the same way, and arms its poll at once. */
-  e->ioprio |= IORING_RECVSEND_POLL_FIRST;
+  ** which would fail the same way, and arms its poll at once. Not on a
+  ** multishot receive: with it, an EOF that came with the first bytes was
+  ** never reported (6.18: the receive stayed armed after them). */
+  if (!multi) e->ioprio |= IORING_RECVSEND_POLL_FIRST;
   e->flags |= IOSQE_BUFFER_SELECT;
   e->buf_group = BGID;
   post(r, e, x, OP_RECV);
@@ -625,8 +645,9 @@ static void send_queued(struct ch_ring *r, struct rfd *x)
 ** shutdown that waited is made, a closed fd's dup is closed. */
 static void send_drained(struct ch_ring *r, struct rfd *x)
 {
-  if (x->wb) r->sending--;
   wb_give(r, x);
+  x->stalled = 0;
+  recount(r, x);
   if (x->shut) {
     ch_libc.shutdown(x->fd, x->shut - 1);
     x->shut = 0;
@@ -671,7 +692,7 @@ static size_t queue_bytes(struct ch_ring *r, struct rfd *x, const char *p, size_
     x->wb = r->nwcache ? r->wcache[--r->nwcache] : malloc(SEND_BUF);
     if (!x->wb) return 0;
     x->wstart = x->wend = 0;
-    r->sending++;
+    recount(r, x);
   } else if (!x->wsent && x->wstart) {   /* nothing in flight: compact */
     memmove(x->wb, x->wb + x->wstart, x->wend - x->wstart);
     x->wend -= x->wstart;
@@ -721,8 +742,14 @@ static int ring_send(struct ch_sched *s, int fd, struct ch_fd *f, const struct i
       /* Full: wait until the kernel takes some. The send in flight
       ** reports POLLOUT when it completes. */
       int w = ch_fdwait_wait(fd, POLLOUT, timeout_ms, 0);
-      if (w < 0) return w;
       if (rfd_find(r, fd) != x) return -EBADF;
+      if (w < 0) {
+        /* The caller is told; what is queued still goes, but a peer that
+        ** reads nothing no longer keeps the loop from ending. */
+        x->stalled = 1;
+        recount(r, x);
+        return w;
+      }
       if (x->send_err) {
         int e = x->send_err;
         x->send_err = 0;

@@ -10,6 +10,13 @@
 #include <poll.h>
 #include <sys/un.h>
 
+#include "sched.h"
+
+/* Coroutines parked on this thread's scheduler. */
+static uint64_t ch_sched_tls_waiting(void) {
+  return ch_sched_tls->nwaiting;
+}
+
 struct waitres { int fd; int events; int64_t timeout; int rc; double ms; };
 
 static void waiter(void *arg) {
@@ -611,6 +618,212 @@ static void test_io_connect_to_a_full_unix_backlog_retries_until_its_timeout(voi
   unlink(path);
 }
 
+/* -- ch_io_recv and ch_io_send ----------------------------------------------- */
+
+/* A receiver's room, counted: how many are held (given and not given
+** back) and how many times one was asked for. */
+struct rx { int fd; size_t want; int64_t timeout; ssize_t rc; char buf[256]; int holds, asked;
+            int held_parked; };
+
+static int rx_room(void *ctx, size_t hint, struct iovec *b) {
+  struct rx *r = ctx;
+  if (!b) {
+    r->holds--;
+    return 0;
+  }
+  CHECK(hint >= 1);
+  r->holds++;
+  r->asked++;
+  b->iov_base = r->buf;
+  b->iov_len = sizeof r->buf;
+  return 0;
+}
+
+static void rx_main(void *arg) {
+  struct rx *r = arg;
+  r->rc = ch_io_recv(r->fd, r->want, rx_room, r, r->timeout);
+}
+
+/* Writes "late" once the receiver is parked, noting what it held then. */
+struct rx_feed { struct rx *r; int peer; };
+
+static void rx_feeder(void *arg) {
+  struct rx_feed *f = arg;
+  while (ch_sched_tls_waiting() == 0) ch_yield();
+  f->r->held_parked = f->r->holds;
+  CHECK_EQ(write(f->peer, "late", 4), 4);
+}
+
+/* The room is asked for only when bytes are there: a receiver parked on
+** an empty socket holds none (an idle connection holds no buffer, on
+** either backend), and gets the bytes in the room it asks for then. */
+static void test_io_recv_asks_for_room_only_when_bytes_are_there(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct rx r = { .fd = sv[0], .want = 16, .timeout = 5000 };
+  struct rx_feed f = { &r, sv[1] };
+  assert_true(ch_spawn(rx_main, &r) > 0);
+  assert_true(ch_spawn(rx_feeder, &f) > 0);
+  th_run();
+  th_assert_coros_ok();
+  assert_int_equal(r.held_parked, 0);
+  assert_int_equal(r.rc, 4);
+  assert_memory_equal(r.buf, "late", 4);
+  assert_int_equal(r.holds, 1);   /* the bytes' room, the caller's now */
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* Timeout 0 never waits: -EAGAIN on an empty socket, holding no room;
+** then the bytes, and EOF once the peer is gone. */
+struct rx_seq { int fd, peer; ssize_t rc[3]; int holds_after_eagain; struct rx r; };
+
+static void rx_seq_main(void *arg) {
+  struct rx_seq *q = arg;
+  q->r.fd = q->fd;
+  q->rc[0] = ch_io_recv(q->fd, 16, rx_room, &q->r, 0);
+  q->holds_after_eagain = q->r.holds;
+  CHECK_EQ(write(q->peer, "abc", 3), 3);
+  shutdown(q->peer, SHUT_WR);
+  q->rc[1] = ch_io_recv(q->fd, 16, rx_room, &q->r, 5000);
+  q->rc[2] = ch_io_recv(q->fd, 16, rx_room, &q->r, 5000);
+}
+
+static void test_io_recv_with_timeout_0_says_eagain_and_holds_no_room(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct rx_seq q = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(rx_seq_main, &q) > 0);
+  th_run();
+  th_assert_coros_ok();
+  assert_int_equal(q.rc[0], -EAGAIN);
+  assert_int_equal(q.holds_after_eagain, 0);
+  assert_int_equal(q.rc[1], 3);
+  assert_memory_equal(q.r.buf, "abc", 3);
+  assert_int_equal(q.rc[2], 0);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* A receive that times out returns -ETIMEDOUT, and the bytes that come
+** afterwards are the next receive's: none is lost (on io_uring, the
+** receive posted for the first is still in flight when it gives up). */
+static void test_io_recv_timeout_loses_no_byte(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct rx r = { .fd = sv[0], .want = 16, .timeout = 50 };
+  assert_true(ch_spawn(rx_main, &r) > 0);
+  th_run();
+  assert_int_equal(r.rc, -ETIMEDOUT);
+  assert_int_equal(r.holds, 0);
+  assert_int_equal(write(sv[1], "next", 4), 4);
+  r.timeout = 5000;
+  assert_true(ch_spawn(rx_main, &r) > 0);
+  th_run();
+  assert_int_equal(r.rc, 4);
+  assert_memory_equal(r.buf, "next", 4);
+  close(sv[0]);
+  close(sv[1]);
+}
+
+/* ch_io_send: many small sends (the io_uring backend queues them, and
+** parks the sender when its bounded buffer is full) arrive whole and in
+** order at a reader that starts late; a shutdown right after them comes
+** after them, and so does the close. */
+#define SENDS 4000
+#define SEND_PIECE 97
+
+struct sender { int fd; int rc; int shut; };
+
+static void sender_main(void *arg) {
+  struct sender *x = arg;
+  char piece[SEND_PIECE];
+  for (int i = 0; i < SENDS && x->rc == 0; i++) {
+    for (int j = 0; j < SEND_PIECE; j++) piece[j] = (char)(i * 31 + j);
+    struct iovec iov[2] = { { piece, 40 }, { piece + 40, SEND_PIECE - 40 } };
+    x->rc = ch_io_send(x->fd, iov, 2, 5000);
+  }
+  if (x->shut) CHECK_EQ(shutdown(x->fd, SHUT_WR), 0);
+  else CHECK_EQ(close(x->fd), 0);
+}
+
+struct late_reader { int fd; size_t got; int bad; ssize_t end; };
+
+static void late_reader_main(void *arg) {
+  struct late_reader *l = arg;
+  ch_sleep_ms(50);   /* the sender fills the socket and its queue first */
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ch_io_read(l->fd, buf, sizeof buf, 5000);
+    if (n <= 0) { l->end = n; return; }
+    for (ssize_t k = 0; k < n; k++) {
+      size_t at = l->got + (size_t)k;
+      if (buf[k] != (char)((int)(at / SEND_PIECE) * 31 + (int)(at % SEND_PIECE))) l->bad++;
+    }
+    l->got += (size_t)n;
+  }
+}
+
+static void check_sends_then(int shut) {
+  int sv[2];
+  th_socketpair(sv);
+  int small = 4096;   /* a small socket buffer: the sender must wait */
+  assert_int_equal(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small), 0);
+  struct sender x = { sv[0], 0, shut };
+  struct late_reader l = { sv[1], 0, 0, -1 };
+  assert_true(ch_spawn(sender_main, &x) > 0);
+  assert_true(ch_spawn(late_reader_main, &l) > 0);
+  th_run();
+  th_assert_coros_ok();
+  assert_int_equal(x.rc, 0);
+  assert_int_equal(l.got, (size_t)SENDS * SEND_PIECE);
+  assert_int_equal(l.bad, 0);
+  assert_int_equal(l.end, 0);   /* EOF after every byte */
+  if (shut) close(sv[0]);
+  close(sv[1]);
+}
+
+static void test_io_send_delivers_every_byte_in_order_before_a_close(void **state) {
+  (void)state;
+  check_sends_then(0);
+}
+
+static void test_io_send_delivers_every_byte_in_order_before_a_shutdown(void **state) {
+  (void)state;
+  check_sends_then(1);
+}
+
+/* A peer that is gone: a send fails with EPIPE, at once or (bytes queued
+** on io_uring) at the next send. */
+struct to_gone { int fd; int rc[50]; int first_err; };
+
+static void to_gone_main(void *arg) {
+  struct to_gone *g = arg;
+  g->first_err = -1;
+  for (int i = 0; i < 50; i++) {
+    struct iovec iov = { "0123456789", 10 };
+    g->rc[i] = ch_io_send(g->fd, &iov, 1, 5000);
+    if (g->rc[i] < 0) { g->first_err = i; return; }
+    ch_sleep_ms(1);   /* a loop turn: a queued send goes out and fails */
+  }
+}
+
+static void test_io_send_to_a_closed_peer_says_epipe(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  close(sv[1]);
+  struct to_gone g = { .fd = sv[0] };
+  assert_true(ch_spawn(to_gone_main, &g) > 0);
+  th_run();
+  assert_true(g.first_err >= 0 && g.first_err <= 2);
+  assert_int_equal(g.rc[g.first_err], -EPIPE);
+  close(sv[0]);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
@@ -635,6 +848,12 @@ int main(void) {
     TH_TEST(test_io_write_to_a_closed_peer_is_epipe_not_sigpipe),
     TH_TEST(test_io_accept_parks_until_a_connect_and_connect_reports_refusal),
     TH_TEST(test_io_connect_to_a_full_unix_backlog_retries_until_its_timeout),
+    TH_TEST(test_io_recv_asks_for_room_only_when_bytes_are_there),
+    TH_TEST(test_io_recv_with_timeout_0_says_eagain_and_holds_no_room),
+    TH_TEST(test_io_recv_timeout_loses_no_byte),
+    TH_TEST(test_io_send_delivers_every_byte_in_order_before_a_close),
+    TH_TEST(test_io_send_delivers_every_byte_in_order_before_a_shutdown),
+    TH_TEST(test_io_send_to_a_closed_peer_says_epipe),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

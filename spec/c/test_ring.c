@@ -12,11 +12,13 @@
 
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "backend.h"
+#include "libc.h"
 #include "ring.h"
 #include "sched.h"
 
@@ -457,6 +459,335 @@ static void test_ring_accept_returns_a_connection(void **state) {
   ring_off();
 }
 
+/* Runs the loop for ms (a coroutine sleeps that long): completions of
+** operations left in flight by ended coroutines come in meanwhile. */
+static void sleeper(void *arg) {
+  ch_sleep_ms(*(int *)arg);
+}
+
+static void run_for_ms(int ms) {
+  static int m;
+  m = ms;
+  assert_true(ch_spawn(sleeper, &m) > 0);
+  th_run();
+}
+
+/* -- Receiving ahead, and its bounds ----------------------------------------- */
+
+/* A stream's receive (ch_io_recv) that reads once, finds the socket empty
+** after (timeout 0: from then on its receive reads ahead), and stops. */
+struct stream_rx { int fd; ssize_t first, second; char buf[4096]; int holds; };
+
+static int stream_room(void *ctx, size_t hint, struct iovec *b) {
+  (void)hint;
+  struct stream_rx *x = ctx;
+  if (!b) { x->holds--; return 0; }
+  x->holds++;
+  b->iov_base = x->buf;
+  b->iov_len = sizeof x->buf;
+  return 0;
+}
+
+static void stream_rx_main(void *arg) {
+  struct stream_rx *x = arg;
+  x->first = ch_io_recv(x->fd, sizeof x->buf, stream_room, x, 5000);
+  x->second = ch_io_recv(x->fd, sizeof x->buf, stream_room, x, 0);
+}
+
+/* TCP's back-pressure is kept: a reader that stops reading has at most a
+** few buffers read ahead for it, and the rest stays in the socket, so the
+** sender's socket fills and its writes say EAGAIN. */
+struct flood { int fd; size_t sent; int full; };
+
+static void flood_main(void *arg) {
+  struct flood *f = arg;
+  static char data[65536];
+  ch_sleep_ms(20);   /* the reader's first receive is done: it reads ahead */
+  for (int turns = 0; turns < 2000 && !f->full; turns++) {
+    ssize_t n = send(f->fd, data, sizeof data, MSG_DONTWAIT);
+    if (n > 0) f->sent += (size_t)n;
+    else if (n < 0 && errno == EAGAIN) f->full = 1;
+    else return;
+    ch_sleep_ms(1);   /* a loop turn: the ring takes what it will */
+  }
+}
+
+static void test_ring_reading_ahead_stops_at_its_bound_and_the_sender_fills(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "go", 2), 2);
+  struct stream_rx x = { .fd = sv[0] };
+  struct flood f = { .fd = sv[1] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  assert_true(ch_spawn(flood_main, &f) > 0);
+  th_run();
+  assert_int_equal(x.first, 2);
+  assert_true(f.full);
+  uint32_t in, out;
+  ch_ring_held(ch_sched_tls, sv[0], &in, &out);
+  /* The bound (ring.c's AHEAD_MAX, 16 KiB) and the few buffers that came
+  ** before the stop took effect; never the megabytes a sender could push. */
+  if (in == 0 || in > 64 * 1024) fail_msg("%u bytes held ahead of the reader", in);
+  assert_true(f.sent > in);   /* the rest waits in the socket */
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* When every provided buffer is out (ENOBUFS), a receive waits for
+** readiness and reads into its caller's room instead: the bytes still
+** come. Streams that stop reading hold the ring's buffers here. */
+#define HOGS 300
+
+struct hog { int fd; struct stream_rx x; };
+
+static void hog_main(void *arg) {
+  struct hog *h = arg;
+  stream_rx_main(&h->x);
+}
+
+static void test_ring_out_of_buffers_a_receive_reads_the_socket_itself(void **state) {
+  (void)state;
+  ring_on();
+  static struct hog hogs[HOGS];
+  static int pairs[HOGS][2];
+  static char chunk[4096];
+  for (int i = 0; i < HOGS; i++) {
+    th_socketpair(pairs[i]);
+    assert_int_equal(write(pairs[i][1], "x", 1), 1);
+    hogs[i] = (struct hog){ .fd = pairs[i][0], .x = { .fd = pairs[i][0] } };
+    assert_true(ch_spawn(hog_main, &hogs[i]) > 0);
+  }
+  th_run();   /* each read its byte, and reads ahead now */
+  for (int k = 0; k < 6; k++) {   /* 6 x 4 KiB each: more than the ring has */
+    for (int i = 0; i < HOGS; i++) assert_int_equal(write(pairs[i][1], chunk, sizeof chunk), 4096);
+    run_for_ms(10);
+  }
+  assert_true(ch_ring_nobufs(ch_sched_tls) > 0);
+  /* A new stream's receive still gets its bytes. */
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "still", 5), 5);
+  struct stream_rx x = { .fd = sv[0] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  th_run();
+  assert_int_equal(x.first, 5);
+  assert_memory_equal(x.buf, "still", 5);
+  close(sv[0]);
+  close(sv[1]);
+  for (int i = 0; i < HOGS; i++) {
+    close(pairs[i][0]);
+    close(pairs[i][1]);
+  }
+  ring_off();
+}
+
+/* Input a stream read ahead is every reader's first: a hooked read()
+** on the same fd gets it, in order, and poll() counts it as readable. */
+struct after_ahead { int fd; ssize_t got; char buf[64]; int polled; };
+
+static void after_ahead_main(void *arg) {
+  struct after_ahead *a = arg;
+  struct pollfd p = { a->fd, POLLIN, 0 };
+  a->polled = poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+  a->got = read(a->fd, a->buf, sizeof a->buf);
+}
+
+static void test_ring_bytes_read_ahead_are_a_hooked_reads_first(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "1", 1), 1);
+  struct stream_rx x = { .fd = sv[0] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  th_run();   /* read "1"; its receive stays armed */
+  assert_int_equal(write(sv[1], "23", 2), 2);
+  run_for_ms(20);   /* a loop turn: the ring takes "23" ahead */
+  uint32_t in, out;
+  ch_ring_held(ch_sched_tls, sv[0], &in, &out);
+  assert_int_equal(in, 2);
+  assert_int_equal(write(sv[1], "45", 2), 2);   /* still in the socket, or taken */
+  struct after_ahead a = { .fd = sv[0] };
+  assert_true(ch_spawn(after_ahead_main, &a) > 0);
+  th_run();
+  assert_true(a.polled);
+  assert_true(a.got >= 2);
+  assert_memory_equal(a.buf, "2345", (size_t)a.got);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* -- Sending behind -------------------------------------------------------- */
+
+/* ch_io_send returns once the bytes are queued: nothing parked, nothing
+** in the kernel yet until the loop's next turn submits the send. */
+struct behind { int fd; int rc; uint32_t queued; uint64_t posted; };
+
+static void behind_main(void *arg) {
+  struct behind *b = arg;
+  struct iovec iov = { "queued", 6 };
+  uint64_t before = ch_ring_posted(ch_sched_tls);
+  b->rc = ch_io_send(b->fd, &iov, 1, 5000);
+  uint32_t in;
+  ch_ring_held(ch_sched_tls, b->fd, &in, &b->queued);
+  b->posted = ch_ring_posted(ch_sched_tls) - before;
+}
+
+static void test_ring_send_returns_with_its_bytes_queued(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct behind b = { .fd = sv[0] };
+  uint64_t switches = 0;
+  struct ch_stats st;
+  assert_int_equal(ch_stats(&st), 0);
+  switches = st.switches;
+  assert_true(ch_spawn(behind_main, &b) > 0);
+  th_run();
+  assert_int_equal(ch_stats(&st), 0);
+  assert_int_equal(b.rc, 0);
+  assert_int_equal(b.queued, 6);   /* in the connection's buffer */
+  assert_int_equal(b.posted, 1);   /* one send, posted: no system call */
+  assert_true(st.switches - switches <= 2);   /* in and out: it never parked */
+  char buf[16];
+  assert_int_equal(read(sv[1], buf, sizeof buf), 6);
+  assert_memory_equal(buf, "queued", 6);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* A full write-behind buffer parks the sender until the kernel takes
+** some; a peer that never reads so keeps a sender waiting, bounded. */
+struct stuck { int fd; int rc; size_t sent; };
+
+static void stuck_main(void *arg) {
+  struct stuck *x = arg;
+  char piece[100] = { 0 };
+  while (x->sent < (4u << 20)) {
+    struct iovec iov = { piece, sizeof piece };
+    if ((x->rc = ch_io_send(x->fd, &iov, 1, 300)) < 0) return;
+    x->sent += sizeof piece;
+  }
+}
+
+static void test_ring_a_full_send_buffer_parks_the_sender(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct stuck x = { .fd = sv[0] };
+  assert_true(ch_spawn(stuck_main, &x) > 0);
+  th_run();
+  assert_int_equal(x.rc, -ETIMEDOUT);   /* parked for room, then its timeout */
+  uint32_t in, out;
+  ch_ring_held(ch_sched_tls, sv[0], &in, &out);
+  assert_true(out > 0 && out <= 16384);   /* bounded: ring.c's SEND_BUF */
+  assert_true(x.sent < (4u << 20));
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
+/* -- Accepting ahead ------------------------------------------------------- */
+
+/* A burst of connections larger than what is accepted ahead before the
+** multishot accept is stopped loses none, and each comes with its
+** peer's address. */
+#define BURST 100
+
+struct burst { int l; int n; int with_addr; struct sockaddr_in sa; int clients[BURST];
+               int connected; };
+
+/* Once the acceptor waits (its multishot accept armed), BURST blocking
+** connects in a row, with no loop turn between them: the kernel accepts
+** them all for the ring before the acceptor runs again. */
+static void burst_connector(void *arg) {
+  struct burst *b = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  for (int i = 0; i < BURST; i++) {
+    b->clients[i] = socket(AF_INET, SOCK_STREAM, 0);
+    if (ch_libc.connect(b->clients[i], (struct sockaddr *)&b->sa, sizeof b->sa) == 0)
+      b->connected++;
+  }
+}
+
+static void burst_acceptor(void *arg) {
+  struct burst *b = arg;
+  while (b->n < BURST) {
+    struct sockaddr_in peer;
+    socklen_t plen = sizeof peer;
+    memset(&peer, 0, sizeof peer);
+    int fd = ch_io_accept(b->l, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC, 5000);
+    if (fd < 0) return;
+    if (plen == sizeof peer && peer.sin_family == AF_INET &&
+        peer.sin_addr.s_addr == htonl(INADDR_LOOPBACK))
+      b->with_addr++;
+    b->n++;
+    close(fd);
+  }
+}
+
+static void test_ring_a_burst_of_connections_accepted_ahead_loses_none(void **state) {
+  (void)state;
+  ring_on();
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  assert_int_equal(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(l, 512), 0);
+  socklen_t len = sizeof sa;
+  assert_int_equal(getsockname(l, (struct sockaddr *)&sa, &len), 0);
+  struct burst b = { .l = l, .sa = sa };
+  assert_true(ch_spawn(burst_acceptor, &b) > 0);
+  assert_true(ch_spawn(burst_connector, &b) > 0);
+  th_run();
+  assert_int_equal(b.connected, BURST);
+  assert_int_equal(b.n, BURST);
+  assert_int_equal(b.with_addr, BURST);
+  for (int i = 0; i < BURST; i++) close(b.clients[i]);
+  close(l);
+  ring_off();
+}
+
+/* -- Switching ----------------------------------------------------------------- */
+
+/* A scheduler leaves its backend only when nothing would be lost: not
+** while input is held ahead for a stream, nor while a watch is armed. */
+static void on_watch(struct ch_watch *w, int revents) {
+  (void)w;
+  (void)revents;
+}
+
+static void test_ring_is_not_left_while_it_holds_input_or_a_watch(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "1", 1), 1);
+  struct stream_rx x = { .fd = sv[0] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  th_run();
+  assert_int_equal(write(sv[1], "held", 4), 4);
+  run_for_ms(20);
+  assert_int_equal(ch_sched_set_io_backend(CH_IO_EPOLL), -EBUSY);   /* "held" */
+  struct rx_drain { int fd; char buf[8]; ssize_t n; } d = { sv[0], { 0 }, 0 };
+  d.n = ch_io_read(sv[0], d.buf, sizeof d.buf, 0);   /* outside a coroutine */
+  assert_int_equal(d.n, 4);
+  struct ch_watch w;
+  memset(&w, 0, sizeof w);
+  assert_int_equal(ch_watch_fd(&w, sv[1], POLLIN, on_watch), 0);
+  assert_int_equal(ch_sched_set_io_backend(CH_IO_EPOLL), -EBUSY);   /* the watch */
+  ch_unwatch_fd(&w);
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
 /* -- Without a ring ---------------------------------------------------------- */
 
 /* A read in a child process: what the child exits with says how it went. */
@@ -547,6 +878,13 @@ int main(void) {
     TH_TEST(test_ring_copy_mode_receive_takes_the_ring),
     TH_TEST(test_ring_hooked_peek_then_read_see_the_same_bytes),
     TH_TEST(test_ring_accept_returns_a_connection),
+    TH_TEST(test_ring_reading_ahead_stops_at_its_bound_and_the_sender_fills),
+    TH_TEST(test_ring_out_of_buffers_a_receive_reads_the_socket_itself),
+    TH_TEST(test_ring_bytes_read_ahead_are_a_hooked_reads_first),
+    TH_TEST(test_ring_send_returns_with_its_bytes_queued),
+    TH_TEST(test_ring_a_full_send_buffer_parks_the_sender),
+    TH_TEST(test_ring_a_burst_of_connections_accepted_ahead_loses_none),
+    TH_TEST(test_ring_is_not_left_while_it_holds_input_or_a_watch),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
     TH_TEST(test_ring_of_a_forked_child_is_dropped_for_epoll),
   };
