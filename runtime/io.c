@@ -588,66 +588,87 @@ struct recv_op {
 /* One receive into room the caller gives once it is called: alloc is
 ** asked only now, when the socket is not known empty; a read that still
 ** finds nothing gives the room back (alloc with no buffer). The
-** judgement is made here, against the room given. */
+** judgement is made here, against the room given: the op's own judge is
+** off, since want is only what the caller asked. */
+static inline __attribute__((always_inline))
+ssize_t recv_into(int fd, struct ch_fd *f, size_t want,
+                  int (*alloc)(void *, size_t, struct iovec *), void *ctx)
+{
+  struct iovec b;
+  int e = alloc(ctx, want, &b);
+  if (e < 0) return e;
+  for (;;) {
+    ssize_t n = f->kind == CH_FD_SOCKET ? sys_recv(fd, b.iov_base, b.iov_len, 0)
+                                        : ch_libc.read(fd, b.iov_base, b.iov_len);
+    if (n >= 0) {
+      if (f->stream && (size_t)n < b.iov_len) note_input_empty(f);
+      return n;
+    }
+    e = errno;
+    if (e == EINTR) continue;
+    if (e != EAGAIN && e != EWOULDBLOCK) return -e;
+    note_input_empty(f);
+    alloc(ctx, 0, NULL);
+    return -EAGAIN;
+  }
+}
+
 static ssize_t call_recv(struct ch_io_op *op)
 {
   struct recv_op *r = (struct recv_op *)op;
-  struct iovec b;
-  int e = r->rx.alloc(r->rx.ctx, r->rx.want, &b);
-  if (e < 0) {
-    errno = -e;
-    return -1;
-  }
-  struct ch_fd *f = ch_fd_peek(op->fd);
-  ssize_t n = f && f->kind == CH_FD_SOCKET ? sys_recv(op->fd, b.iov_base, b.iov_len, 0)
-                                           : ch_libc.read(op->fd, b.iov_base, b.iov_len);
-  if (n >= 0) {
-    if (f && f->stream && (size_t)n < b.iov_len) note_input_empty(f);
-    return n;
-  }
-  e = errno;
-  if (e == EAGAIN || e == EWOULDBLOCK) r->rx.alloc(r->rx.ctx, 0, NULL);
-  errno = e;
+  ssize_t n = recv_into(op->fd, ch_fd_peek(op->fd), r->rx.want, r->rx.alloc, r->rx.ctx);
+  if (n >= 0) return n;
+  errno = (int)-n;
   return -1;
 }
 
+/* recv_try's way on a backend that holds input (backend.h: take): what
+** it holds first; the socket only when it holds nothing and has no
+** receive in flight; then a receive posted to it, to wait for. */
+static __attribute__((noinline)) ssize_t recv_held(struct ch_sched *s, int fd, struct ch_fd *f,
+                                                  size_t want,
+                                                  int (*alloc)(void *, size_t, struct iovec *),
+                                                  void *ctx)
+{
+  const struct ch_backend *be = s->be;
+  struct ch_io_rx rx = { alloc, ctx, want, CH_RX_AHEAD };
+  uint8_t empty = 0;
+  ssize_t n = be->take(s, fd, &rx, &empty);
+  if (empty) note_input_empty(f);
+  if (n != -EAGAIN && n != -EINPROGRESS) return n;
+  if (n == -EINPROGRESS) return -EAGAIN;   /* wait for the receive in flight */
+  if (!input_known_empty(f)) {
+    n = recv_into(fd, f, want, alloc, ctx);
+    if (n != -EAGAIN) return n;
+  }
+  /* With timeout 0 too: what comes while the stream does other things is
+  ** in the backend's buffers when it asks next (an idle HTTP connection's
+  ** watch wakes on it). */
+  be->recv(s, fd, f, &rx);
+  return -EAGAIN;
+}
+
 /* Everything of ch_io_recv but its park, out of line (see ch_io_recv):
-** the input the backend holds, the socket unless known empty, and, when
-** both have nothing, a receive posted to the backend (if it takes one).
-** -EAGAIN: wait, then call again. An fd that is no plain socket or pipe
-** of this process (an inherited tty waits first) takes the engine's
-** whole way, waits included. */
+** the input the backend holds, the socket unless known empty. -EAGAIN:
+** wait, then call again. An fd that is no plain socket or pipe of this
+** process (an inherited tty waits first) takes the engine's whole way,
+** waits included. */
 static __attribute__((noinline)) ssize_t recv_try(int fd, size_t want,
                                                  int (*alloc)(void *, size_t, struct iovec *),
                                                  void *ctx, int64_t timeout_ms)
 {
-  struct recv_op r = { { call_recv, &r.rx, fd, POLLIN, 0, want }, { alloc, ctx, want, CH_RX_AHEAD } };
   struct ch_fd *f = prepare(fd);
-  if (!f || (f->kind != CH_FD_SOCKET && f->kind != CH_FD_PIPE)) {
+  if (__builtin_expect(!f || (f->kind != CH_FD_SOCKET && f->kind != CH_FD_PIPE), 0)) {
+    struct recv_op r = { { call_recv, &r.rx, fd, POLLIN, 0, want },
+                         { alloc, ctx, want, CH_RX_AHEAD } };
     uint64_t deadline = 0;
     return run(&r.op, timeout_ms, &deadline);
   }
   struct ch_sched *s = ch_sched_tls;
-  const struct ch_backend *be = s ? s->be : NULL;
-  int inflight = 0;
-  if (be && be->take && f->kind == CH_FD_SOCKET && f->stream) {
-    uint8_t empty = 0;
-    ssize_t n = be->take(s, fd, &r.rx, &empty);
-    if (empty) note_input_empty(f);
-    if (n != -EAGAIN && n != -EINPROGRESS) return n;
-    inflight = n == -EINPROGRESS;
-    if (!inflight && !input_known_empty(f)) {
-      n = attempt(&r.op, consts_of(&r.op), f);
-      if (n != -EAGAIN) return n;
-    }
-    /* With timeout 0 too: what comes while the stream does other things
-    ** is in the backend's buffers when it asks next (an idle HTTP
-    ** connection's watch wakes on it). */
-    if (!inflight) be->recv(s, fd, f, &r.rx);
-    return -EAGAIN;
-  }
+  if (__builtin_expect(s && s->be->take && f->kind == CH_FD_SOCKET && f->stream, 0))
+    return recv_held(s, fd, f, want, alloc, ctx);
   if (input_known_empty(f)) return -EAGAIN;
-  return attempt(&r.op, consts_of(&r.op), f);
+  return recv_into(fd, f, want, alloc, ctx);
 }
 
 /* Before ch_io_recv's park, out of line: the deadline, kept in *deadline
@@ -710,18 +731,12 @@ static void iov_advance(struct iovec **iov, int *n, size_t w)
   }
 }
 
-int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms)
+/* Yields. ch_io_send's way after its first try: writes until every byte
+** is taken, each waiting (and the backend's queue, if it has one) by the
+** engine. */
+static __attribute__((noinline)) int send_rest(int fd, struct iovec *iov, int n,
+                                              int64_t timeout_ms)
 {
-  while (n > 0 && iov->iov_len == 0) { iov++; n--; }
-  if (n == 0) return 0;
-  struct ch_sched *s = ch_sched_tls;
-  if (s && s->be->send) {
-    struct ch_fd *f = prepare(fd);
-    if (f && f->kind == CH_FD_SOCKET && f->stream) {
-      int r = s->be->send(s, fd, f, iov, n, timeout_ms);
-      if (r != -ENOTSUP) return r;
-    }
-  }
   while (n > 0) {
     /* One piece: send(2), which the kernel takes for less than sendmsg's
     ** message header and iovec import. Each call's waits are bounded by
@@ -732,6 +747,29 @@ int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms)
     iov_advance(&iov, &n, (size_t)w);
   }
   return 0;
+}
+
+/* A backend that queues sends (backend.h: send) gets them; else one
+** piece on a socket is one send(2) here, and the rest (a partial write,
+** EAGAIN, several pieces) is send_rest's. */
+int ch_io_send(int fd, struct iovec *iov, int n, int64_t timeout_ms)
+{
+  while (n > 0 && iov->iov_len == 0) { iov++; n--; }
+  if (n == 0) return 0;
+  struct ch_fd *f = prepare(fd);
+  if (!f) return send_rest(fd, iov, n, timeout_ms);
+  struct ch_sched *s = ch_sched_tls;
+  if (__builtin_expect(s && s->be->send && f->kind == CH_FD_SOCKET && f->stream, 0)) {
+    int r = s->be->send(s, fd, f, iov, n, timeout_ms);
+    if (r != -ENOTSUP) return r;
+  } else if (n == 1 && f->kind == CH_FD_SOCKET) {
+    ssize_t w = sys_send(fd, iov->iov_base, iov->iov_len, MSG_NOSIGNAL);
+    if ((size_t)w == iov->iov_len) return 0;
+    if (w > 0) iov_advance(&iov, &n, (size_t)w);
+    else if (errno == EAGAIN || errno == EWOULDBLOCK) note_output_full(f);
+    else if (errno != EINTR) return -errno;
+  }
+  return send_rest(fd, iov, n, timeout_ms);
 }
 
 int ch_io_flush(int fd, int64_t timeout_ms)

@@ -76,6 +76,7 @@
                               ** (those that come before it stops are
                               ** kept all the same) */
 #define ORPHAN_MS 60000       /* a closed fd's queued bytes get this long */
+#define REAP_BATCH 64         /* completions copied out per pass (1 KiB) */
 
 /* user_data: a struct rfd's address with the operation's kind in its low
 ** three bits; the kinds alone (no record) are the ring's own. */
@@ -308,15 +309,25 @@ static void cancel(struct ch_ring *r, struct rfd *x, int kind)
 
 /* -- Records ------------------------------------------------------------------ */
 
-static struct rfd *rfd_peek(const struct ch_ring *r, int fd)
+static inline struct rfd *rfd_peek(const struct ch_ring *r, int fd)
 {
   return (size_t)fd < r->nrfds ? r->rfds[fd] : NULL;
 }
 
+static void rfd_detach(struct ch_ring *r, struct rfd *x);
+
 /* fd's record, if it is the one of the file fd names now: an entry reset
 ** behind the ring's back (a close on another thread) left a record of an
-** old file, which is dropped here. */
-static struct rfd *rfd_find(struct ch_ring *r, int fd);
+** old file, which is dropped here. Inline: every operation asks. */
+static inline struct rfd *rfd_find(struct ch_ring *r, int fd)
+{
+  struct rfd *x = rfd_peek(r, fd);
+  if (!x) return NULL;
+  const struct ch_fd *f = ch_fd_peek(fd);
+  if (__builtin_expect(f && f->gen == x->gen, 1)) return x;
+  rfd_detach(r, x);
+  return NULL;
+}
 
 /* fd's record, made on first use. NULL when memory is short. */
 static struct rfd *rfd_get(struct ch_ring *r, int fd, const struct ch_fd *f)
@@ -405,20 +416,6 @@ static void rfd_release(struct ch_ring *r, struct rfd *x)
   }
 }
 
-/* Lets go of x, whose fd is closed or reused: input dropped, its
-** operations cancelled; its queued sends go on, on a dup of fd, unless
-** none can be made. */
-static void rfd_detach(struct ch_ring *r, struct rfd *x);
-
-static struct rfd *rfd_find(struct ch_ring *r, int fd)
-{
-  struct rfd *x = rfd_peek(r, fd);
-  if (!x) return NULL;
-  const struct ch_fd *f = ch_fd_peek(fd);
-  if (f && f->gen == x->gen) return x;
-  rfd_detach(r, x);
-  return NULL;
-}
 
 /* The fd entry x reports to, or NULL when its fd is closed. */
 static struct ch_fd *entry_of(const struct rfd *x)
@@ -709,26 +706,29 @@ static int ring_send(struct ch_sched *s, int fd, struct ch_fd *f, const struct i
                      int64_t timeout_ms)
 {
   struct ch_ring *r = ring_of(s);
-  struct ch_coro *c = ch_current();
-  int parkable = c && ch_sched_may_park(c);
   struct rfd *x = rfd_find(r, fd);
   if (x && x->send_err) {
     int e = x->send_err;
     x->send_err = 0;
     return e;
   }
-  if (!x || !wb_pending(x)) {
-    size_t total = 0;
-    for (int i = 0; i < n; i++) total += iov[i].iov_len;
-    /* Nothing queued: a large send goes straight from the caller's bytes
-    ** (what the kernel does not take is queued or waited for by the
-    ** readiness way), and so does any send of a caller that may not park
-    ** (it would have nowhere to wait for room). */
-    if (total >= SEND_DIRECT || !parkable) return -ENOTSUP;
-    if (!x && !(x = rfd_get(r, fd, f))) return -ENOTSUP;
-  } else if (!parkable) {
-    return -ENOTSUP;   /* io.c waits for the queue (blocking), then writes */
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += iov[i].iov_len;
+  int queued = x && wb_pending(x);
+  /* Nothing queued: a large send goes straight from the caller's bytes
+  ** (what the kernel does not take is queued or waited for by the
+  ** readiness way). Bytes that do not fit the queue's room need a caller
+  ** that may park to wait for more (asked only then: the host's check
+  ** walks the Lua stack); one that may not goes the readiness way, which
+  ** blocks (after the queue, if there is one). */
+  if (!queued && total >= SEND_DIRECT) return -ENOTSUP;
+  size_t room = !x || !x->wb ? SEND_BUF : x->wsent ? SEND_BUF - x->wend
+                                                   : SEND_BUF - (x->wend - x->wstart);
+  if (total > room) {
+    struct ch_coro *c = ch_current();
+    if (!c || !ch_sched_may_park(c)) return -ENOTSUP;
   }
+  if (!x && !(x = rfd_get(r, fd, f))) return -ENOTSUP;
   for (int i = 0; i < n; i++) {
     const char *p = iov[i].iov_base;
     size_t left = iov[i].iov_len;
@@ -974,21 +974,20 @@ static void reap(struct ch_sched *s, struct ch_ring *r, int timeout_ms)
   ** up, which the reaping below relieves. */
   if (e < 0 && e != -ETIME && e != -EINTR && e != -EBUSY && e != -EAGAIN)
     ch_panic("io_uring_enter: %s", strerror(-e));
-  /* Each completion is marked seen before it is made: making it may run
-  ** a watch's callback, which may close fds (and submit). */
+  /* Completions are copied out and marked seen before they are made:
+  ** making one may run a watch's callback, which may close fds, submit,
+  ** or (from a coroutine that may not park) reap again. */
   r->reaping = 1;
   for (;;) {
-    struct io_uring_cqe *cqe, c;
-    unsigned head;
-    int got = 0;
+    struct io_uring_cqe *cqe, batch[REAP_BATCH];
+    unsigned head, n = 0;
     io_uring_for_each_cqe(&r->ring, head, cqe) {   /* no system call */
-      c = *cqe;
-      got = 1;
-      break;
+      batch[n++] = *cqe;
+      if (n == REAP_BATCH) break;
     }
-    if (!got) break;
-    io_uring_cq_advance(&r->ring, 1);
-    complete(s, r, &c);
+    if (!n) break;
+    io_uring_cq_advance(&r->ring, n);
+    for (unsigned i = 0; i < n; i++) complete(s, r, &batch[i]);
   }
   r->reaping = 0;
 }

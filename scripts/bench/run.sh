@@ -111,7 +111,7 @@ base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
 SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http http2 grpc protobuf prio kv"}
-COHOST_PEERS="lua lua_copy cohost cohost_copy"  # peers that run $COHOST: base twins
+COHOST_PEERS="lua lua_copy lua_uring cohost cohost_copy cohost_uring"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
 ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order
 ECHO_BASE=epoll                 # the one the others are divided by
