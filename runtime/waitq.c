@@ -4,8 +4,8 @@
 **
 ** A waiter's nodes are the coroutine's own fd waiters (wnodes in struct
 ** ch_coro; a heap array for more than two queues): a coroutine parks on
-** one thing at a time, so they are free whenever it is not in
-** ch_poll_wait, and they live in the coroutine's struct, never on its
+** one thing at a time, so they are free whenever it is not parked on an
+** fd (ch_fdwait_link), and they live in the coroutine's struct, never on its
 ** stack, which in COPY mode is saved away while it is parked. In a node,
 ** coro is the waiting coroutine while the node is queued and NULL once a
 ** wake took it off the queue.

@@ -83,6 +83,43 @@ describe("--io-backend", function()
     assert.are.equal(1, notices, err)
   end)
 
+  -- io_uring queues a plain stream's sends (write-behind, docs/runtime.md):
+  -- a handler returns, and its connection closes, with bytes still queued
+  -- when its client reads slowly. They must all arrive, in order, before
+  -- the EOF, as on epoll, where the kernel holds them.
+  it("delivers every byte a handler sent before it ended to a slow client, then EOF", function()
+    local script = h.tmpfile([[
+local cohost = require "cohost"
+local PIECES, SIZE = 2000, 4096
+local l = assert(cohost.listen("127.0.0.1:0", function(sock)
+  for i = 1, PIECES do
+    assert(sock:send(string.rep(string.char(65 + i % 26), SIZE)))
+  end
+end))
+local _, port = l:addr()
+local c = assert(cohost.tcp())
+c:settimeout(10000)
+assert(c:connect("127.0.0.1", port))
+cohost.sleep(0.3)   -- the handler fills the socket and its queue meanwhile
+local n, bad = 0, 0
+while true do
+  local piece, err = c:receive(SIZE)
+  if not piece then print(n, bad, err) break end
+  n = n + 1
+  if piece ~= string.rep(string.char(65 + n % 26), SIZE) then bad = bad + 1 end
+end
+c:close()
+l:close()
+]])
+    for _, backend in ipairs({ "epoll", "uring" }) do
+      if backend == "epoll" or ring_available() then
+        local code, out, err = h.run(("--io-backend %s %s"):format(backend, h.shell_quote(script)))
+        assert.are.equal(0, code, err)
+        assert.are.equal("2000\t0\tclosed\n", out, backend)
+      end
+    end
+  end)
+
   it("refuses a backend it does not know", function()
     local code, _, err = h.run("--io-backend kqueue -e 'print(1)'")
     assert.are_not.equal(0, code)
