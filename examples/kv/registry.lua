@@ -3,7 +3,7 @@
 -- while clients wait on them, and the server's counters.
 local M = {}
 
-local lower, upper, find, sub, gmatch = string.lower, string.upper, string.find, string.sub,
+local lower, upper, find, gmatch = string.lower, string.upper, string.find,
   string.gmatch
 local tonumber = tonumber
 

@@ -22,7 +22,7 @@ local get, set = store.get, store.set
 local bulk, int, null, double = resp.bulk, resp.int, resp.null, resp.double
 local WRONGTYPE, NOT_INT, SYNTAX = resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
 local account = store.account
-local type, tonumber, lower, format = type, tonumber, string.lower, string.format
+local type, tonumber, lower = type, tonumber, string.lower
 local huge = math.huge
 local parse_int = require("kv.ints").parse
 
