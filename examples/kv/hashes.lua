@@ -251,7 +251,7 @@ end)
 -- no array to pick from). With repeats, RESP3 pairs each field with its
 -- value.
 local LONG_HALF = 4611686018427387903LL
-reg("hrandfield", function(_, argv, argc, out, n)
+reg("hrandfield", function(c, argv, argc, out, n)
   local count, withvalues
   if argc >= 3 then
     count = ints.parse(argv[3])
@@ -278,20 +278,18 @@ reg("hrandfield", function(_, argv, argc, out, n)
   for field in pairs(h.f) do fields[#fields + 1] = field end
   local random = math.random
   if not count then return bulk(out, n, fields[random(#fields)]) end
-  -- A negative count repeats: its reply is built as it goes (one array
-  -- slot an element, not a table of picks first).
-  local pairs3 = withvalues and resp.is3()
-  local len = count < 0 and -count or math.min(count, #fields)
-  n = resp.array(out, n, (withvalues and not pairs3) and len * 2 or len)
   if count < 0 then
-    for _ = 1, len do
-      local field = fields[random(#fields)]
-      if pairs3 then n = resp.array(out, n, 2) end
-      n = bulk(out, n, field)
-      if withvalues then n = bulk(out, n, h.f[field]) end
+    -- With repeats: as SRANDMEMBER's (sets.lua), streamed when large.
+    local values
+    if withvalues then
+      values = {}
+      for i, field in ipairs(fields) do values[i] = h.f[field] end
     end
-    return n
+    return require("kv.sets").random_repeats(c, out, n, -count, fields, #fields, values)
   end
+  local pairs3 = withvalues and resp.is3()
+  local len = math.min(count, #fields)
+  n = resp.array(out, n, (withvalues and not pairs3) and len * 2 or len)
   for i = #fields, 2, -1 do
     local j = random(i)
     fields[i], fields[j] = fields[j], fields[i]

@@ -79,6 +79,35 @@ function Client:flush_big(out, n)
   return 0
 end
 
+-- Sends the replies so far in the middle of a command whose reply is too
+-- large to hold at once (SRANDMEMBER with a count of -10^9): once every
+-- record logged so far is written, as the connection loop sends. Yields:
+-- other clients run meanwhile. Returns 0, the new reply count. Only where
+-- can_stream() says (not inside EXEC, whose commands run with nothing in
+-- between, nor for the log's replay).
+function Client:reply_now(out, n)
+  self.streamed = true
+  if self.reply_off or self.skip then
+    for i = 1, n do out[i] = nil end
+    return 0
+  end
+  if logging then
+    local upto = aof.seq
+    while upto > aof.durable() and not aof.wait(upto, self.aof_sema or self:make_aof_sema()) do end
+  end
+  local before = stats.net_out
+  n = self:flush(out, n)
+  -- Each piece is one large string and little else: LuaJIT's collector,
+  -- which steps a little per allocation check, would fall behind (a heap
+  -- of them a second); it is paid here for what was made.
+  collectgarbage("step", (stats.net_out - before) / 1024)
+  return n
+end
+
+function Client:can_stream()
+  return self.sock ~= nil and not self.in_exec
+end
+
 -- Queues data for the writer thread. A subscriber whose queue passes the
 -- limit is dropped (Redis's client-output-buffer-limit pubsub).
 function Client:deliver(data)
@@ -211,6 +240,11 @@ end
 -- cleared, and its client gets an error. A write may have changed part
 -- of its keys and is not logged: the log keeps what it can load.
 local function out_of_memory(c, cmd, out, n0, e)
+  if c.streamed then
+    -- Part of its reply is out: no error can follow it, the connection ends.
+    c.quit = true
+    n0 = 0
+  end
   for i = n0 + 1, #out do out[i] = nil end
   R.prop, R.changed, R.extra, R.notes, R.noted = nil, nil, nil, nil, false
   if c.in_exec then
@@ -276,7 +310,7 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   end
   resp.use(c.proto)
   local n0 = n
-  c.waited = 0
+  c.waited, c.streamed = 0, false
   local t0 = now_us()
   local ok, r = xpcall(cmd.fn, handler_error, c, argv, argc, out, n)
   if not ok then
@@ -287,7 +321,7 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   c.last_cmd = cmd.name   -- EXEC's, not its last command's
   if c.sock then monitor.ran(c, cmd, argv, argc, now_us() - t0 - c.waited) end
   local first = out[n0 + 1]
-  if n == n0 + 1 and type(first) == "string" and byte(first, 1) == 45 then   -- "-ERR ..."
+  if n == n0 + 1 and not c.streamed and type(first) == "string" and byte(first, 1) == 45 then
     cmd.failed = cmd.failed + 1
     monitor.error(first)
   end
@@ -351,8 +385,9 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   R.changed = nil
   -- A large value dropped: its memory is given back soon (store.lua).
   if store.freed >= store.COLLECT_NOW then store.collect() end
-  -- CLIENT REPLY OFF or SKIP: the reply is dropped.
-  if c.reply_off or c.skip then
+  -- CLIENT REPLY OFF or SKIP: the reply is dropped (what was streamed
+  -- was dropped as it went).
+  if (c.reply_off or c.skip) and not c.streamed then
     for i = n0 + 1, n do out[i] = nil end
     n = n0
   end

@@ -168,11 +168,43 @@ reg("spop", function(_, argv, argc, out, n)
   return bulk_set(out, n, t, taken)
 end)
 
+-- A reply of count picks at random, with repeats, from items[1..len]
+-- (values: their values, each pick then a pair: a flat two in RESP2, an
+-- array in RESP3). Past STREAM picks the reply goes out in pieces as it
+-- is made, from a copy of the items, and other clients run between them:
+-- a count of -10^9 costs this client's wait, not everyone's (Redis builds
+-- it in one go and stalls them all), and never a heap of its size.
+local STREAM = 65536
+
+function M.random_repeats(c, out, n, count, items, len, values)
+  local pairs3 = values and resp.is3()
+  n = resp.array(out, n, (values and not pairs3) and count * 2 or count)
+  local stream = count > STREAM and c:can_stream()
+  if stream then
+    local copy, vcopy = {}, values and {}
+    for i = 1, len do
+      copy[i] = items[i]
+      if values then vcopy[i] = values[i] end
+    end
+    items, values = copy, vcopy
+  end
+  for i = 1, count do
+    local j = random(len)
+    if pairs3 then n = resp.array(out, n, 2) end
+    n = bulk(out, n, items[j])
+    if values then n = bulk(out, n, values[j]) end
+    if stream and i % STREAM == 0 then
+      n = c:reply_now(out, n)
+      if c.quit or c.gone then return n end   -- the client left: no one to answer
+    end
+  end
+  return n
+end
+
 -- SRANDMEMBER key [count]: count > 0 distinct members, < 0 with
 -- repeats; count is within -LONG_MAX..LONG_MAX (INT64_MIN's negation
--- would not fit). With repeats the reply is built as it goes: one array
--- slot an element, no table of picks first.
-reg("srandmember", function(_, argv, argc, out, n)
+-- would not fit).
+reg("srandmember", function(c, argv, argc, out, n)
   if argc > 3 then return put(out, n, resp.SYNTAX) end
   local count
   if argc == 3 then
@@ -188,11 +220,7 @@ reg("srandmember", function(_, argv, argc, out, n)
     return resp.null(out, n)
   end
   if not count then return bulk(out, n, s.a[random(s.n)]) end
-  if count < 0 then
-    n = resp.array(out, n, -count)
-    for _ = 1, -count do n = bulk(out, n, s.a[random(s.n)]) end
-    return n
-  end
+  if count < 0 then return M.random_repeats(c, out, n, -count, s.a, s.n) end
   local t, m = {}, 0
   if count >= s.n then
     for j = 1, s.n do t[j] = s.a[j] end
