@@ -128,6 +128,16 @@ local function touch(k)
   end
 end
 
+-- A new key's first word: LRU an access; LFU Redis's LFU_INIT_VAL, not
+-- yet counted up (a key read once then outranks one only written).
+local function init_access(k)
+  if track == "lru" then
+    touch(k)
+  else
+    access[k] = floor(M.clock / 60) * 256 + LFU_INIT
+  end
+end
+
 -- The access word of k (nil: not touched since tracking began).
 function M.access(k)
   return access[k]
@@ -241,7 +251,9 @@ function M.set(k, v, keep_ttl)
   data[k] = v
   M.bytes = M.bytes + #k + value_bytes(v) + M.KEY_BYTES
   if type(v) == "table" then v.live = gen end
-  if track then touch(k) end
+  if track then
+    if old == nil then init_access(k) else touch(k) end
+  end
   if old == nil then M.on_added(k, v) end
 end
 
