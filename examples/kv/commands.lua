@@ -2,7 +2,7 @@
 -- INFO, DOCS, LIST, COUNT and GETKEYS answer, and where the dispatcher
 -- takes each command's arity, its write flag and the keys it changes.
 -- The facts are Redis's (its src/commands/*.json, BSD-3-Clause), checked
--- against redis-server 7.0.15 by spec/kv_protocol_spec.lua; a command kv
+-- against redis-server 7.0.15 by spec/kv_compat_spec.lua; a command kv
 -- adds gets its line here before it can be registered (registry.lua).
 --
 -- c(name, arity, flags, "first last step", ACL categories, "group since",

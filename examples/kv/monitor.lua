@@ -56,7 +56,9 @@ end
 
 -- -- Recording a command ------------------------------------------------------
 
-local slowlog, slow_id = {}, 0   -- newest first
+-- The slow log: entries by id, ids first_id .. next_id - 1 kept (adding
+-- and trimming are O(1) whatever slowlog-max-len is).
+local slowlog, first_id, next_id = {}, 0, 0
 local events = {}                -- latency monitor: event -> { max, n, [i] = { time, ms } }
 local HISTORY = 160              -- samples kept per event (LATENCY_TS_LEN)
 
@@ -98,10 +100,12 @@ local function slow_push(c, argv, argc, us)
   local args = {}
   for i = 1, n do args[i] = slow_arg(argv[i]) end
   if argc > 32 then args[32] = format("... (%d more arguments)", argc - 31) end
-  table.insert(slowlog, 1, { slow_id, floor(cohost.now()), floor(us), args, c.peer or "",
-                             c.name or "" })
-  slow_id = slow_id + 1
-  while #slowlog > M.config.max_len do slowlog[#slowlog] = nil end
+  slowlog[next_id] = { next_id, floor(cohost.now()), floor(us), args, c.peer or "", c.name or "" }
+  next_id = next_id + 1
+  while next_id - first_id > M.config.max_len do
+    slowlog[first_id] = nil
+    first_id = first_id + 1
+  end
 end
 
 -- After a command ran: its counters, histogram, the slow log and the
@@ -214,12 +218,12 @@ reg("slowlog|get", function(_, argv, argc, out, n)
     if count == nil or count < -1 then
       return put(out, n, "-ERR count should be greater than or equal to -1\r\n")
     end
-    if count == -1 then count = #slowlog end
+    if count == -1 then count = next_id - first_id end
   end
-  count = min(tonumber(count), #slowlog)
+  count = min(tonumber(count), next_id - first_id)
   n = resp.array(out, n, count)
   for i = 1, count do
-    local e = slowlog[i]
+    local e = slowlog[next_id - i]   -- newest first
     n = resp.array(out, n, 6)
     n = put(out, n, int(e[1]))
     n = put(out, n, int(e[2]))
@@ -232,11 +236,11 @@ reg("slowlog|get", function(_, argv, argc, out, n)
 end)
 
 reg("slowlog|len", function(_, _, _, out, n)
-  return put(out, n, int(#slowlog))
+  return put(out, n, int(next_id - first_id))
 end)
 
 reg("slowlog|reset", function(_, _, _, out, n)
-  slowlog = {}
+  slowlog, first_id = {}, next_id
   return put(out, n, resp.OK)
 end)
 
