@@ -14,8 +14,14 @@
 # server CPU time per request (utime + stime from /proc, which a busy
 # machine disturbs less than ops/s).
 #
+# Then one more set-up, without a log: 100,000 "SET key:i v" and "GET key:i"
+# pairs written at once with redis-cli --pipe, as inline commands (plain
+# text lines) and as RESP, ROUNDS times each, interleaved; the table shows
+# the median ops/s and server CPU per request, as above.
+#
 # Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop,sadd,zadd,hset),
-# SERVER_CPU and CLIENT_CPU (default 0 and 1).
+# PIPE_N (the pairs per --pipe run, default 100000), SERVER_CPU and
+# CLIENT_CPU (default 0 and 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
@@ -24,6 +30,7 @@ BENCH_TAG=kv_bench
 N=${N:-200000}
 ROUNDS=${ROUNDS:-3}
 TESTS=${TESTS:-set,get,incr,lpush,lpop,sadd,zadd,hset}
+PIPE_N=${PIPE_N:-100000}
 SRV_CPU=${SERVER_CPU:-0}
 CLI_CPU=${CLIENT_CPU:-1}
 
@@ -116,3 +123,43 @@ mkdir -p "$work/kv1" "$work/redis1"
 start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec; kvpid=$spid
 start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec; rpid=$spid
 run "everysec" "$kvp" "$kvpid" "$rp" "$rpid"
+
+# pipe PORT PID FILE -> "rps cpu_us_per_request": FILE through redis-cli
+# --pipe (2 * PIPE_N requests), on the client's CPU.
+pipe() {
+  local a b t0 t1
+  redis-cli -p "$1" flushall >/dev/null
+  a=$(cpu_ticks "$2")
+  t0=$(date +%s.%N)
+  taskset -c "$CLI_CPU" redis-cli -p "$1" --pipe <"$3" >/dev/null
+  t1=$(date +%s.%N)
+  b=$(cpu_ticks "$2")
+  awk -v n=$((2 * PIPE_N)) -v t0="$t0" -v t1="$t1" -v c=$((b - a)) -v hz="$HZ" \
+    'BEGIN { printf "%.0f %.3f\n", n / (t1 - t0), c * 1e6 / hz / n }'
+}
+
+awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%d v\r\nGET key:%d\r\n", i, i }' \
+  >"$work/inline.txt"
+awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) { k = "key:" i
+  printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", length(k), k, length(k), k } }' \
+  >"$work/resp.txt"
+
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv2" "$work/redis2"
+start_kv "$kvp" "$work/kv2" --appendonly no; kvpid=$spid
+start_redis "$rp" "$work/redis2" --appendonly no; rpid=$spid
+printf '%-9s %-6s %-6s %11s %11s %6s %9s %9s\n' "pipe" "$PIPE_N" format "kv ops/s" "redis ops/s" \
+  ratio "kv us/op" "redis us/op"
+for f in inline resp; do
+  : >"$work/kv.res"; : >"$work/redis.res"
+  for _ in $(seq 1 "$ROUNDS"); do
+    pipe "$kvp" "$kvpid" "$work/$f.txt" >>"$work/kv.res"
+    pipe "$rp" "$rpid" "$work/$f.txt" >>"$work/redis.res"
+  done
+  # shellcheck disable=SC2046  # median takes one value a word
+  k=$(median $(awk '{ print $1 }' "$work/kv.res")); r=$(median $(awk '{ print $1 }' "$work/redis.res"))
+  # shellcheck disable=SC2046
+  kc=$(median $(awk '{ print $2 }' "$work/kv.res")); rc=$(median $(awk '{ print $2 }' "$work/redis.res"))
+  awk -v f="$f" -v n="$PIPE_N" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
+    'BEGIN { printf "%-9s %-6s %-6s %11.0f %11.0f %6.2f %9.2f %9.2f\n", "pipe", n, f, k, r, k / r, kc, rc }'
+done
