@@ -8,7 +8,7 @@
 ** luaL_newstate (lua_getallocf/lua_setallocf) keeps LuaJIT's own fast
 ** allocator underneath, which lua_newstate with our own would lose.
 **
-** Three rules keep the cap safe:
+** Five rules keep the cap safe:
 **   1. Frees and shrinks always go through: LuaJIT never expects NULL
 **      there (lj_mem_realloc raises only when a growth fails).
 **   2. Only code running inside a task's protected call can be refused.
@@ -28,6 +28,10 @@
 **      starts at twice the heap of the last one, which sits above the limit
 **      once a heap near it was measured, so the failed handler's garbage
 **      would stay until the next refusal, and the next, for good.
+**   5. Before returning NULL, ch_ljvm_fix_frame makes the running frame
+**      one this LuaJIT can raise the error on: on a trace and at a
+**      function entry that grows the Lua stack its lj_err_mem wrote the
+**      message to the wrong place, which crashed the process.
 ** LuaJIT raises a memory error without calling the message handler (see
 ** lj_err_mem), so the task's own log line has no traceback: the refusal
 ** is logged here, naming the task, once per episode.
@@ -120,6 +124,9 @@ static int refuse(struct heap *h, size_t grow)
            "%zu bytes more refused with %zu in use; it fails with \"not enough memory\"",
            running_vm()->name, h->limit >> 20, grow, h->bytes);
   }
+  /* LuaJIT puts the error message above the running frame, which this
+  ** LuaJIT gets wrong on a trace and at a function entry: ljvm.h. */
+  ch_ljvm_fix_frame(running_vm()->L);
   return 1;
 }
 
