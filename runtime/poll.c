@@ -151,6 +151,7 @@ static __attribute__((noinline)) int wait_link(int fd, int events)
     w->notify = NULL;
     link_waiter(i ? &f->writers : &f->readers, w);
   }
+  ch_coro_note_wait(self, events == POLLIN ? CH_WAIT_READ : events == POLLOUT ? CH_WAIT_WRITE : CH_WAIT_POLL, fd);
   return 0;
 }
 
@@ -206,6 +207,7 @@ static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waite
     w[i].revents = 0;
     link_waiter(list_of(f, &w[i]), &w[i]);
   }
+  ch_coro_note_wait(self, CH_WAIT_POLL, n > 0 ? w[0].fd : -1);
   int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
   for (int i = 0; i < n; i++) {
     struct ch_fd *f = ch_fd_peek(w[i].fd);
