@@ -20,6 +20,9 @@
 #define EV_WAKEUP UINT64_MAX   /* epoll data of the eventfd */
 #define MAX_EVENTS 256         /* events taken per epoll_wait */
 
+_Static_assert(CH_WAIT_READ == POLLIN && CH_WAIT_WRITE == POLLOUT &&
+               CH_WAIT_POLL == (POLLIN | POLLOUT), "an fd's park notes its poll events");
+
 /* -- The instance --------------------------------------------------------- */
 
 int ch_poll_init(struct ch_poll *p)
@@ -151,7 +154,7 @@ static __attribute__((noinline)) int wait_link(int fd, int events)
     w->notify = NULL;
     link_waiter(i ? &f->writers : &f->readers, w);
   }
-  ch_coro_note_wait(self, events == POLLIN ? CH_WAIT_READ : events == POLLOUT ? CH_WAIT_WRITE : CH_WAIT_POLL, fd);
+  ch_coro_note_wait(self, events & (POLLIN | POLLOUT), fd);   /* CH_WAIT_READ, _WRITE, _POLL */
   return 0;
 }
 

@@ -221,14 +221,17 @@ int ch_park(int64_t timeout_ms);
 int ch_unpark(struct ch_coro *c, int value);
 
 /* What a parked coroutine waits for, as the runtime noted where it parked
-** it (struct ch_coro_info's wait). */
+** it (struct ch_coro_info's wait). The fd waits are poll(2)'s bits, so
+** that an fd's park notes its events as they are. */
 enum {
   CH_WAIT_NONE = 0,     /* not parked (or parked where nothing was noted) */
-  CH_WAIT_READ,         /* fd to become readable (a read, a receive, an accept) */
-  CH_WAIT_WRITE,        /* fd to take more (a write, a send, a connect) */
-  CH_WAIT_POLL,         /* several fds or both directions (poll, select):
-                        ** fd is the first */
-  CH_WAIT_QUEUE,        /* a wait queue (ch_waitq_wait) */
+  CH_WAIT_READ = 1,     /* POLLIN: fd to become readable (a read, a
+                        ** receive, an accept) */
+  CH_WAIT_WRITE = 4,    /* POLLOUT: fd to take more (a write, a send, a
+                        ** connect) */
+  CH_WAIT_POLL = 5,     /* both, or several fds (poll, select): fd is the
+                        ** first */
+  CH_WAIT_QUEUE = 8,    /* a wait queue (ch_waitq_wait) */
   CH_WAIT_SLEEP,        /* its timer alone (ch_sleep_ms, a hooked sleep) */
   CH_WAIT_POOL,         /* a call on the thread pool (ch_pool_call) */
   CH_WAIT_PARK          /* ch_park: a ch_unpark by the embedder */
