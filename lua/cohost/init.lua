@@ -56,6 +56,11 @@ M.worker_count = sys.worker_count
 M.worker_cpu = sys.worker_cpu
 M.stats = sys.stats
 
+-- tasks([opts]) -> every task of every worker, with what it waits on and
+-- its traceback (docs/debugging.md); profile.start/stop/run: CPU profiles.
+function M.tasks(opts) return require("cohost.debug").tasks(opts) end
+M.profile = require "cohost.profile"
+
 -- exit(code): ends the process now. shutdown(): stops the way SIGTERM does.
 M.exit = sys.exit
 M.shutdown = sys.shutdown
