@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -410,27 +411,12 @@ static int trace_name(lua_State *L, int tr, char *out, size_t n)
 
 /* -- Taking samples ------------------------------------------------------- */
 
-/* The hook's work (vmhook.c runs it at the next Lua instruction): the
-** samples owed to the running task, with its Lua stack. */
-static void take(lua_State *L)
+/* Records the k samples owed to task t, taken at pc (on trace tr, or -1),
+** with L's stack: L is the thread running now (in the hook) or the
+** thread of the C function t parks in (at its park). */
+static void take_on(struct prof *p, struct ch_task *t, lua_State *L, uint32_t k, uintptr_t pc, int tr)
 {
-  struct prof *p = me;
-  if (!p) return;
-  struct ch_coro *c = p->owed_coro;
-  uintptr_t pc = p->owed_pc;
-  int tr = p->owed_trace;
-  uint32_t k = __atomic_exchange_n(&p->owed, 0, __ATOMIC_RELAXED);
-  if (!k) return;
   size_t len = 0;
-  struct ch_task *t = ch_task_current();
-  if (ch_current() != c || !t || ch_sched_switches(p->w->sched) != p->owed_switches) {
-    /* It switched before Lua ran again. */
-    const char *sym = sym_of(p, pc);
-    put(p, &len, "[no Lua]");
-    if (sym) put(p, &len, sym);
-    count(p, p->key, len, k);
-    return;
-  }
   if (p->by_route) {
     const char *route = lua_checkstack(L, 2) ? ch_inspect_route(L, t) : "";
     char kind[32];
@@ -449,6 +435,51 @@ static void take(lua_State *L)
   if (sym && len) put(p, &len, sym);
   count(p, p->key, len, k);
 }
+
+/* The hook's work (vmhook.c runs it at the next Lua instruction): the
+** samples owed to the running task, with its Lua stack. */
+static void take(lua_State *L)
+{
+  struct prof *p = me;
+  if (!p) return;
+  struct ch_coro *c = p->owed_coro;
+  uintptr_t pc = p->owed_pc;
+  int tr = p->owed_trace;
+  uint32_t k = __atomic_exchange_n(&p->owed, 0, __ATOMIC_RELAXED);
+  if (!k) return;
+  struct ch_task *t = ch_task_current();
+  if (ch_current() == c && t && ch_sched_switches(p->w->sched) == p->owed_switches) {
+    take_on(p, t, L, k, pc, tr);
+    return;
+  }
+  /* It switched before Lua ran again (the park hook takes most of
+  ** those): the trace's function if known, else its C function. */
+  size_t len = 0;
+  char jit[LUA_IDSIZE + 96];
+  if (tr >= 0 && lua_checkstack(L, 3) && trace_name(L, tr, jit, sizeof jit)) put(p, &len, jit);
+  else put(p, &len, "[no Lua]");
+  const char *sym = sym_of(p, pc);
+  if (sym) put(p, &len, sym);
+  count(p, p->key, len, k);
+}
+
+/* The park hook's work (vmhook.c), while this process samples: a task
+** that owes samples and parks before Lua runs again (in a binding called
+** from a JIT trace, no interpreted instruction comes between) gives them
+** with its stack as it parks. */
+static void parked(struct ch_coro *c)
+{
+  struct prof *p = me;
+  if (!p || p->owed_coro != c || !__atomic_load_n(&p->owed, __ATOMIC_RELAXED)) return;
+  struct ch_task *t = ch_coro_udata(c);
+  if (!t || ch_sched_switches(p->w->sched) != p->owed_switches) return;
+  uintptr_t pc = p->owed_pc;
+  int tr = p->owed_trace;
+  uint32_t k = __atomic_exchange_n(&p->owed, 0, __ATOMIC_RELAXED);
+  if (k) take_on(p, t, ch_ljvm_innermost(&t->vm), k, pc, tr);
+}
+
+static _Atomic int sampling;    /* workers sampling in this process */
 
 /* Empties the ring: each handler sample as its C function. */
 static void drain(struct prof *p)
@@ -518,6 +549,7 @@ int ch_profile_start(struct ch_worker *w, int hz, int by_route)
   p->drain.weak = 1;   /* keeps no worker running */
   ch_timer_start(&p->drain, DRAIN_MS, on_drain);
   attach(p);
+  if (atomic_fetch_add(&sampling, 1) == 0) ch_vmhook_park(CH_VMHOOK_PROFILE, parked);
   return 0;
 }
 
@@ -537,6 +569,7 @@ int ch_profile_stop(struct ch_worker *w, struct ch_buf *out)
   /* A hook still armed takes what is owed; from here it finds nobody. */
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   me = NULL;
+  if (atomic_fetch_sub(&sampling, 1) == 1) ch_vmhook_park(CH_VMHOOK_PROFILE, NULL);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   int r = 0;
   for (size_t i = 0; i < p->cap && r == 0; i++) {

@@ -17,6 +17,7 @@
 #include "net/addr.h"
 #include "vm/acct.h"
 #include "vm/inspect.h"
+#include "vm/vmhook.h"
 
 /* Index of what a park waits on: the runtime's kind, or for a wait queue
 ** the binding's word (enum ch_task_on). Names by ch_inspect_wait_name. */
@@ -97,7 +98,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void install(void)
 {
   ch_set_resume_hook(on_resume);
-  ch_set_park_hook(on_park);
+  ch_vmhook_park(CH_VMHOOK_ACCT, on_park);
 }
 
 void ch_acct_begin(struct ch_task *t, struct ch_task_acct *a, uint64_t trace_min_ns)

@@ -118,6 +118,17 @@ static int peer_of(int fd, char *out, size_t n)
   return ch_addr_format(&a, out, n) > 0;
 }
 
+/* The Lua thread parked task t runs on: its innermost C call's, whose
+** mark lies on its C stack (host/vm/ljvm.c); in COPY mode a coroutine
+** parked with its frames saved away has that stack's memory lent to
+** another, so then its own thread (a Lua coroutine it resumed is not
+** seen). */
+static lua_State *thread_of(const struct ch_task *t)
+{
+  if (t->coro && ch_coro_saved_bytes(t->coro)) return t->vm.L;
+  return ch_ljvm_innermost(&t->vm);
+}
+
 /* -- Output --------------------------------------------------------------- */
 
 /* printf onto out; -ENOMEM when memory is short. */
@@ -247,7 +258,7 @@ int ch_inspect_tasks(struct ch_worker *w, const struct ch_inspect_filter *f, int
     if (!passes(&v, f)) continue;
     /* A running task's stack starts at this dump's own frames: it is the
     ** asker, parked under the C function that asked. */
-    ch_inspect_traceback(ch_ljvm_innermost(&t->vm), 0, v.trace, sizeof v.trace);
+    ch_inspect_traceback(thread_of(t), 0, v.trace, sizeof v.trace);
     int r = text ? emit_text(out, &v) : emit_json(out, &v, n == 0 && (out->len == 0 || out->p[out->len - 1] == '['));
     if (r < 0) return r;
     n++;

@@ -184,7 +184,9 @@ const char *ch_ljvm_refusal(struct ch_coro *c);
 
 /* The Lua thread a task runs on now, for a traceback: the thread of its
 ** innermost classic C call (a Lua coroutine it resumed, parked inside a
-** binding), else its own v->L. */
+** binding), else its own v->L. The marks lie on the coroutine's C stack:
+** ask only while that stack is in place (the coroutine runs, or in COPY
+** mode its frames are not saved away: ch_coro_saved_bytes is 0). */
 lua_State *ch_ljvm_innermost(const struct ch_ljvm_coro *v);
 
 /* Pushes onto L a copy of the value at stack index idx (>= 1) of T's

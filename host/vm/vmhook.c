@@ -7,11 +7,14 @@
 ** the interpreter checks the hook; a JIT-compiled loop runs on until it
 ** leaves its trace, so a hook fires late there, never early.
 */
+#include <pthread.h>
+
 #include "vm/vmhook.h"
 
-#define BITS 2
+#define BITS 3
 
 static void (*fns[BITS])(lua_State *L);
+static void (*park_fns[BITS])(struct ch_coro *c);   /* read by every worker */
 
 /* Per worker thread; the signal handler and the hook both run there. */
 static __thread unsigned armed;          /* bits asked for, not yet run */
@@ -35,6 +38,28 @@ static void on_hook(lua_State *L, lua_Debug *ar)
   unsigned bits = __atomic_exchange_n(&armed, 0u, __ATOMIC_RELAXED);
   for (int i = 0; i < BITS; i++)
     if ((bits & (1u << i)) && fns[i]) fns[i](L);
+}
+
+static void on_park(struct ch_coro *c)
+{
+  for (int i = 0; i < BITS; i++) {
+    void (*fn)(struct ch_coro *) = __atomic_load_n(&park_fns[i], __ATOMIC_RELAXED);
+    if (fn) fn(c);
+  }
+}
+
+void ch_vmhook_park(unsigned bit, void (*fn)(struct ch_coro *c))
+{
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&lock);
+  int any = 0;
+  for (int i = 0; i < BITS; i++) {
+    if (bit == 1u << i) __atomic_store_n(&park_fns[i], fn, __ATOMIC_RELAXED);
+    any |= park_fns[i] != NULL;
+  }
+  /* A worker may still run the old hook once: both stay valid. */
+  ch_set_park_hook(any ? on_park : NULL);
+  pthread_mutex_unlock(&lock);
 }
 
 void ch_vmhook_arm(lua_State *L, unsigned bit)

@@ -8,13 +8,19 @@
 ** instruction the hook puts the script's hook back and runs each armed
 ** bit's function. Two modules saving and restoring each other's hooks
 ** could leave a stale one armed for good; one owner cannot.
+**
+** The same for the runtime's one park hook (ch_set_park_hook), which the
+** slow-request measure and the profiler share: installed while either
+** needs it, and only then, since every park of every coroutine runs it.
 */
 #ifndef CH_VMHOOK_H
 #define CH_VMHOOK_H
 
 #include <lua.h>
 
-enum { CH_VMHOOK_PROFILE = 1, CH_VMHOOK_WATCHDOG = 2 };
+#include "cohost.h"
+
+enum { CH_VMHOOK_PROFILE = 1, CH_VMHOOK_WATCHDOG = 2, CH_VMHOOK_ACCT = 4 };
 
 /* Sets what bit's arming runs: fn(L) on the Lua thread running when the
 ** hook fires. Runs between two instructions, must not yield; it may
@@ -26,5 +32,10 @@ void ch_vmhook_set(unsigned bit, void (*fn)(lua_State *L));
 ** thread's own universe only (its worker's): the state it keeps is the
 ** thread's. Several armings before the hook fires run its function once. */
 void ch_vmhook_arm(lua_State *L, unsigned bit);
+
+/* Sets (or with NULL clears) what bit's owner runs at every park, on the
+** parking coroutine (ch_set_park_hook's rules): the runtime's park hook
+** is this file's while any bit has one, else none. Any thread. */
+void ch_vmhook_park(unsigned bit, void (*fn)(struct ch_coro *c));
 
 #endif

@@ -255,13 +255,14 @@ end
 -- Listens on addr ("host:port") with the handler; raises when it cannot.
 function M.start(addr)
   local http = require "cohost.http"
+  -- Decided before the first request can come.
+  M.debug = debug_core.options().debug_endpoints or M.loopback(addr)
   -- Its own requests (scrapes, health checks) stay out of the app's
   -- cohost_http_* series.
   local ok, l, err = pcall(http.listen, addr, M.handler, { metrics = false })
   if not ok then l, err = nil, tostring(l):gsub("^.-bad argument #1 to '[^']*' %((.*)%)$", "%1") end
   if not l then error(("--status-addr %s: %s"):format(addr, tostring(err)), 0) end
   M.listener = l
-  M.debug = debug_core.options().debug_endpoints or M.loopback(addr)
   return l
 end
 
