@@ -51,15 +51,16 @@ static int opt_bool(lua_State *L, int idx, const char *k)
   return v;
 }
 
-/* Pushes items and workers' text and frees them: 2 results, or nil, err. */
-static int results(lua_State *L, int r, struct ch_buf *items, struct ch_buf *workers)
+/* Pushes items and workers' text and frees them: 2 results, or nil, err
+** (busy names what was busy: a profile, or the processes' mailboxes). */
+static int results(lua_State *L, int r, struct ch_buf *items, struct ch_buf *workers, const char *busy)
 {
   if (r < 0) {
     ch_buf_free(items);
     ch_buf_free(workers);
     lua_pushnil(L);
-    lua_pushstring(L, r == -EBUSY ? "busy: another profile runs" : r == -ESRCH ? "no profile runs"
-                    : r == -ECANCELED ? "cancelled" : strerror(-r));
+    if (r == -EBUSY) lua_pushfstring(L, "busy: %s", busy);
+    else lua_pushstring(L, r == -ESRCH ? "no profile runs" : r == -ECANCELED ? "cancelled" : strerror(-r));
     return 2;
   }
   lua_pushlstring(L, items->p ? items->p : "", items->len);
@@ -85,7 +86,7 @@ static int l_tasks(lua_State *L)
   struct ch_buf items = { 0 }, workers = { 0 };
   int r = ch_debug_run(&ask, &items, &workers);
   if (r == -ECANCELED) ch_task_check_cancel(L);
-  return results(L, r, &items, &workers);
+  return results(L, r, &items, &workers, "another dump or profile crosses the processes");
 }
 
 static int check_hz(lua_State *L, int idx)
@@ -110,7 +111,7 @@ static int l_profile(lua_State *L)
   struct ch_buf items = { 0 }, workers = { 0 };
   int r = ch_debug_run(&ask, &items, &workers);
   if (r == -ECANCELED) ch_task_check_cancel(L);
-  return results(L, r, &items, &workers);
+  return results(L, r, &items, &workers, "another profile runs");
 }
 
 /* Yields. profile_start({hz=, by_route=}) -> workers, or nil, err: every
@@ -123,7 +124,7 @@ static int l_profile_start(lua_State *L)
   check_park(L);
   struct ch_buf items = { 0 }, workers = { 0 };
   int r = ch_debug_profile_start(hz, by_route, &workers);
-  int n = results(L, r, &items, &workers);
+  int n = results(L, r, &items, &workers, "another profile runs");
   if (r >= 0) lua_remove(L, -2);   /* the empty items */
   return r >= 0 ? 1 : n;
 }
@@ -134,7 +135,7 @@ static int l_profile_stop(lua_State *L)
   check_park(L);
   struct ch_buf items = { 0 }, workers = { 0 };
   int r = ch_debug_profile_stop(&items, &workers);
-  return results(L, r, &items, &workers);
+  return results(L, r, &items, &workers, "another profile runs");
 }
 
 /* options() -> { debug_endpoints = bool, slow_request_ms = n }. */

@@ -633,13 +633,6 @@ static int kind_of(const struct ch_http_req *rq)
 
 /* -- Slow requests ---------------------------------------------------------- */
 
-/* The threshold of srv's requests in ms: its slow_request_ms, else
-** --slow-request-ms; 0: none. */
-static inline int slow_ms_of(const struct ch_http_server *srv)
-{
-  return srv->slow_ms < 0 ? ch_opts.slow_request_ms : srv->slow_ms;
-}
-
 /* A spare record per worker thread: one request watched at a time is the
 ** common case, and the record is 2.5 KiB. */
 static __thread struct ch_task_acct *acct_spare;
@@ -737,7 +730,7 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
     nargs++;
   }
-  int slow_ms = slow_ms_of(srv);
+  int slow_ms = srv->slow_ms;
   struct ch_task_acct *acct = slow_ms > 0 ? slow_begin(t, slow_ms) : NULL;
   ch_task_run(t, nargs);
   if (track_current) {
@@ -831,7 +824,7 @@ static int l_server(lua_State *L)
     free(s);
     return luaL_error(L, "bad slow_request_ms: milliseconds (0: off) expected");
   }
-  s->slow_ms = (int)slow;
+  s->slow_ms = slow < 0 ? ch_opts.slow_request_ms : (int)slow;   /* the flag's, unless set */
   lua_getfield(L, 2, "debug");
   s->debug = lua_toboolean(L, -1);
   lua_pop(L, 1);

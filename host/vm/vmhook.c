@@ -20,6 +20,11 @@ static void (*park_fns[BITS])(struct ch_coro *c);   /* read by every worker */
 static __thread unsigned armed;          /* bits asked for, not yet run */
 static __thread lua_Hook saved_hook;     /* the script's, while ours is in */
 static __thread int saved_mask, saved_count;
+/* Inside lua_sethook here: it rewrites LuaJIT's dispatch table entry by
+** entry, and a signal's lua_sethook in the middle would leave the table
+** in the other mode than the hook mask says (a hook that never fires).
+** A signal then only sets its bit, which the interrupted code runs. */
+static __thread volatile int setting;
 
 void ch_vmhook_set(unsigned bit, void (*fn)(lua_State *L))
 {
@@ -34,7 +39,11 @@ void ch_vmhook_set(unsigned bit, void (*fn)(lua_State *L))
 static void on_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
+  setting = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   lua_sethook(L, saved_hook, saved_mask, saved_count);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  setting = 0;
   unsigned bits = __atomic_exchange_n(&armed, 0u, __ATOMIC_RELAXED);
   for (int i = 0; i < BITS; i++)
     if ((bits & (1u << i)) && fns[i]) fns[i](L);
@@ -66,10 +75,15 @@ void ch_vmhook_arm(lua_State *L, unsigned bit)
 {
   __atomic_fetch_or(&armed, bit, __ATOMIC_RELAXED);
   /* Installed already (the script may have replaced it since: then it is
-  ** installed again, and the script's saved). */
-  if (lua_gethook(L) == on_hook) return;
+  ** installed again, and the script's saved), or being set by the code
+  ** this signal interrupted, which takes the bit. */
+  if (setting || lua_gethook(L) == on_hook) return;
+  setting = 1;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
   saved_hook = lua_gethook(L);
   saved_mask = lua_gethookmask(L);
   saved_count = lua_gethookcount(L);
   lua_sethook(L, on_hook, LUA_MASKCOUNT, 1);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  setting = 0;
 }

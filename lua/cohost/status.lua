@@ -198,8 +198,8 @@ local function debug_profile(req, res)
     res:header("Content-Type", "image/svg+xml")
     return res:send(profile.svg(folded, {
       title = "cohost CPU profile" .. (q.by == "route" and ", by route" or ""),
-      subtitle = format("%d samples in %g s at %g Hz, %d workers (%s)", info.samples, seconds, hz,
-        #info.workers, os.date("!%Y-%m-%d %H:%M:%S UTC")),
+      subtitle = format("%d samples in %g s at %g Hz, %d worker%s (%s)", info.samples, seconds, hz,
+        #info.workers, #info.workers == 1 and "" or "s", os.date("!%Y-%m-%d %H:%M:%S UTC")),
     }))
   end
   res:header("Content-Type", "text/plain; charset=utf-8")
