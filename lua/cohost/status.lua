@@ -258,8 +258,9 @@ function M.start(addr)
   -- Decided before the first request can come.
   M.debug = debug_core.options().debug_endpoints or M.loopback(addr)
   -- Its own requests (scrapes, health checks) stay out of the app's
-  -- cohost_http_* series.
-  local ok, l, err = pcall(http.listen, addr, M.handler, { metrics = false })
+  -- cohost_http_* series, and out of --slow-request-ms's log (a profile
+  -- takes its seconds by design).
+  local ok, l, err = pcall(http.listen, addr, M.handler, { metrics = false, slow_request_ms = 0 })
   if not ok then l, err = nil, tostring(l):gsub("^.-bad argument #1 to '[^']*' %((.*)%)$", "%1") end
   if not l then error(("--status-addr %s: %s"):format(addr, tostring(err)), 0) end
   M.listener = l
