@@ -84,16 +84,17 @@ LIB := $(B)/libcohost.a
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
             host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
+            host/vm/vmhook.c host/vm/inspect.c host/vm/acct.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c host/http/metrics.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
-            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c \
-            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c \
+            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c host/proc/profile.c \
+            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c host/stats/debug.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
-             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c
+             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c host/lib_debug.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)

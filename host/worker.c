@@ -29,6 +29,7 @@
 #include "stats/stats.h"
 #include "stats/stats_procs.h"
 #include "proc/watchdog.h"
+#include "stats/debug.h"
 
 __thread struct ch_worker *ch_worker_self;
 
@@ -100,8 +101,10 @@ static void *worker_main(void *p)
   ch_stats_worker_start(w);
   ch_stats_procs_worker_start(w);
   ch_watchdog_worker_start(w);
+  ch_debug_worker_start(w);
   if (ch_spawn(start, w) < 0) fatal("cannot spawn the main task", w->id);
   int r = ch_run();
+  ch_debug_worker_stop(w);
   ch_watchdog_worker_stop(w);
   ch_stats_procs_worker_stop(w);
   ch_stats_worker_stop(w);

@@ -55,6 +55,9 @@ struct ch_http_server {
                                   ** false: the status endpoint's own) */
   char server_hdr[64];            /* "Server: cohost\r\n" or "" */
   uint8_t http2;                  /* HTTP/2 allowed (opts.http2) */
+  int slow_ms;                    /* log requests slower than this
+                                  ** (opts.slow_request_ms, else
+                                  ** --slow-request-ms); 0: never */
   uint32_t h2_max_streams;        /* concurrent streams per connection */
   /* Yields. Runs the handler on request rq (lib_http.c: everything that
   ** needs Lua happens in it, so the connection never needs the Lua

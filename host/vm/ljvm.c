@@ -331,6 +331,30 @@ void ch_ljvm_fix_frame(lua_State *L)
   CH_LJVM_FIELD(cur, CH_LJVM_L_TOP, uint64_t *) = base;
 }
 
+lua_State *ch_ljvm_innermost(const struct ch_ljvm_coro *v)
+{
+  return v->top ? v->top->L : v->L;
+}
+
+int ch_ljvm_trace_now(lua_State *L)
+{
+  int32_t st = CH_LJVM_FIELD(gstate(L), CH_LJVM_G_VMSTATE, volatile int32_t);
+  return st >= 0 ? st : -1;
+}
+
+int ch_ljvm_push_bottom(lua_State *L, lua_State *T, int idx)
+{
+  /* LJ_FR2: slot 0 holds T, slot 1 is the dummy frame's link, index 1 of
+  ** the bottom level is slot 2 (lua_newthread's base). */
+  const uint64_t *stack = CH_LJVM_FIELD(T, CH_LJVM_L_STACK, const uint64_t *);
+  const uint64_t *top = CH_LJVM_FIELD(T, CH_LJVM_L_TOP, const uint64_t *);
+  const uint64_t *slot = stack + 1 + idx;
+  lua_pushnil(L);
+  if (idx < 1 || slot >= top) return 0;
+  CH_LJVM_FIELD(L, CH_LJVM_L_TOP, uint64_t *)[-1] = *slot;   /* a copy of the TValue */
+  return 1;
+}
+
 /* -- Refusal messages ----------------------------------------------------- */
 
 /* One helper thread per Lua universe, made at init, to run lua_getinfo on a

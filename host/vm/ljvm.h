@@ -205,6 +205,26 @@ int ch_ljvm_may_park(struct ch_coro *c);
 ** next call on this thread. */
 const char *ch_ljvm_refusal(struct ch_coro *c);
 
+/* The Lua thread a task runs on now, for a traceback: the thread of its
+** innermost classic C call (a Lua coroutine it resumed, parked inside a
+** binding), else its own v->L. The marks lie on the coroutine's C stack:
+** ask only while that stack is in place (the coroutine runs, or in COPY
+** mode its frames are not saved away: ch_coro_saved_bytes is 0). */
+lua_State *ch_ljvm_innermost(const struct ch_ljvm_coro *v);
+
+/* Pushes onto L a copy of the value at stack index idx (>= 1) of T's
+** bottom level, the one below T's first call (what a host pushed before
+** lua_pcall: lib_http.c keeps res at 1 there), and returns 1; or pushes
+** nil and returns 0 when T's stack does not reach that far. L and T are
+** of one universe; T may be parked (read on its own thread). L must have
+** a free slot: the push allocates nothing. */
+int ch_ljvm_push_bottom(lua_State *L, lua_State *T, int idx);
+
+/* The number of the JIT trace L's universe runs now, or -1 when it runs
+** none (the interpreter, C, the GC). Two loads; async-signal safe (the
+** profiler's signal handler asks). */
+int ch_ljvm_trace_now(lua_State *L);
+
 /* The resume hook (ch_set_resume_hook): makes LuaJIT's current-thread
 ** pointer name the Lua thread c was running when it parked. One store,
 ** where re-entering the VM with a lua_call would cost many times more
