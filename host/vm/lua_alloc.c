@@ -4,9 +4,9 @@
 ** LuaJIT hands every allocation of a universe to one lua_Alloc with the
 ** old and new block sizes, and keeps g->gc.total from the same figures, so
 ** a wrapper that forwards to the original allocator and adds nsize - osize
-** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. Wrapping after
-** luaL_newstate (lua_getallocf/lua_setallocf) keeps LuaJIT's own fast
-** allocator underneath, which lua_newstate with our own would lose.
+** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. It wraps whatever
+** allocator the state was made with (lua_getallocf/lua_setallocf): a
+** worker's is vm/heap.c's.
 **
 ** Three rules keep the cap safe:
 **   1. Frees and shrinks always go through: LuaJIT never expects NULL
