@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cohost.h"
 #include "vm/heap.h"
 #include "vm/lua_alloc.h"
 #include "vm/refs.h"
@@ -84,14 +85,41 @@ lua_State *ch_heap_newstate(void)
 
 /* -- Giving back ---------------------------------------------------------- */
 
-/* Up to this heap size a collection at the idle trim always runs. It
-** marks every live object (twice: see full_gc), which for 64 MiB takes a
-** few milliseconds (docs/benchmarks.md), once per idle spell. */
+/* Up to this heap size a burst's garbage is always collected once the
+** worker is idle; past it, only once Lua allocated half the heap's size
+** since the last idle collection, as LuaJIT's own pacing waits for the
+** heap to double: a big live heap under sparse requests is not marked
+** again after each of them. */
 #define COLLECT_ALWAYS ((size_t)64 << 20)
 
-/* jemalloc's count of the bytes this thread ever allocated (its Lua
-** heap's) at the last idle collection. */
-static __thread uint64_t allocated_at;
+/* The collection runs in slices of SLICE_NS of LuaJIT's incremental
+** collector, one every GAP_MS, and the loop serves what comes in between:
+** a full collection at once would stall every connection of the worker
+** for as long as marking its live heap takes (docs/benchmarks.md). One
+** step can outlast a slice: LuaJIT's atomic phase, which goes over every
+** Lua thread again, is a single step, as in the cycles LuaJIT runs on its
+** own. Requests that come meanwhile are served between slices, and their
+** allocations advance the same cycles. */
+#define SLICE_NS 1000000
+#define GAP_MS 1
+
+/* Cycles to end: the one under way when the collection starts (it may have
+** marked the burst's objects while they were live), a whole one (it frees
+** the garbage, and runs the finalizers of the userdata it found dead), and
+** one more (it frees those userdata). */
+#define CYCLES 3
+
+/* One worker thread's idle collection. */
+struct idle_gc {
+  struct ch_timer timer;        /* the next slice; weak */
+  lua_State *L;                 /* the worker's state; read-only */
+  int cycles;                   /* cycles still to end; 0: none runs */
+  uint64_t allocated_at;        /* jemalloc's count of the bytes this
+                                ** thread ever allocated, when the last
+                                ** idle collection started */
+};
+
+static __thread struct idle_gc igc;
 
 static uint64_t allocated(void)
 {
@@ -101,44 +129,12 @@ static uint64_t allocated(void)
   return n;
 }
 
-/* Two collections: the first runs the finalizers of the userdata it found
-** dead (a burst's sockets) and keeps their blocks for one more cycle; the
-** second frees them (what that gives back: docs/benchmarks.md). */
-static int full_gc(lua_State *L)
+/* Gives the free pages of the thread's arena back: freed blocks wait in
+** the thread's cache; flushed, their slabs' free pages go back
+** (MADV_DONTNEED) with the arena's purge, rather than after jemalloc's
+** decay, which only moves while the arena is used. */
+static void purge(void)
 {
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  return 0;
-}
-
-/* With no traffic LuaJIT collects nothing: its collector advances only as
-** Lua allocates, so the garbage of a burst stays in the heap, and the
-** pages under it with it. Only a collection can tell garbage from live
-** objects, and the heap's size does not: 15,000 open WebSockets and the
-** same closed weigh the same. So this collects at every idle trim up to
-** COLLECT_ALWAYS; past it, only once Lua allocated half the heap's size
-** since the last idle collection, as LuaJIT's own pacing waits for the
-** heap to double: a big live heap under sparse requests is not marked
-** again at each pause. */
-static void collect(lua_State *L)
-{
-  size_t now = ch_lua_alloc_bytes(L);
-  if (now > COLLECT_ALWAYS && allocated() - allocated_at < now / 2) return;
-  /* Registry refs a closer or finalizer deferred would keep their values
-  ** alive through the collection. */
-  ch_refs_flush(L);
-  /* Protected: LuaJIT passes a __gc finalizer's error on to the caller of
-  ** the collection, and no pcall is around the loop. */
-  if (lua_cpcall(L, full_gc, NULL) != 0) lua_pop(L, 1);
-  allocated_at = allocated();
-}
-
-void ch_heap_trim(lua_State *L)
-{
-  collect(L);
-  /* Freed blocks wait in the thread's cache; flushed, their slabs' free
-  ** pages go back (MADV_DONTNEED) with the arena's purge rather than after
-  ** jemalloc's 10 s decay, which only moves while the arena is used. */
   unsigned arena;
   size_t len = sizeof arena;
   char name[48];
@@ -146,4 +142,49 @@ void ch_heap_trim(lua_State *L)
   if (ch_je_mallctl("thread.arena", &arena, &len, NULL, 0) != 0) return;
   snprintf(name, sizeof name, "arena.%u.purge", arena);
   ch_je_mallctl(name, NULL, NULL, NULL, 0);
+}
+
+/* One slice: steps of the collector until a cycle ends or SLICE_NS have
+** passed. Protected (lua_cpcall): LuaJIT passes a __gc finalizer's error
+** on to the caller of the step, and no pcall is around the loop. */
+static int slice(lua_State *L)
+{
+  uint64_t end = ch_now_ns() + SLICE_NS;
+  do {
+    if (lua_gc(L, LUA_GCSTEP, 0) == 1 && --igc.cycles == 0) return 0;
+  } while (ch_now_ns() < end);
+  return 0;
+}
+
+static void next_slice(struct ch_timer *t)
+{
+  (void)t;
+  if (lua_cpcall(igc.L, slice, NULL) != 0) lua_pop(igc.L, 1);
+  if (igc.cycles > 0) {
+    ch_timer_start(&igc.timer, GAP_MS, next_slice);
+    return;
+  }
+  purge();
+}
+
+/* With no traffic LuaJIT collects nothing: its collector advances only as
+** Lua allocates, so the garbage of a burst stays in the heap, and the
+** pages under it with it. Only a collection can tell garbage from live
+** objects, and the heap's size does not: 15,000 open WebSockets and the
+** same closed weigh the same. */
+void ch_heap_trim(lua_State *L)
+{
+  size_t now = ch_lua_alloc_bytes(L);
+  if (now > COLLECT_ALWAYS && allocated() - igc.allocated_at < now / 2) {
+    purge();
+    return;
+  }
+  /* Registry refs a closer or finalizer deferred would keep their values
+  ** alive through the collection. */
+  ch_refs_flush(L);
+  igc.L = L;
+  igc.cycles = CYCLES;
+  igc.allocated_at = allocated();
+  igc.timer.weak = 1;
+  next_slice(&igc.timer);
 }

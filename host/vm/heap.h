@@ -15,10 +15,12 @@
 ** calls to its allocator function may allocate or free its blocks. */
 lua_State *ch_heap_newstate(void);
 
-/* The idle trim's step for L's universe, on L's thread: a full collection
-** (after dropping the registry refs waiting in vm/refs.c), unless the heap
+/* The idle trim's step for L's universe, on L's thread: unless the heap
 ** is over 64 MiB and Lua allocated less than half of it since the last
-** one; then gives the free pages of the thread's arena back to the
+** time, drops the registry refs waiting in vm/refs.c and starts a
+** collection that runs in slices of about a millisecond, one a
+** millisecond on a weak timer, until three cycles of LuaJIT's collector
+** have ended; then gives the free pages of the thread's arena back to the
 ** kernel. Only between tasks (the scheduler's loop): never inside the
 ** allocator, a finalizer or a running task. Does not yield. */
 void ch_heap_trim(lua_State *L);
