@@ -2,13 +2,12 @@
 ** The Lua heaps' allocator. See heap.h.
 **
 ** Why not LuaJIT's own (lj_alloc, after dlmalloc): it never returns a page
-** from the middle of its segments, and unmaps a whole segment only when
-** no block is left in it and its count of frees comes round. After a
-** burst of WebSockets had closed and a full collection had left a few
-** hundred KiB of live objects, LuaJIT's segments still held much of the
-** memory the burst had touched, a different amount each run: what the
-** objects left in them pin, and free segments that wait for that count
-** (docs/benchmarks.md, "Memory after a burst").
+** from the middle of its segments, and unmaps a segment only when no
+** block is left in it. After a burst of WebSockets had closed and a full
+** collection had left a few hundred KiB of live objects, LuaJIT's
+** segments still held much of the memory the burst had touched, a
+** different amount each run (docs/benchmarks.md, "Memory after a
+** burst").
 ** jemalloc keeps small blocks in slabs of a few pages and can be told to
 ** give every free page of an arena back at once (arena.<i>.purge).
 **

@@ -154,8 +154,9 @@ void ch_lua_alloc_recover(lua_State *L)
   h->refused = 0;
   /* Protected: LuaJIT passes a __gc finalizer's error on to the caller of
   ** the collection, and no pcall is around here. Costs one mark and sweep
-  ** of the live heap (about 10 ms per 100 MiB of live objects); it runs once
-  ** per task that met a refusal, never per request of a healthy worker. */
+  ** of the live heap (docs/benchmarks.md, "The Lua heap after a burst",
+  ** times one); it runs once per task that met a refusal, never per
+  ** request of a healthy worker. */
   if (lua_cpcall(L, full_gc, NULL) != 0) lua_pop(L, 1);
 }
 
