@@ -28,6 +28,7 @@
 #include "vm/task.h"
 #include "vm/cstack.h"
 #include "vm/lua_alloc.h"
+#include "vm/heap.h"
 #include "lib.h"
 #include "proc/watchdog.h"
 #include "net/activation.h"
@@ -479,7 +480,7 @@ static void set_arg(lua_State *L)
 
 static lua_State *new_state(void)
 {
-  lua_State *L = luaL_newstate();
+  lua_State *L = ch_heap_newstate();
   if (!L || ch_lua_alloc_wrap(L) < 0) return NULL;
   luaL_openlibs(L);
   const char *why = NULL;

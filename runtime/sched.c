@@ -535,6 +535,15 @@ int ch_sched_set_fairness(unsigned switches, unsigned usec)
   return 0;
 }
 
+int ch_sched_set_idle_hook(void (*fn)(void))
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  s->idle_hook = fn;
+  return 0;
+}
+
 int ch_self(void)
 {
   struct ch_coro *c = ch_current();
@@ -859,6 +868,10 @@ static void trim_idle(struct ch_sched *s, uint64_t now)
 {
   if (moved(s, now) || s->idle_trimmed || now - s->idle_since_ns < CH_STACK_TRIM_NS) return;
   s->idle_trimmed = 1;
+  /* The host's part first (cohost collects its Lua heap there): what it
+  ** frees is in the heap malloc_trim walks next. An fd its finalizers
+  ** close starts another spell, and one more trim a second later. */
+  if (s->idle_hook) s->idle_hook();
   ch_stack_trim_idle(&s->stacks);
   malloc_trim(0);
 }

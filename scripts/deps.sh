@@ -9,7 +9,7 @@ set -euo pipefail
 what=${1:-test}
 
 build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev
-       liburing-dev libnghttp2-dev libpq-dev)
+       liburing-dev libnghttp2-dev libpq-dev libjemalloc-dev)
 test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-busted lua-socket
       procps python3 python3-websockets curl libpcre2-dev memcached
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns

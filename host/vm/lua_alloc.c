@@ -4,9 +4,9 @@
 ** LuaJIT hands every allocation of a universe to one lua_Alloc with the
 ** old and new block sizes, and keeps g->gc.total from the same figures, so
 ** a wrapper that forwards to the original allocator and adds nsize - osize
-** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. Wrapping after
-** luaL_newstate (lua_getallocf/lua_setallocf) keeps LuaJIT's own fast
-** allocator underneath, which lua_newstate with our own would lose.
+** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. It wraps whatever
+** allocator the state was made with (lua_getallocf/lua_setallocf): a
+** worker's is vm/heap.c's.
 **
 ** Five rules keep the cap safe:
 **   1. Frees and shrinks always go through: LuaJIT never expects NULL
@@ -161,8 +161,9 @@ void ch_lua_alloc_recover(lua_State *L)
   h->refused = 0;
   /* Protected: LuaJIT passes a __gc finalizer's error on to the caller of
   ** the collection, and no pcall is around here. Costs one mark and sweep
-  ** of the live heap (about 10 ms per 100 MiB of live objects); it runs once
-  ** per task that met a refusal, never per request of a healthy worker. */
+  ** of the live heap (docs/benchmarks.md, "The Lua heap after a burst",
+  ** times one); it runs once per task that met a refusal, never per
+  ** request of a healthy worker. */
   if (lua_cpcall(L, full_gc, NULL) != 0) lua_pop(L, 1);
 }
 

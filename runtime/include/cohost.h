@@ -71,6 +71,15 @@ int ch_coro_priority(const struct ch_coro *c);
 ** 10000000. */
 int ch_sched_set_fairness(unsigned switches, unsigned usec);
 
+/* Installs fn to run when this thread's scheduler trims after a burst: a
+** second with no coroutine spawned or ended and no fd closed (the idle
+** trim, docs/stacks.md). It runs in the loop, never in a coroutine, before
+** the runtime gives its own memory back (the warm stacks beyond the
+** pool's watermark, malloc_trim), so what fn frees goes back with it; at
+** most once per idle spell. fn must not yield. NULL removes it. Returns 0,
+** or -errno if the scheduler cannot be created. */
+int ch_sched_set_idle_hook(void (*fn)(void));
+
 /* Runs this thread's scheduler until no coroutine and no timer is left, or
 ** until ch_stop. Returns 0, -EDEADLK when called from a coroutine, or
 ** -errno if the scheduler cannot be created. May be called again later. */

@@ -587,6 +587,43 @@ static void test_info_says_what_each_parked_coroutine_waits_for(void **state) {
   assert_int_not_equal(park_hook_wait, CH_WAIT_NONE);
 }
 
+/* -- Idle hook --------------------------------------------------------------- */
+
+/* What the idle hook saw: how often it ran, whether in a coroutine, and
+** how many of the burst had ended by then. */
+static int idle_runs, idle_in_coro, idle_seen_ended, burst_ended;
+
+static void on_idle(void) {
+  idle_runs++;
+  if (ch_current()) idle_in_coro = 1;
+  idle_seen_ended = burst_ended;
+}
+
+static void end_at_once(void *arg) {
+  (void)arg;
+  burst_ended++;
+}
+
+/* Spawns a burst that ends at once, then sleeps (a wake-up does not count
+** as activity) until the hook ran, 10 s at most. */
+static void burst_then_sleep(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 20; i++) assert_true(ch_spawn(end_at_once, NULL) > 0);
+  for (int i = 0; i < 100 && !idle_runs; i++) ch_sleep_ms(100);
+}
+
+static void test_idle_hook_runs_once_in_the_loop_after_a_burst_ends(void **state) {
+  (void)state;
+  idle_runs = idle_in_coro = idle_seen_ended = burst_ended = 0;
+  assert_int_equal(ch_sched_set_idle_hook(on_idle), 0);
+  assert_true(ch_spawn(burst_then_sleep, NULL) > 0);
+  th_run();
+  assert_int_equal(ch_sched_set_idle_hook(NULL), 0);
+  assert_int_equal(idle_runs, 1);
+  assert_int_equal(idle_in_coro, 0);
+  assert_int_equal(idle_seen_ended, 20);
+}
+
 /* -- Stack size -------------------------------------------------------------- */
 
 /* Touches every page of a use-byte frame from the top down, the way deep
@@ -654,6 +691,7 @@ int main(void) {
     TH_TEST(test_a_weak_coroutine_made_strong_again_keeps_run_running),
     TH_TEST(test_resume_hook_runs_on_every_switch_back),
     TH_TEST(test_info_says_what_each_parked_coroutine_waits_for),
+    TH_TEST(test_idle_hook_runs_once_in_the_loop_after_a_burst_ends),
     TH_TEST(test_default_stack_lets_a_coroutine_use_200_kib),
     TH_TEST(test_set_stack_size_lets_a_coroutine_use_900_kib_of_1_mib),
   };
