@@ -7,10 +7,13 @@ local lower, upper, find, gmatch = string.lower, string.upper, string.find,
   string.gmatch
 local tonumber = tonumber
 
--- Redis's facts about each command (kv/commands.lua): arity, flags, key
--- specs and documentation, by name ("config|get" for a subcommand).
+-- Redis's facts about each command (kv/commands.lua, and
+-- kv/commands_scripting.lua for EVAL, SCRIPT, FUNCTION and FCALL): arity,
+-- flags, key specs and documentation, by name ("config|get" for a
+-- subcommand).
 local meta = {}
 for _, m in ipairs(require "kv.commands") do meta[m.name] = m end
+for _, m in ipairs(require "kv.commands_scripting") do meta[m.name] = m end
 M.meta = meta
 
 -- -- Key specs ----------------------------------------------------------------
