@@ -217,6 +217,12 @@ function M.note(class, event, key)
   M.noted = true
 end
 
+-- Set by a handler that counted its own error replies in INFO's
+-- errorstats and its failed calls (EVAL, FCALL: a script's reply may
+-- hold errors anywhere, some counted already by the commands it ran);
+-- read and reset by the dispatcher.
+M.error_counted = false
+
 -- Extra records a command logs after itself (the pops that serve blocked
 -- clients); an array of RESP strings, or nil.
 M.extra = nil
