@@ -32,11 +32,10 @@ local RO = "Attempt to modify a readonly table"
 -- proxy -> the table it shows; weak, as proxies die with their scripts.
 local real_of = setmetatable({}, { __mode = "k" })
 
--- The functions handed to scripts that are kv's own Lua code: the error
--- handler skips their frames when it names the script line that failed
--- (Redis's are C functions, which it skips the same way).
-M.internal = setmetatable({}, { __mode = "k" })
-local internal = M.internal
+-- The functions handed to scripts that are kv's own Lua code (Redis's
+-- are C functions): string.dump refuses them. (The error handler and the
+-- busy-script hook tell kv's code from a script's by its source.)
+local internal = setmetatable({}, { __mode = "k" })
 
 -- f, marked as one of kv's own (returns f).
 local function own(f)
@@ -309,13 +308,6 @@ function M.load_globals(redis_api)
   local G = { redis = redis_api }
   setmetatable(G, { __index = missing })
   return G
-end
-
--- Marks every function of a module table as kv's own.
-function M.own_all(t)
-  for _, v in pairs(t) do
-    if type(v) == "function" then internal[v] = true end
-  end
 end
 
 return M
