@@ -382,6 +382,9 @@ local function start_redis()
   redis_pid, redis_log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly yes "
     .. "--appendfsync always --dir %s"):format(redis_port, h.shell_quote(redis_dir)))
   h.wait_port(redis_port, redis_log)
+  -- Listening is not loaded: until its log is read it answers -LOADING.
+  local c = kv.client(redis_port)
+  assert(h.wait_for(function() return c:call("PING") == "PONG" end, 20), "redis-server did not load its log")
 end
 
 local function start_kv()
