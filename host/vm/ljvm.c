@@ -670,10 +670,14 @@ static void probe_frames(lua_State *L, struct probe *p)
     mismatch(p, "lua_State.dummy_ffid (0x0a) is not FF_C");
   char *max = CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *);
   char *top = CH_LJVM_FIELD(T, CH_LJVM_L_TOP, char *);
+  char *stack = CH_LJVM_FIELD(T, CH_LJVM_L_STACK, char *);
   int left = (int)((max - top) / 8);
-  if (top <= CH_LJVM_FIELD(T, CH_LJVM_L_STACK, char *) || max <= top || left > 1024 ||
+  /* The growth is seen in maxstack's distance from the stack, not in its
+  ** address: a grown stack may be reallocated below the old one. */
+  if (top <= stack || max <= top || left > 1024 ||
       !lua_checkstack(T, left - 1) || CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *) != max ||
-      !lua_checkstack(T, left) || CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *) <= max)
+      !lua_checkstack(T, left) ||
+      CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *) - CH_LJVM_FIELD(T, CH_LJVM_L_STACK, char *) <= max - stack)
     mismatch(p, "lua_State.maxstack (0x30) is not where lua_checkstack grows the stack");
   lua_pop(L, 1);
 }
