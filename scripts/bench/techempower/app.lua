@@ -118,9 +118,13 @@ local function update(list)
   return db:query(update_sql[#ids], unpack(params, 1, 2 * #ids))
 end
 
+local HTML = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
+
+-- Most messages have nothing to escape: find costs no garbage, gsub
+-- makes a new string either way.
 local function escape_html(s)
-  return (s:gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
-                                 ['"'] = "&quot;", ["'"] = "&#39;" }))
+  if not s:find("[&<>\"']") then return s end
+  return (s:gsub("[&<>\"']", HTML))
 end
 
 local function by_message(a, b) return a.message < b.message end
