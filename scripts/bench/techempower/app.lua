@@ -49,28 +49,32 @@ local function failed(res, err)
   return res:send(tostring(err))
 end
 
--- The World row id as TechEmpower's JSON names it.
-local function world(id)
-  local rows, err = db:query(WORLD, id)
+-- The World row id as TechEmpower's JSON names it, read on conn (the
+-- pool itself, or one connection of it).
+local function world(conn, id)
+  local rows, err = conn:query(WORLD, id)
   if not rows then return nil, err end
   local row = rows[1]
   return { id = row.id, randomNumber = row.randomnumber }
 end
 
--- n rows, read one query at a time; nil, err on a failure.
-local function worlds(n)
+-- n rows on conn (one connection: db:with holds it, as the peer holds
+-- one pgmoon connection for all n), read one query at a time; nil, err
+-- on a failure.
+local function worlds(conn, n)
   local list = http.array()
   for i = 1, n do
-    local w, err = world(random(1, 10000))
+    local w, err = world(conn, random(1, 10000))
     if not w then return nil, err end
     list[i] = w
   end
   return list
 end
 
--- n rows read in one round trip: the n statements go out together.
-local function worlds_pipelined(n)
-  local results, err = db:pipeline(function(p)
+-- n rows on conn (a connection or the pool) read in one round trip: the
+-- n statements go out together with db:pipeline.
+local function worlds_pipelined(conn, n)
+  local results, err = conn:pipeline(function(p)
     for _ = 1, n do p:query(WORLD, random(1, 10000)) end
   end)
   if not results then return nil, err end
@@ -100,7 +104,7 @@ end })
 -- rows in the same order, so they never deadlock. A row read twice is
 -- written once, with the last number it got (the one the answer shows
 -- last).
-local function update(list)
+local function update(conn, list)
   local last = {}
   for i = 1, #list do
     local w = list[i]
@@ -115,17 +119,12 @@ local function update(list)
     params[2 * i - 1] = ids[i]
     params[2 * i] = last[ids[i]]
   end
-  return db:query(update_sql[#ids], unpack(params, 1, 2 * #ids))
+  return conn:query(update_sql[#ids], unpack(params, 1, 2 * #ids))
 end
 
-local HTML = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
-
--- Most messages have nothing to escape: find costs no garbage, gsub
--- makes a new string either way.
-local function escape_html(s)
-  if not s:find("[&<>\"']") then return s end
-  return (s:gsub("[&<>\"']", HTML))
-end
+-- http.escape_html: C, and no new string when there is nothing to escape
+-- (ngx_app.lua has Lua's string.find and gsub, as OpenResty code does).
+local escape_html = http.escape_html
 
 local function by_message(a, b) return a.message < b.message end
 
@@ -141,19 +140,20 @@ r:get("/json", function(_, res)
 end)
 
 r:get("/db", function(_, res)
-  local w, err = world(random(1, 10000))
+  local w, err = world(db, random(1, 10000))
   if not w then return failed(res, err) end
   res:json(w)
 end)
 
 r:get("/queries", function(req, res)
-  local list, err = worlds(queries(req))
+  local n = queries(req)
+  local list, err = db:with(function(conn) return worlds(conn, n) end)
   if not list then return failed(res, err) end
   res:json(list)
 end)
 
 r:get("/pipeline/queries", function(req, res)
-  local list, err = worlds_pipelined(queries(req))
+  local list, err = worlds_pipelined(db, queries(req))
   if not list then return failed(res, err) end
   res:json(list)
 end)
@@ -174,19 +174,26 @@ r:get("/fortunes", function(_, res)
   res:send(concat(out))
 end)
 
+-- Reads with read(conn, n), then writes back, on one connection.
+local function read_update(read, n)
+  return db:with(function(conn)
+    local list, err = read(conn, n)
+    if not list then return nil, err end
+    local ok, uerr = update(conn, list)
+    if not ok then return nil, uerr end
+    return list
+  end)
+end
+
 r:get("/updates", function(req, res)
-  local list, err = worlds(queries(req))
+  local list, err = read_update(worlds, queries(req))
   if not list then return failed(res, err) end
-  local ok, uerr = update(list)
-  if not ok then return failed(res, uerr) end
   res:json(list)
 end)
 
 r:get("/pipeline/updates", function(req, res)
-  local list, err = worlds_pipelined(queries(req))
+  local list, err = read_update(worlds_pipelined, queries(req))
   if not list then return failed(res, err) end
-  local ok, uerr = update(list)
-  if not ok then return failed(res, uerr) end
   res:json(list)
 end)
 
