@@ -14,10 +14,17 @@ package.path = here .. "/?.lua;" .. pgmoon_dir .. "/?.lua;" .. pgmoon_dir .. "/?
 local app = require "ngx_app"
 app.configure { port = assert(tonumber(arg[2]), "PG_PORT expected"), pool = tonumber(arg[3]) or 64 }
 
--- One route per test, as nginx.conf has one location per test.
-local r = http.router()
+-- One path per test, as nginx.conf has one exact location per test: a
+-- table lookup, where nginx matches locations in C.
+local routes = {}
 for _, name in ipairs { "plaintext", "json", "db", "queries", "fortunes", "updates" } do
-  local fn = app[name]
-  r:get("/" .. name, function() fn() end)
+  routes["/" .. name] = app[name]
 end
-assert(http.listen("127.0.0.1:" .. port, r))
+assert(http.listen("127.0.0.1:" .. port, function(req, res)
+  local fn = routes[req.path]
+  if not fn then
+    res.status = 404
+    return res:send("not found")
+  end
+  fn()
+end))
