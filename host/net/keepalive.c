@@ -124,8 +124,9 @@ static void item_expire(struct ch_timer *t)
 ** connection the peer closed, or one with stray data, cannot be handed
 ** out. nginx looks only when epoll reported input on the idle connection;
 ** so does this, through io.c's judgement: after the read that emptied the
-** socket, with no input reported since, it is quiet without a peek (two
-** system calls a request saved on a pooled connection, docs/benchmarks.md). */
+** socket, with no input reported since, it is quiet without a peek (the
+** peeks at take and put were the system calls a pooled connection cost
+** beyond nginx's, docs/benchmarks.md). */
 int ch_keepalive_quiet(int fd)
 {
   if (ch_io_input_quiet(fd)) return 1;
