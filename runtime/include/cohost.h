@@ -157,6 +157,14 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms);
 ** readying a buffer for a read that would not be made. Never yields. */
 int ch_io_input_known_empty(int fd);
 
+/* Non-zero when fd has nothing to read and no EOF, known without a
+** system call: the judgement above, on an fd epoll watches (its waits
+** registered it), so that bytes or an EOF arriving since would have been
+** reported. A socket nobody waits on (an idle pooled connection) is
+** quiet by this only if nothing came since its last read. 0 means
+** unknown: look (a peek). Never yields. */
+int ch_io_input_quiet(int fd);
+
 /* Bytes ch_io_wait_input took for its caller. */
 struct ch_io_input {
   const char *data;        /* the runtime's buffer; valid until
