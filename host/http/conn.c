@@ -343,7 +343,7 @@ int ch_http_conn_writev(struct ch_http_conn *c, struct iovec *iov, int n, int ti
   if (n < 8) {
     struct iovec all[8];
     all[0] = (struct iovec){ h->p, h->len };
-    memcpy(all + 1, iov, (size_t)n * sizeof *iov);
+    if (n) memcpy(all + 1, iov, (size_t)n * sizeof *iov);   /* iov is NULL when n is 0 */
     r = ch_stream_writev(&c->s, all, n + 1, timeout_ms);
   } else {
     struct iovec one = { h->p, h->len };
