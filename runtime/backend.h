@@ -85,6 +85,12 @@ struct ch_backend {
   ** queued send met that nobody has been told of yet (-errno). */
   int (*close)(struct ch_sched *s, int fd, struct ch_fd *f);
 
+  /* Never yields. Non-zero when input arriving on fd would be reported
+  ** with nothing armed anew: epoll's set holds fd; io_uring has a receive,
+  ** an accept or a poll for input in flight on it. What io.c knows of
+  ** fd's input stays true until a report only then (ch_io_input_quiet). */
+  int (*watched)(struct ch_sched *s, int fd, const struct ch_fd *f);
+
   /* Operations in flight in the kernel (0 for epoll), for ch_stats. */
   unsigned (*inflight)(const struct ch_sched *s);
 

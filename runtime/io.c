@@ -158,6 +158,19 @@ int ch_io_known_empty(int fd)
          backend_holds(ch_sched_tls, fd) <= 0;
 }
 
+int ch_io_input_quiet(int fd)
+{
+  struct ch_sched *s = ch_sched_tls;
+  struct ch_fd *f = ch_fd_peek(fd);
+  if (!s || !f || f->kind == CH_FD_WAITFIRST) return 0;
+  /* A receive in flight that holds nothing would have taken what came. */
+  int held = backend_holds(s, fd);
+  if (held) return held == -EINPROGRESS;
+  /* A backend reports nothing of an fd it does not watch: then nothing is
+  ** known, and the caller looks. */
+  return input_known_empty(f) && s->be->watched(s, fd, f);
+}
+
 int ch_io_held(int fd)
 {
   return backend_holds(ch_sched_tls, fd) > 0;

@@ -100,6 +100,12 @@ static int epoll_arm(struct ch_sched *s, int fd, struct ch_fd *f, int events)
   return fd_add(p, fd, f);
 }
 
+static int epoll_watched(struct ch_sched *s, int fd, const struct ch_fd *f)
+{
+  (void)fd;
+  return f->registered && f->poll_id == poll_of(s)->id;
+}
+
 static int epoll_close(struct ch_sched *s, int fd, struct ch_fd *f)
 {
   struct ch_poll *p = poll_of(s);
@@ -145,6 +151,7 @@ const struct ch_backend ch_backend_epoll = {
   .poll = epoll_poll,
   .arm = epoll_arm,
   .close = epoll_close,
+  .watched = epoll_watched,
   .inflight = epoll_inflight,
   .pending = epoll_pending,
 };

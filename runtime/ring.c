@@ -474,6 +474,13 @@ static void on_poll(struct rfd *x, int dir, int res)
 
 /* -- Receiving ---------------------------------------------------------------- */
 
+static int ring_watched(struct ch_sched *s, int fd, const struct ch_fd *f)
+{
+  (void)f;
+  struct rfd *x = rfd_find(ring_of(s), fd);
+  return x && (x->recv_on || x->acc_on || (x->polls & POLLIN));
+}
+
 static int ring_held(struct ch_sched *s, int fd)
 {
   struct ch_ring *r = ring_of(s);
@@ -1065,6 +1072,7 @@ const struct ch_backend ch_backend_uring = {
   .poll = ring_poll,
   .arm = ring_arm,
   .close = ring_close,
+  .watched = ring_watched,
   .inflight = ring_inflight,
   .pending = ring_pending,
   .held = ring_held,

@@ -21,6 +21,16 @@ end
 
 local BIG = "9223372036854775807"
 
+-- A reply compared as a double: kv keeps a deadline near 2^63 ms as one
+-- (docs/kv.md), so PEXPIRETIME there agrees to about 1024 ms.
+local function inexact(cmd)
+  cmd.norm = function(r)
+    if type(r) == "string" then return tonumber(r:match("^:(.*)$")) or r end
+    return r
+  end
+  return cmd
+end
+
 local families = {}
 
 families["strings and keys"] = {
@@ -39,7 +49,7 @@ families["strings and keys"] = {
     { "EXPIREAT", "foo", "9223372036854775" }, { "EXPIREAT", "foo", "9223372036854776" },
     { "PEXPIREAT", "foo", BIG }, { "PEXPIRETIME", "foo" }, { "EXPIRETIME", "foo" },
     { "SET", "bar", "x", "PXAT", BIG }, { "PEXPIRETIME", "bar" },
-    { "SET", "baz", "x", "EXAT", "9223372036854775" }, { "PEXPIRETIME", "baz" },
+    { "SET", "baz", "x", "EXAT", "9223372036854775" }, inexact { "PEXPIRETIME", "baz" },
     { "EXPIRE", "foo", "x" }, { "EXPIRETIME", "none" }, { "PEXPIRETIME", "baz", "x" },
   } },
   { "EXPIRE options and TTLs", {
@@ -326,15 +336,155 @@ families["server"] = {
   } },
 }
 
+local MIN = "-9223372036854775808"   -- INT64_MIN: its negation does not fit
+
+families["counts and ranges at the int64 limits"] = {
+  { "set and hash counts", {
+    { "SADD", "s", "a" }, { "SRANDMEMBER", "s", MIN }, { "SRANDMEMBER", "s", BIG },
+    { "SRANDMEMBER", "s", "-3" }, { "SPOP", "s", MIN }, { "HSET", "h", "f", "v" },
+    { "HRANDFIELD", "h", MIN }, { "HRANDFIELD", "h", MIN, "WITHVALUES" },
+    { "HRANDFIELD", "h", BIG, "WITHVALUES" }, { "HRANDFIELD", "h", "4611686018427387904", "WITHVALUES" },
+    { "HRANDFIELD", "h", "4611686018427387903" }, { "HRANDFIELD", "h", "-2", "WITHVALUES" },
+    { "SINTERCARD", "1", "s", "LIMIT", MIN }, { "SINTERCARD", MIN, "s" }, { "SPOP", "s", BIG },
+    { "SMEMBERS", "s" },
+  } },
+  { "list counts, ranges and ranks", {
+    { "LPOS", "l", "a", "RANK", MIN }, { "RPUSH", "l", "a", "b", "a" }, { "LPOS", "l", "a", "RANK", MIN },
+    { "LPOS", "l", "a", "RANK", BIG }, { "LPOS", "l", "a", "COUNT", BIG }, { "LPOS", "l", "a", "COUNT", MIN },
+    { "LPOS", "l", "a", "MAXLEN", MIN }, { "LRANGE", "l", MIN, BIG }, { "LINDEX", "l", MIN },
+    { "LSET", "l", MIN, "x" }, { "LREM", "l", MIN, "a" }, { "LTRIM", "l", MIN, BIG },
+    { "LMPOP", "1", "l", "LEFT", "COUNT", MIN }, { "LMPOP", MIN, "l", "LEFT" },
+    { "LMPOP", BIG, "l", "LEFT" }, { "LPOP", "l", MIN }, { "LPOP", "l", BIG }, { "EXISTS", "l" },
+  } },
+  { "sorted set ranges and counts", {
+    { "ZADD", "z", "1", "a", "2", "b" }, { "ZRANGE", "z", MIN, BIG },
+    { "ZRANGE", "z", "0", "-1", "BYSCORE", "LIMIT", MIN, BIG },
+    { "ZRANGE", "z", "-inf", "+inf", "BYSCORE", "LIMIT", "0", MIN },
+    { "ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", BIG, "1" }, { "ZPOPMIN", "z", MIN },
+    { "ZREMRANGEBYRANK", "z", MIN, "0" }, { "ZPOPMAX", "z", BIG },
+  } },
+  { "timeouts, cursors, offsets", {
+    { "BLPOP", "l", MIN }, { "BLPOP", "l", BIG }, { "BLPOP", "l", "1e30" }, { "BLPOP", "l", "inf" },
+    { "BLPOP", "l", "nan" }, { "BLPOP", "l", "1e19" }, { "BLPOP", "l", "1e-10" },
+    { "SCAN", "0", "COUNT", MIN }, { "SCAN", "0", "COUNT", BIG }, { "SCAN", "18446744073709551616" },
+    { "SSCAN", "s", "0", "COUNT", MIN }, { "SSCAN", "s", "18446744073709551616" },
+    { "SETRANGE", "k", BIG, "a" }, { "SETRANGE", "k", "536870912", "a" }, { "SET", "k", "hello" },
+    { "SETRANGE", "k", BIG, "a" }, { "GET", "k" }, { "GETRANGE", "k", MIN, BIG },
+    { "EXPIRE", "k", MIN }, { "INCRBY", "k", MIN }, { "HSET", "h", "f", "x" }, { "HINCRBY", "h", "f", MIN },
+  } },
+  { "float increments that are not finite", {
+    { "HINCRBYFLOAT", "h", "f", "+inf" }, { "HINCRBYFLOAT", "h", "f", "-inf" },
+    { "HINCRBYFLOAT", "h", "f", "inf" }, { "HINCRBYFLOAT", "h", "f", "nan" }, { "EXISTS", "h" },
+    { "INCRBYFLOAT", "k", "+inf" },
+  } },
+}
+
+families["introspection"] = {
+  { "COMMAND GETKEYS and GETKEYSANDFLAGS", {
+    { "COMMAND", "GETKEYS", "SET", "a", "b" }, { "COMMAND", "GETKEYSANDFLAGS", "SET", "a", "b" },
+    { "COMMAND", "GETKEYSANDFLAGS", "SET", "a", "b", "GET" }, { "COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2" },
+    { "COMMAND", "GETKEYS", "BLPOP", "a", "b", "0" }, { "COMMAND", "GETKEYSANDFLAGS", "LMOVE", "a", "b", "LEFT", "RIGHT" },
+    { "COMMAND", "GETKEYS", "LMPOP", "2", "a", "b", "LEFT" }, { "COMMAND", "GETKEYS", "BLMPOP", "0", "1", "a", "LEFT" },
+    { "COMMAND", "GETKEYS", "SINTERCARD", "2", "a", "b" }, { "COMMAND", "GETKEYSANDFLAGS", "SINTERSTORE", "d", "a", "b" },
+    { "COMMAND", "GETKEYSANDFLAGS", "SMOVE", "a", "b", "m" }, { "COMMAND", "GETKEYS", "DEL", "a", "b", "c" },
+    { "COMMAND", "GETKEYSANDFLAGS", "RENAME", "a", "b" }, { "COMMAND", "GETKEYS", "BZPOPMIN", "a", "b", "1" },
+    { "COMMAND", "GETKEYSANDFLAGS", "COPY", "a", "b" }, { "COMMAND", "GETKEYS", "ZADD", "z", "1", "m" },
+    { "COMMAND", "GETKEYS", "nope", "x" }, { "COMMAND", "GETKEYS", "PING", "x" }, { "COMMAND", "GETKEYS", "GET" },
+    { "COMMAND", "GETKEYS", "GET", "a", "b" }, { "COMMAND", "GETKEYS", "LMPOP", "0", "a", "LEFT" },
+    { "COMMAND", "GETKEYS", "SINTERCARD", "2", "a" }, { "COMMAND", "GETKEYS", "CONFIG", "GET", "x" },
+    { "COMMAND", "GETKEYS", "LMPOP", "x", "a", "LEFT" },
+  } },
+  { "COMMAND's errors and HELP", {
+    { "COMMAND", "INFO", "nope", "get" }, { "COMMAND", "DOCS", "nope" }, { "COMMAND", "COUNT", "x" },
+    { "COMMAND", "LIST", "FILTERBY", "foo", "x" }, { "COMMAND", "LIST", "FILTERBY" }, { "COMMAND", "LIST", "x" },
+    { "COMMAND", "LIST", "FILTERBY", "MODULE", "x" }, { "COMMAND", "FOO" }, { "COMMAND", "HELP" },
+    { "COMMAND", "INFO", "config|get", "CONFIG|SET" },
+  } },
+  { "SLOWLOG and LATENCY without samples", {
+    { "SLOWLOG", "RESET" }, { "SLOWLOG", "LEN" }, { "SLOWLOG", "GET", "x" }, { "SLOWLOG", "GET", "-2" },
+    { "SLOWLOG", "HELP" }, { "SLOWLOG", "FOO" }, { "SLOWLOG" }, { "LATENCY", "RESET" }, { "LATENCY", "LATEST" },
+    { "LATENCY", "HISTORY", "command" }, { "LATENCY", "HISTORY" }, { "LATENCY", "HISTOGRAM", "nope" },
+    { "LATENCY", "FOO" },
+  } },
+  { "CONFIG GET and SET of every parameter kv has", (function()
+    local cmds = {}
+    local function add(...) cmds[#cmds + 1] = { ... } end
+    -- name, a good value, the default (restored), bad values.
+    local params = {
+      { "appendfsync", "always", "everysec", "bogus" }, { "maxclients", "100", "10000", "0", "x" },
+      { "timeout", "5", "0", "-1" }, { "save", "3600 1 300 100", "", "1", "a b", "  3600 1" },
+      { "notify-keyspace-events", "KEn", "", "Q" }, { "maxmemory", "10mb", "0", "1.5mb", "-1", "foo" },
+      { "maxmemory-policy", "allkeys-lru", "noeviction", "foo" }, { "maxmemory-samples", "10", "5", "0" },
+      { "maxmemory-eviction-tenacity", "50", "10", "101" }, { "lfu-log-factor", "5", "10", "-1" },
+      { "lfu-decay-time", "5", "1", "-1" }, { "slowlog-log-slower-than", "-1", "10000", "x" },
+      { "slowlog-max-len", "10", "128", "-1" }, { "latency-monitor-threshold", "100", "0", "-1" },
+      { "latency-tracking", "no", "yes", "maybe" },
+      { "latency-tracking-info-percentiles", "50 99.5", "50 99 99.9", "50 x", "101" },
+      { "busy-reply-threshold", "100", "5000", "x" }, { "lua-time-limit", "200", "5000", "-1" },
+      { "hz", "0", "10", "x" }, { "hash-max-listpack-entries", "1", "512", "-1" },
+      { "hash-max-ziplist-entries", "2", "512" }, { "hash-max-listpack-value", "1", "64", "x" },
+      { "hash-max-ziplist-value", "2", "64" }, { "zset-max-listpack-entries", "1", "128", "-1" },
+      { "zset-max-ziplist-entries", "2", "128" }, { "zset-max-listpack-value", "1", "64" },
+      { "zset-max-ziplist-value", "2", "64" }, { "set-max-intset-entries", "1", "512", "-1" },
+      { "list-max-listpack-size", "-5", "-2", "x" }, { "list-max-ziplist-size", "10", "-2" },
+      { "list-compress-depth", "1", "0", "x" }, { "proto-max-bulk-len", "2mb", "536870912", "1" },
+      { "auto-aof-rewrite-min-size", "1gb", "67108864", "x" },
+      { "auto-aof-rewrite-percentage", "50", "100", "-1" },
+    }
+    for _, p in ipairs(params) do
+      add("CONFIG", "GET", p[1])
+      add("CONFIG", "SET", p[1], p[2])
+      add("CONFIG", "GET", p[1])
+      for i = 4, #p do add("CONFIG", "SET", p[1], p[i]) end
+      add("CONFIG", "SET", p[1], p[3])
+    end
+    -- (databases: kv has one, and says so.)
+    for _, nm in ipairs { "appendonly", "appendfilename", "io-threads", "cluster-enabled" } do
+      add("CONFIG", "GET", nm)
+    end
+    add("CONFIG", "SET", "appendfilename", "x")
+    add("CONFIG", "SET", "databases", "16")
+    add("CONFIG", "SET", "appendonly", "maybe")
+    add("CONFIG", "SET", "timeout", "1", "timeout", "2")
+    add("CONFIG", "SET", "timeout", "1", "maxclients", "0")
+    add("CONFIG", "GET", "timeout")
+    add("CONFIG", "SET", "nope", "1")
+    add("CONFIG", "GET", "nope")
+    add("CONFIG", "REWRITE")
+    add("CONFIG", "FOO")
+    return cmds
+  end)() },
+  { "CONFIG GET with patterns", {
+    { "CONFIG", "GET", "maxmemory-[pse]*" }, { "CONFIG", "GET", "*max-*-entries*" }, { "CONFIG", "GET", "lfu*" },
+    { "CONFIG", "GET", "slowlog*", "latency*" }, { "CONFIG", "GET", "hash-max-*", "zset-max-*" },
+  }, resp3_only = true },
+}
+
 -- -- Running them --------------------------------------------------------------
 
--- Runs cmds on connection c (after FLUSHALL); returns the replies.
-local function run(c, cmds)
+-- Runs cmds on connection c (after FLUSHALL); returns the replies. With
+-- proto 3 the connection says HELLO 3 first and the replies keep their
+-- RESP types (kv.read_typed: maps and sets sorted).
+local function run(c, cmds, proto)
+  if proto == 3 then
+    local hello = c:typed("HELLO", "3")
+    assert(type(hello) == "table" and hello.t == "%", "no RESP3")
+  end
   assert(c:call("FLUSHALL") == "OK")
   local replies = {}
   for i, cmd in ipairs(cmds) do
-    local r = c:call(unpack(cmd))
-    if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
+    local r
+    if proto == 3 then
+      r = c:typed(unpack(cmd))
+      if cmd.sort and type(r) == "table" then
+        table.sort(r, function(a, b) return kv.typed_string(a) < kv.typed_string(b) end)
+      end
+      if r ~= nil then r = kv.typed_string(r) end
+    else
+      r = c:call(unpack(cmd))
+      if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
+    end
+    if r ~= nil and cmd.norm then r = cmd.norm(r) end
     replies[i] = r == nil and "<no reply>" or r
   end
   return replies
@@ -380,17 +530,92 @@ describe("kv against redis-server", function()
     for _, fn in ipairs(stops) do fn() end
   end)
 
+  -- COMMAND: kv's table against redis-server's for every command kv has
+  -- (a container lists only the subcommands kv has).
+  local function command_names()
+    local names = kv.client(kv_proc.port):call("COMMAND", "LIST")
+    local set = {}
+    for _, nm in ipairs(names) do set[nm] = true end
+    return names, set
+  end
+
+  -- Keeps in a typed COMMAND INFO or DOCS reply only the subcommands in
+  -- have, and sorts them.
+  local function only_subs(reply, have)
+    if type(reply) ~= "table" then return reply end
+    if reply.t == "*" and #reply == 10 and type(reply[1]) == "string" and type(reply[10]) == "table" then
+      local keep = { t = reply[10].t }
+      for _, sub in ipairs(reply[10]) do
+        if have[sub[1]:sub(2)] then keep[#keep + 1] = sub end
+      end
+      table.sort(keep, function(a, b) return a[1] < b[1] end)
+      reply[10] = keep
+    end
+    if reply.t == "%" then
+      for i = 1, #reply, 2 do
+        if reply[i] == "$subcommands" then
+          local m, kept = reply[i + 1], { t = "%" }
+          for j = 1, #m, 2 do
+            if have[m[j]:sub(2)] then kept[#kept + 1], kept[#kept + 1] = m[j], m[j + 1] end
+          end
+          reply[i + 1] = kept
+        end
+      end
+    end
+    for i = 1, #reply do reply[i] = only_subs(reply[i], have) end
+    return reply
+  end
+
+  it("lists in COMMAND LIST only commands redis-server has, and counts them in COMMAND COUNT", function()
+    local names = command_names()
+    local _, theirs = nil, {}
+    for _, nm in ipairs(kv.client(redis_port):call("COMMAND", "LIST")) do theirs[nm] = true end
+    local top = 0
+    for _, nm in ipairs(names) do
+      assert(theirs[nm], nm .. " is not a Redis command")
+      if not nm:find("|", 1, true) then top = top + 1 end
+    end
+    assert.equal(top, kv.client(kv_proc.port):call("COMMAND", "COUNT"))
+    assert.is_true(top > 140)
+  end)
+
+  for _, proto in ipairs { 2, 3 } do
+    it(("answers COMMAND INFO and DOCS for every command as redis-server does (RESP%d)"):format(proto),
+       function()
+      local names, have = command_names()
+      local r, k = kv.client(redis_port), kv.client(kv_proc.port)
+      if proto == 3 then
+        r:typed("HELLO", "3")
+        k:typed("HELLO", "3")
+      end
+      for _, sub in ipairs { "INFO", "DOCS" } do
+        -- DOCS in RESP2 is a flat list of pairs in dict order: RESP3 only.
+        if sub == "INFO" or proto == 3 then
+          for _, nm in ipairs(names) do
+            local want = kv.typed_string(only_subs(r:typed("COMMAND", sub, nm), have))
+            local got = kv.typed_string(only_subs(k:typed("COMMAND", sub, nm), have))
+            assert.equal(want, got, "COMMAND " .. sub .. " " .. nm)
+          end
+        end
+      end
+    end)
+  end
+
   local names = {}
   for name in pairs(families) do names[#names + 1] = name end
   table.sort(names)
-  for _, family in ipairs(names) do
-    for _, case in ipairs(families[family]) do
-      it(family .. ": " .. case[1], function()
-        local cmds = case[2]
-        local want = run(kv.client(redis_port), cmds)
-        local got = run(kv.client(kv_proc.port), cmds)
-        assert.same(want, got, "\n" .. show(cmds, want, got))
-      end)
+  for _, proto in ipairs { 2, 3 } do
+    for _, family in ipairs(names) do
+      for _, case in ipairs(families[family]) do
+        if not (proto == 3 and case.resp2_only) and not (proto == 2 and case.resp3_only) then
+          it(("%s: %s (RESP%d)"):format(family, case[1], proto), function()
+            local cmds = case[2]
+            local want = run(kv.client(redis_port), cmds, proto)
+            local got = run(kv.client(kv_proc.port), cmds, proto)
+            assert.same(want, got, "\n" .. show(cmds, want, got))
+          end)
+        end
+      end
     end
   end
 end)

@@ -845,7 +845,7 @@ describe("kv's connection commands", function()
     assert.is_nil(b:read())
     local hello = a:call("HELLO", "2")
     assert.same({ "server", "redis", "version", "7.0.0", "proto", 2 }, { unpack(hello, 1, 6) })
-    assert.same({ err = "NOPROTO unsupported protocol version" }, a:call("HELLO", "3"))
+    assert.same({ err = "NOPROTO unsupported protocol version" }, a:call("HELLO", "4"))
     assert.equal("OK", a:call("CONFIG", "SET", "timeout", "1"))
     local idle = client(p.port)
     assert.equal("PONG", idle:call("PING"))
@@ -867,7 +867,7 @@ describe("kv's connection commands", function()
     c:call("DEL", "k")
     c:call("SET", "t", "v", "PX", "50")
     local got = {}
-    for _ = 1, 12 do
+    for _ = 1, 14 do
       local m = s:read()
       got[#got + 1] = m[3] .. " " .. m[4]
     end
@@ -877,6 +877,7 @@ describe("kv's connection commands", function()
       "__keyspace@0__:n incrby", "__keyevent@0__:incrby n",
       "__keyspace@0__:k del", "__keyevent@0__:del k",
       "__keyspace@0__:t set", "__keyevent@0__:set t",
+      "__keyspace@0__:t expire", "__keyevent@0__:expire t",
       "__keyspace@0__:t expired", "__keyevent@0__:expired t",
     }, got)
     assert.equal(1, c:call("PUBSUB", "NUMPAT"))

@@ -60,7 +60,58 @@ local function read_reply(s)
 end
 M.read_reply = read_reply
 
--- A connection: c:call(...) sends one request and returns its reply.
+-- Reads one reply keeping its RESP2 or RESP3 type: a string for the
+-- scalars, tagged by their first byte ("+OK", "$hello", ":5", ",1.5",
+-- "#t", "_", "-ERR ...", "=txt:..."), a table { t = "*" | "%" | "~" | ">",
+-- ... } for the aggregates (a map's keys and values in turn); nil, err
+-- on a socket error. Sets and maps come sorted (RESP3 says they are
+-- unordered; Redis's order is its dict's), so two servers compare equal.
+local typed_string
+local function read_typed(s)
+  local line, err = s:receive("*l")
+  if not line then return nil, err end
+  local kind, rest = line:sub(1, 1), line:sub(2)
+  if kind == "+" or kind == "-" or kind == ":" or kind == "," or kind == "#" or kind == "(" then
+    return line
+  end
+  if kind == "_" then return "_" end
+  if kind == "$" or kind == "=" or kind == "!" then
+    local n = tonumber(rest)
+    if n < 0 then return "$-1" end
+    local data = assert(s:receive(n + 2))
+    return kind .. data:sub(1, n)
+  end
+  if kind == "*" or kind == "%" or kind == "~" or kind == ">" then
+    local n = tonumber(rest)
+    if n < 0 then return "*-1" end
+    if kind == "%" then n = n * 2 end
+    local t = { t = kind }
+    for i = 1, n do t[i] = read_typed(s) end
+    if kind == "~" then
+      table.sort(t, function(a, b) return typed_string(a) < typed_string(b) end)
+    elseif kind == "%" then
+      local pairs_ = {}
+      for i = 1, n, 2 do pairs_[#pairs_ + 1] = { t[i], t[i + 1] } end
+      table.sort(pairs_, function(a, b) return typed_string(a[1]) < typed_string(b[1]) end)
+      for i, p in ipairs(pairs_) do t[2 * i - 1], t[2 * i] = p[1], p[2] end
+    end
+    return t
+  end
+  error("bad reply line: " .. line)
+end
+M.read_typed = read_typed
+
+-- A typed reply as one line of text (for comparing and showing).
+function typed_string(v)
+  if type(v) ~= "table" then return tostring(v) end
+  local t = {}
+  for i, x in ipairs(v) do t[i] = typed_string(x) end
+  return v.t .. "[" .. table.concat(t, ", ") .. "]"
+end
+M.typed_string = typed_string
+
+-- A connection: c:call(...) sends one request and returns its reply
+-- (c:typed(...) with its RESP type, as read_typed).
 function M.client(port, timeout_ms)
   local s = h.dial(port, timeout_ms or 5000)
   return {
@@ -69,7 +120,12 @@ function M.client(port, timeout_ms)
       assert(s:send(M.encode({ ... })))
       return read_reply(s)
     end,
+    typed = function(_, ...)
+      assert(s:send(M.encode({ ... })))
+      return read_typed(s)
+    end,
     read = function() return read_reply(s) end,
+    read_typed = function() return read_typed(s) end,
   }
 end
 

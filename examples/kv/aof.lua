@@ -62,6 +62,7 @@ local tail, ntail = nil, 0  -- records logged since a rewrite's snapshot
 local base_size = 0         -- log size after the last rewrite (or load)
 local rewrites = 0
 M.AUTO_MIN = 64 * 1024 * 1024   -- auto-aof-rewrite-min-size
+M.AUTO_PCT = 100                 -- auto-aof-rewrite-percentage (0: never by itself)
 
 local function log(level, ...)
   cohost.log(level, "kv: ", ...)
@@ -101,7 +102,13 @@ function M.feed_parts(parts)
   end
 end
 
+-- Until the first rewrite of a log switched on at run time is in place,
+-- the file does not hold the data: nothing waits for it (Redis's
+-- AOF_WAIT_REWRITE).
+local starting = false
+
 local function durable()
+  if starting then return M.seq end
   return mode == "always" and synced or written
 end
 M.durable = durable
@@ -213,7 +220,10 @@ local function flush_forever()
       if mode == "always" then sync(upto) end
       flushing = false
       wake_waiters()
-      if not rewriting and size > M.AUTO_MIN and size > 2 * base_size then M.rewrite() end
+      if not rewriting and M.AUTO_PCT > 0 and size > M.AUTO_MIN
+          and size > base_size * (1 + M.AUTO_PCT / 100) then
+        M.rewrite()
+      end
     else
       flushing = false
       -- Keep the records, in order, ahead of what came meanwhile.
@@ -432,7 +442,7 @@ local function run_rewrite(tf, tmp, t0)
   old:close()
   base_size = size
   rewrites = rewrites + 1
-  paused, rewriting = false, false
+  paused, rewriting, starting = false, false, false
   wake_waiters()
   wake:post()
   log(cohost.NOTICE, ("rewrote %s from %d keys in %.3f s: %d bytes"):format(
@@ -443,7 +453,7 @@ end
 -- Starts a rewrite in the background. Returns true, or nil and an error
 -- reply text.
 function M.rewrite()
-  if not f then return nil, "ERR the append-only log is off (--appendonly no)" end
+  if not f then return nil, "ERR the append-only log is off (appendonly no)" end
   if rewriting then return nil, "ERR Background append only file rewriting already in progress" end
   local tmp = path .. ".rewrite"
   local tf, err = file.open(tmp, "w", "644")
@@ -461,22 +471,45 @@ function M.rewrite()
       end
       tail, ntail = nil, 0
       paused, rewriting = false, false
+      if starting then
+        -- A log switched on at run time never got its data: off again,
+        -- and its file goes (it holds only what came since).
+        starting = false
+        buf, nbuf, written, synced = {}, 0, M.seq, M.seq
+        pcall(f.close, f)
+        f = nil
+        file.unlink(path)
+        if M.on_failed_start then M.on_failed_start() end
+      end
       wake:post()
     end
   end)
   return true
 end
 
-R.register("bgrewriteaof", 1, function(_, _, _, out, n)
+R.register("bgrewriteaof", function(_, _, _, out, n)
   local ok, err = M.rewrite()
   return put(out, n, ok and "+Background append only file rewriting started\r\n" or resp.err(err))
 end)
 
 -- -- Start and stop --------------------------------------------------------
 
+-- The flusher and, for everysec, the fsync timer, once.
+local started = false
+local function start_threads()
+  if started then return end
+  started = true
+  cohost.spawn(flusher)
+  -- Once a second: with everysec, fdatasync what was written (the mode
+  -- can change at run time: CONFIG SET appendfsync).
+  cohost.timer.every(1, function(premature)
+    if not premature and f and mode == "everysec" and written > synced then sync(written) end
+  end)
+end
+
 -- Opens (creating) dir/appendonly.aof, replays it through exec, and
--- starts the flusher and, for everysec, the fsync timer. Returns the
--- record count; raises on a bad file.
+-- starts the flusher and the fsync timer. Returns the record count;
+-- raises on a bad file.
 function M.open(dir, fsync_mode, exec, repair)
   mode = fsync_mode
   dirpath = dir
@@ -488,13 +521,48 @@ function M.open(dir, fsync_mode, exec, repair)
   local count = replay(exec, repair)
   base_size = size
   file.unlink(path .. ".rewrite")   -- left by a crash mid-rewrite
-  cohost.spawn(flusher)
-  -- Once a second: with everysec, fdatasync what was written (the mode
-  -- can change at run time: CONFIG SET appendfsync).
-  cohost.timer.every(1, function(premature)
-    if not premature and mode == "everysec" and written > synced then sync(written) end
-  end)
+  start_threads()
   return count
+end
+
+-- CONFIG SET appendonly yes on a server started without the log: a new
+-- log is made by a rewrite of the data as it is (what was in the file
+-- before goes), and records are kept from now on, in memory until the
+-- rewrite is in place. Returns nil, or why it cannot.
+function M.start(dir, fsync_mode)
+  if f then return nil end
+  mode = fsync_mode
+  dirpath = dir
+  local ok, err = file.mkdir_p(dir)
+  if not ok then return "cannot make " .. dir .. ": " .. tostring(err) end
+  path = dir .. "/" .. M.FILE
+  local nf, e = file.open(path, "w", "644")
+  if not nf then return e end
+  f, size, base_size = nf, 0, 0
+  buf, nbuf, written, synced = {}, 0, M.seq, M.seq
+  starting, paused = true, true
+  start_threads()
+  local started_ok, why = M.rewrite()
+  if not started_ok then
+    starting, paused = false, false
+    M.stop()
+    return why
+  end
+  return nil
+end
+
+-- CONFIG SET appendonly no: what is buffered is written and synced, and
+-- the log is closed (its file stays). Returns nil, or why it cannot.
+function M.stop()
+  if not f then return nil end
+  if rewriting then return "a log rewrite is in progress" end
+  M.close()
+  f:close()
+  f = nil
+  buf, nbuf = {}, 0
+  written, synced = M.seq, M.seq
+  wake_waiters()
+  return nil
 end
 
 -- CONFIG SET appendfsync: from the next batch on.
@@ -504,7 +572,7 @@ end
 
 -- Writes what is buffered and syncs: for an orderly stop.
 function M.close()
-  if not f then return end
+  if not f or starting then return end
   if nbuf > 0 then
     local batch, upto = buf, M.seq
     buf, nbuf = {}, 0

@@ -10,11 +10,31 @@ local strings = require "kv.strings"
 
 local reg = R.register
 local get, set = store.get, store.set
-local bulk, int = resp.bulk, resp.int
-local NULL, WRONGTYPE = resp.NULL, resp.WRONGTYPE
+local bulk, int, null = resp.bulk, resp.int, resp.null
+local WRONGTYPE = resp.WRONGTYPE
 local type = type
+local account = store.account
 
 local M = {}
+
+local HASH_BYTES, FIELD_BYTES = 100, 90   -- a hash's tables; a field's strings and slot
+
+local function new_hash()
+  return { kind = "hash", n = 0, f = {}, bytes = HASH_BYTES }
+end
+
+-- Sets field of h to v (a string); returns true if the field is new.
+local function put_field(h, field, v)
+  local old = h.f[field]
+  h.f[field] = v
+  if old == nil then
+    h.n = h.n + 1
+    account(h, #field + #v + FIELD_BYTES)
+    return true
+  end
+  account(h, #v - #old)
+  return false
+end
 
 -- The hash at k: the hash, false for a missing key, nil for another type.
 local function hash_at(k)
@@ -36,7 +56,7 @@ end
 R.copiers.hash = function(h)
   local f = {}
   for field, v in pairs(h.f) do f[field] = v end
-  return { kind = "hash", n = h.n, f = f }
+  return { kind = "hash", n = h.n, f = f, bytes = h.bytes }
 end
 
 -- HSET key field value [field value ...] -> fields added; HMSET -> OK.
@@ -49,32 +69,29 @@ local function hset(name, ok_reply)
     local h = hash_at(k)
     if h == nil then return put(out, n, WRONGTYPE) end
     if not h then
-      h = { kind = "hash", n = 0, f = {} }
+      h = new_hash()
       set(k, h)
     end
-    local f, added = h.f, 0
+    local added = 0
     for i = 3, argc, 2 do
-      local field = argv[i]
-      if f[field] == nil then added = added + 1 end
-      f[field] = argv[i + 1]
+      if put_field(h, argv[i], argv[i + 1]) then added = added + 1 end
     end
-    h.n = h.n + added
     R.prop = true
     return put(out, n, ok_reply and resp.OK or int(added))
   end
 end
-reg("hset", -4, hset("hset", false), { write = true })
-reg("hmset", -4, hset("hmset", true), { write = true })
+reg("hset", hset("hset", false))
+reg("hmset", hset("hmset", true))
 
-reg("hget", 3, function(_, argv, _, out, n)
+reg("hget", function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   local v = h and h.f[argv[3]]
-  if not v then return put(out, n, NULL) end
+  if not v then return null(out, n) end
   return bulk(out, n, v)
 end)
 
-reg("hmget", -3, function(_, argv, argc, out, n)
+reg("hmget", function(_, argv, argc, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   n = n + 1
@@ -82,8 +99,7 @@ reg("hmget", -3, function(_, argv, argc, out, n)
   for i = 3, argc do
     local v = h and h.f[argv[i]]
     if not v then
-      n = n + 1
-      out[n] = NULL
+      n = null(out, n)
     else
       n = bulk(out, n, v)
     end
@@ -91,7 +107,7 @@ reg("hmget", -3, function(_, argv, argc, out, n)
   return n
 end)
 
-reg("hdel", -3, function(_, argv, argc, out, n)
+reg("hdel", function(_, argv, argc, out, n)
   local k = argv[2]
   local h = hash_at(k)
   if h == nil then return put(out, n, WRONGTYPE) end
@@ -99,9 +115,12 @@ reg("hdel", -3, function(_, argv, argc, out, n)
   if h then
     local f = h.f
     for i = 3, argc do
-      if f[argv[i]] ~= nil then
-        f[argv[i]] = nil
+      local field = argv[i]
+      local old = f[field]
+      if old ~= nil then
+        f[field] = nil
         removed = removed + 1
+        account(h, -(#field + #old + FIELD_BYTES))
       end
     end
     h.n = h.n - removed
@@ -109,26 +128,25 @@ reg("hdel", -3, function(_, argv, argc, out, n)
   end
   if removed > 0 then R.prop = true end
   return put(out, n, int(removed))
-end, { write = true })
+end)
 
-reg("hexists", 3, function(_, argv, _, out, n)
+reg("hexists", function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, (h and h.f[argv[3]] ~= nil) and resp.ONE or resp.ZERO)
 end)
 
-reg("hlen", 2, function(_, argv, _, out, n)
+reg("hlen", function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, int(h and h.n or 0))
 end)
 
-reg("hgetall", 2, function(_, argv, _, out, n)
+reg("hgetall", function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
-  if not h then return put(out, n, resp.EMPTY_ARRAY) end
-  n = n + 1
-  out[n] = resp.array_head(h.n * 2)
+  if not h then return resp.map(out, n, 0) end
+  n = resp.map(out, n, h.n)
   for field, v in pairs(h.f) do
     n = bulk(out, n, field)
     n = bulk(out, n, v)
@@ -147,25 +165,24 @@ local function hlist(keys)
     return n
   end
 end
-reg("hkeys", 2, hlist(true))
-reg("hvals", 2, hlist(false))
+reg("hkeys", hlist(true))
+reg("hvals", hlist(false))
 
-reg("hsetnx", 4, function(_, argv, _, out, n)
+reg("hsetnx", function(_, argv, _, out, n)
   local k = argv[2]
   local h = hash_at(k)
   if h == nil then return put(out, n, WRONGTYPE) end
   if h and h.f[argv[3]] ~= nil then return put(out, n, resp.ZERO) end
   if not h then
-    h = { kind = "hash", n = 0, f = {} }
+    h = new_hash()
     set(k, h)
   end
-  h.f[argv[3]] = argv[4]
-  h.n = h.n + 1
+  put_field(h, argv[3], argv[4])
   R.prop = true
   return put(out, n, resp.ONE)
-end, { write = true })
+end)
 
-reg("hstrlen", 3, function(_, argv, _, out, n)
+reg("hstrlen", function(_, argv, _, out, n)
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
   local v = h and h.f[argv[3]] or nil
@@ -173,7 +190,7 @@ reg("hstrlen", 3, function(_, argv, _, out, n)
 end)
 
 -- HINCRBY key field increment (int64, Redis's overflow error).
-reg("hincrby", 4, function(_, argv, _, out, n)
+reg("hincrby", function(_, argv, _, out, n)
   local by = ints.parse(argv[4])
   if by == nil then return put(out, n, resp.NOT_INT) end
   local k = argv[2]
@@ -188,20 +205,22 @@ reg("hincrby", 4, function(_, argv, _, out, n)
   local r = ints.add(cur, by)
   if r == nil then return put(out, n, "-ERR increment or decrement would overflow\r\n") end
   if not h then
-    h = { kind = "hash", n = 0, f = {} }
+    h = new_hash()
     set(k, h)
   end
-  if not v then h.n = h.n + 1 end
   local s = ints.str(r)
-  h.f[argv[3]] = s
+  put_field(h, argv[3], s)
   R.prop = true
   return put(out, n, ":" .. s .. "\r\n")
-end, { write = true })
+end)
 
 -- HINCRBYFLOAT key field increment: logged as HSET of the result, as Redis.
-reg("hincrbyfloat", 4, function(_, argv, _, out, n)
+reg("hincrbyfloat", function(_, argv, _, out, n)
   local by = strings.float_arg(argv[4])
   if not by then return put(out, n, "-ERR value is not a valid float\r\n") end
+  if by == math.huge or by == -math.huge then
+    return put(out, n, "-ERR value is NaN or Infinity\r\n")
+  end
   local k = argv[2]
   local h = hash_at(k)
   if h == nil then return put(out, n, WRONGTYPE) end
@@ -216,71 +235,88 @@ reg("hincrbyfloat", 4, function(_, argv, _, out, n)
     return put(out, n, "-ERR increment would produce NaN or Infinity\r\n")
   end
   if not h then
-    h = { kind = "hash", n = 0, f = {} }
+    h = new_hash()
     set(k, h)
   end
-  if not v then h.n = h.n + 1 end
   local s = strings.float_str(r)
-  h.f[argv[3]] = s
+  put_field(h, argv[3], s)
   R.prop = resp.encode({ "HSET", k, argv[3], s }, 4)
   return bulk(out, n, s)
-end, { write = true })
+end)
 
 -- HRANDFIELD key [count [WITHVALUES]]: count > 0 distinct fields, < 0
--- with repeats. O(n): the fields are listed first (Redis samples its
--- dict; a hash here has no array to pick from).
-reg("hrandfield", -2, function(_, argv, argc, out, n)
+-- with repeats; count is within -LONG_MAX..LONG_MAX, and with WITHVALUES
+-- within half that (Redis 7.0 doubles it for the reply's length). O(n):
+-- the fields are listed first (Redis samples its dict; a hash here has
+-- no array to pick from). With repeats, RESP3 pairs each field with its
+-- value.
+local LONG_HALF = 4611686018427387903LL
+reg("hrandfield", function(c, argv, argc, out, n)
   local count, withvalues
   if argc >= 3 then
     count = ints.parse(argv[3])
     if count == nil then return put(out, n, resp.NOT_INT) end
-    count = tonumber(count)
+    if ints.is_min(count) then return put(out, n, resp.OUT_OF_RANGE) end
     if argc == 4 then
       if argv[4]:lower() ~= "withvalues" then return put(out, n, resp.SYNTAX) end
       withvalues = true
+      if count > LONG_HALF or count < -LONG_HALF then
+        return put(out, n, "-ERR value is out of range\r\n")
+      end
     elseif argc > 4 then
       return put(out, n, resp.SYNTAX)
     end
+    count = tonumber(count)
   end
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
-  if not h then return put(out, n, count and resp.EMPTY_ARRAY or NULL) end
+  if not h then
+    if count then return resp.array(out, n, 0) end
+    return null(out, n)
+  end
   local fields = {}
   for field in pairs(h.f) do fields[#fields + 1] = field end
   local random = math.random
   if not count then return bulk(out, n, fields[random(#fields)]) end
-  local pick = {}
   if count < 0 then
-    for i = 1, -count do pick[i] = fields[random(#fields)] end
-  else
-    for i = #fields, 2, -1 do
-      local j = random(i)
-      fields[i], fields[j] = fields[j], fields[i]
+    -- With repeats: as SRANDMEMBER's (sets.lua), streamed when large.
+    local values
+    if withvalues then
+      values = {}
+      for i, field in ipairs(fields) do values[i] = h.f[field] end
     end
-    for i = 1, math.min(count, #fields) do pick[i] = fields[i] end
+    return require("kv.sets").random_repeats(c, out, n, -count, fields, #fields, values)
   end
-  n = put(out, n, resp.array_head(#pick * (withvalues and 2 or 1)))
-  for _, field in ipairs(pick) do
-    n = bulk(out, n, field)
-    if withvalues then n = bulk(out, n, h.f[field]) end
+  local pairs3 = withvalues and resp.is3()
+  local len = math.min(count, #fields)
+  n = resp.array(out, n, (withvalues and not pairs3) and len * 2 or len)
+  for i = #fields, 2, -1 do
+    local j = random(i)
+    fields[i], fields[j] = fields[j], fields[i]
+  end
+  for i = 1, len do
+    if pairs3 then n = resp.array(out, n, 2) end
+    n = bulk(out, n, fields[i])
+    if withvalues then n = bulk(out, n, h.f[fields[i]]) end
   end
   return n
 end)
 
 -- HSCAN key cursor [MATCH pattern] [COUNT count]: the whole hash in one
 -- reply, as SSCAN.
-reg("hscan", -3, function(_, argv, argc, out, n)
-  local match, err = require("kv.sets").scan_args(argv, argc)
-  if match == nil then return put(out, n, err) end
+reg("hscan", function(_, argv, argc, out, n)
+  local sets = require "kv.sets"
+  if not strings.cursor(argv[3]) then return put(out, n, sets.INVALID_CURSOR) end
   local h = hash_at(argv[2])
   if h == nil then return put(out, n, WRONGTYPE) end
+  if not h then return put(out, n, sets.EMPTY_SCAN) end
+  local match, err = sets.scan_args(argv, argc)
+  if match == nil then return put(out, n, err) end
   local t, m = {}, 0
-  if h then
-    for field, v in pairs(h.f) do
-      if not match or match(field) then
-        t[m + 1], t[m + 2] = field, v
-        m = m + 2
-      end
+  for field, v in pairs(h.f) do
+    if not match or match(field) then
+      t[m + 1], t[m + 2] = field, v
+      m = m + 2
     end
   end
   n = put(out, n, "*2\r\n$1\r\n0\r\n")

@@ -11,6 +11,13 @@ local byte, find, tonumber, tostring, format = string.byte, string.find, tonumbe
 local I64_MAX = 9223372036854775807LL
 local I64_MIN = -9223372036854775807LL - 1
 local EXACT = 2 ^ 53
+M.MIN = I64_MIN
+
+-- Whether v (from parse) is INT64_MIN, which Redis's getRangeLong...
+-- (-LONG_MAX..LONG_MAX) refuses: its negation does not fit.
+function M.is_min(v)
+  return type(v) ~= "number" and v == I64_MIN
+end
 
 -- The integer in s as Redis's string2ll accepts it (an optional '-', no
 -- '+', no spaces, no leading zeros, within int64), or nil. A Lua number

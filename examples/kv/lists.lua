@@ -7,37 +7,43 @@
 -- a quarter full. An emptied list is deleted, as in Redis.
 --
 -- A client blocked in BLPOP parks on its own semaphore, queued under each
--- key it waits for. A push marks the key ready; once the pushing command
--- is logged, the dispatcher calls serve(), which pops for the waiters in
--- arrival order and wakes them with the element already in hand, so no
--- other client can take it between the wake-up and the reply (Redis's
--- handleClientsBlockedOnKeys). A thread watches the blocked client's
--- socket meanwhile: a client that leaves stops waiting at once and is
--- never handed an element.
+-- key it waits for. A push, or any command that creates the key (RENAME,
+-- COPY, a ZADD for BZPOPMIN), marks the key ready; once the command (or
+-- the whole EXEC) is logged, the dispatcher calls serve(), which pops for
+-- the waiters in arrival order against the data as it is then and wakes
+-- them with the element already in hand, so no other client can take it
+-- between the wake-up and the reply (Redis's handleClientsBlockedOnKeys).
+-- A thread watches the blocked client's socket meanwhile: a client that
+-- leaves stops waiting at once and is never handed an element.
 local cohost = require "cohost"
 local R = require "kv.registry"
 local resp = require "kv.resp"
 local put = resp.put
 local store = require "kv.store"
 local strings = require "kv.strings"
+local ints = require "kv.ints"
 
 local reg = R.register
 local get, set = store.get, store.set
 local bulk, int, int_into = resp.bulk, resp.int, resp.int_into
-local NULL, WRONGTYPE, NOT_INT = resp.NULL, resp.WRONGTYPE, resp.NOT_INT
-local type, floor, lower = type, math.floor, string.lower
+local null, null_array = resp.null, resp.null_array
+local WRONGTYPE, NOT_INT = resp.WRONGTYPE, resp.NOT_INT
+local type, lower = type, string.lower
+local account = store.account
 local num_arg = strings.num_arg
 local band = bit.band
 local tnew = require "table.new"
 
 local MIN_CAP = 8   -- slots of a new list; a power of two
+local LIST_BYTES, ITEM_BYTES = 120, 32   -- a list's tables, an element's slot and header
 
 local M = {}
 
 local waiting = {}   -- key -> FIFO array of waiters (entries may be done)
 
 local function new_list()
-  return { kind = "list", items = tnew(MIN_CAP, 0), cap = MIN_CAP, h = 0, n = 0 }
+  return { kind = "list", items = tnew(MIN_CAP, 0), cap = MIN_CAP, h = 0, n = 0,
+           bytes = LIST_BYTES }
 end
 
 -- Moves l's elements into a new array of cap slots, first at slot 1.
@@ -67,7 +73,7 @@ end
 R.copiers.list = function(l)
   local items = tnew(l.cap, 0)
   for i = 1, l.cap do items[i] = l.items[i] end
-  return { kind = "list", items = items, cap = l.cap, h = l.h, n = l.n }
+  return { kind = "list", items = items, cap = l.cap, h = l.h, n = l.n, bytes = l.bytes }
 end
 
 -- The list at k for reading: the list, false for a missing key, or nil
@@ -80,8 +86,8 @@ local function list_at(k)
 end
 
 -- Pops one element from the left (left = true) or right of l, deleting
--- k when l empties.
-local function pop(k, l, left)
+-- k when l empties (unless keep: LMOVE of a list onto itself).
+local function pop(k, l, left, keep)
   local items, mask, h, n = l.items, l.cap - 1, l.h, l.n - 1
   local v, slot
   if left then
@@ -93,8 +99,9 @@ local function pop(k, l, left)
   v = items[slot]
   items[slot] = nil
   l.n = n
+  account(l, -(#v + ITEM_BYTES))
   if n == 0 then
-    store.del(k)
+    if not keep then store.del(k) end
   elseif n * 4 < l.cap and l.cap > MIN_CAP then
     resize(l, l.cap / 2)
   end
@@ -114,6 +121,7 @@ local function push_one(l, v, left)
     l.items[band(l.h + len, mask) + 1] = v
   end
   l.n = len + 1
+  account(l, #v + ITEM_BYTES)
 end
 
 -- LPUSH/RPUSH key element [element ...]
@@ -132,8 +140,8 @@ local function push(left)
     return int_into(out, n, l.n)
   end
 end
-reg("lpush", -3, push(true), { write = true })
-reg("rpush", -3, push(false), { write = true })
+reg("lpush", push(true))
+reg("rpush", push(false))
 
 -- LPOP/RPOP key [count]
 local function popcmd(left)
@@ -152,7 +160,10 @@ local function popcmd(left)
     local k = argv[2]
     local l = list_at(k)
     if l == nil then return put(out, n, WRONGTYPE) end
-    if not l then return put(out, n, count and resp.NULL_ARRAY or NULL) end
+    if not l then
+      if count then return null_array(out, n) end
+      return null(out, n)
+    end
     if not count then
       R.prop = true
       return bulk(out, n, pop(k, l, left))
@@ -166,17 +177,17 @@ local function popcmd(left)
     return n
   end
 end
-reg("lpop", -2, popcmd(true), { write = true })
-reg("rpop", -2, popcmd(false), { write = true })
+reg("lpop", popcmd(true))
+reg("rpop", popcmd(false))
 
-reg("llen", 2, function(_, argv, _, out, n)
+reg("llen", function(_, argv, _, out, n)
   local l = list_at(argv[2])
   if l == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, int(l and l.n or 0))
 end)
 
 -- Redis's index clamping for LRANGE: negative counts from the end.
-reg("lrange", 4, function(_, argv, _, out, n)
+reg("lrange", function(_, argv, _, out, n)
   local s, e = num_arg(argv[3]), num_arg(argv[4])
   if not s or not e then return put(out, n, NOT_INT) end
   local l = list_at(argv[2])
@@ -194,15 +205,15 @@ reg("lrange", 4, function(_, argv, _, out, n)
   return n
 end)
 
-reg("lindex", 3, function(_, argv, _, out, n)
+reg("lindex", function(_, argv, _, out, n)
   local i = num_arg(argv[3])
   if not i then return put(out, n, NOT_INT) end
   local l = list_at(argv[2])
   if l == nil then return put(out, n, WRONGTYPE) end
-  if not l then return put(out, n, NULL) end
+  if not l then return null(out, n) end
   local len = l.n
   if i < 0 then i = len + i end
-  if i < 0 or i >= len then return put(out, n, NULL) end
+  if i < 0 or i >= len then return null(out, n) end
   return bulk(out, n, at(l, i))
 end)
 
@@ -222,7 +233,7 @@ local function unqueue(w)
 end
 
 -- Marks k ready if clients wait on it: the dispatcher serves them once
--- the command that gave k elements is logged.
+-- the command that gave k elements (or created it) is logged.
 function M.ready(k)
   if waiting[k] then
     R.ready[k] = true
@@ -230,8 +241,19 @@ function M.ready(k)
   end
 end
 
+-- Ends w's wait: with its items (got), an error reply for its client
+-- (err), or neither (a timeout, CLIENT UNBLOCK, the client gone).
+local function finish(w, got, err)
+  w.done, w.got, w.err = true, got, err
+  w.sema:post()
+end
+M.finish = finish
+
 -- Hands elements of the ready keys to their waiters, oldest first, and
--- logs each pop. Called by the dispatcher after the pushing command.
+-- logs each pop. A waiter whose move cannot be done (BLMOVE into a key of
+-- another type) gets its error and the element stays; a key of another
+-- type than the waiters want keeps them waiting. Called by the dispatcher
+-- after the command that made the keys ready.
 function M.serve()
   local ready = R.ready
   R.ready, R.any_ready = {}, false
@@ -241,11 +263,15 @@ function M.serve()
     while q and #q > 0 do
       local w = q[1]
       if not w.done then
-        local got, _, rec = w.take(k)
-        if not got then break end
-        w.done, w.got = true, got
-        R.log_after(rec)
-        w.sema:post()
+        local got, err, rec = w.take(k)
+        if got then
+          R.log_after(rec)
+          finish(w, got)
+        elseif type(err) == "string" then
+          finish(w, nil, err)
+        else
+          break
+        end
       end
       table.remove(q, 1)
     end
@@ -262,10 +288,7 @@ local function watch(c, w)
       c.pending = (c.pending or "") .. data
     elseif err ~= "timeout" then
       c.gone = true
-      if not w.done then
-        w.done = true
-        w.sema:post()
-      end
+      if not w.done then finish(w) end
       return
     end
   end
@@ -278,19 +301,33 @@ local function keys_then_timeout(argv, argc)
   return keys, argv[argc]
 end
 
+-- A timeout in seconds as Redis 7.0 reads one (getTimeoutFromObjectOrReply):
+-- a float as strtold takes it, in ms rounded up; past int64 ms (inf
+-- too) the conversion wraps, which Redis reports as negative. Returns
+-- the ms (0: for ever), or nil and the error reply.
+local float_arg = strings.float_arg
+function M.timeout_ms(s)
+  local t = float_arg(s)
+  if not t then return nil, "-ERR timeout is not a float or out of range\r\n" end
+  local ms = math.ceil(t * 1000)
+  if ms < 0 or ms >= 2 ^ 63 then return nil, "-ERR timeout is negative\r\n" end
+  return ms
+end
+
 -- A blocking command (BLPOP, BZPOPMIN, BLMOVE...). parse(argv, argc) ->
 -- the keys, the timeout's text and a context for take (copied: argv is
 -- the connection's and changes), or nil and an error reply (default:
 -- key [key ...] timeout). take(k, ctx) -> the reply's items (an array of
--- strings; one bulk string if single), or nil if k has nothing to give,
--- or nil, true if k holds the wrong type; and the record that logs the
--- taking; reply(out, n, got) -> n answers with it (default: an array of
--- the items), none (default a null array) when nothing came. An element
--- already there is taken at once; else the client waits (not inside
--- EXEC) until a command gives one of the keys something, the timeout
--- passes or it leaves.
+-- strings), the record that logs the taking; or nil when k has nothing
+-- to give; nil, true when k holds the wrong type; nil and an error reply
+-- when the taking fails otherwise (BLMOVE into a key of another type).
+-- reply(out, n, got) -> n answers with it (default: an array of the
+-- items); none(out, n) answers when nothing came (default a null array).
+-- An element already there is taken at once; else the client waits (not
+-- inside EXEC) until a command gives one of the keys something, the
+-- timeout passes, CLIENT UNBLOCK or KILL ends the wait or it leaves.
 local function items_reply(out, n, got)
-  n = put(out, n, resp.array_head(#got))
+  n = resp.array(out, n, #got)
   for i = 1, #got do n = bulk(out, n, got[i]) end
   return n
 end
@@ -298,60 +335,59 @@ end
 function M.blocking(take, parse, reply, none)
   parse = parse or keys_then_timeout
   reply = reply or items_reply
-  none = none or resp.NULL_ARRAY
+  none = none or null_array
   return function(c, argv, argc, out, n)
     local keys, ttext, ctx = parse(argv, argc)
     if not keys then return put(out, n, ttext) end
-    local timeout = tonumber(ttext)
-    if not timeout or timeout ~= timeout or not ttext:find("^[%d%.%-+eE]+$") then
-      return put(out, n, "-ERR timeout is not a float or out of range\r\n")
-    end
-    if timeout < 0 then return put(out, n, "-ERR timeout is negative\r\n") end
-    local got
+    local ms, terr = M.timeout_ms(ttext)
+    if not ms then return put(out, n, terr) end
     for i = 1, #keys do
-      local wrong, rec
-      got, wrong, rec = take(keys[i], ctx)
-      if wrong then return put(out, n, WRONGTYPE) end
+      local got, err, rec = take(keys[i], ctx)
+      if err == true then return put(out, n, WRONGTYPE) end
+      if err then return put(out, n, err) end
       if got then
         R.prop = rec
-        break
+        return reply(out, n, got)
       end
     end
-    if not got then
-      -- Inside EXEC a blocking command does not block (as Redis).
-      if c.in_exec or not c.sock then return put(out, n, none) end
-      -- Block: the replies before this one go out first.
-      n = c:flush(out, n)
-      c.sema = c.sema or cohost.semaphore.new(0)
-      local w = { keys = keys, take = function(k) return take(k, ctx) end, sema = c.sema,
-                  done = false }
-      for _, k in ipairs(keys) do
-        local q = waiting[k]
-        if not q then
-          q = {}
-          waiting[k] = q
-        end
-        q[#q + 1] = w
+    -- Inside EXEC a blocking command does not block (as Redis).
+    if c.in_exec or not c.sock then return none(out, n) end
+    -- Block: the replies before this one go out first.
+    n = c:flush(out, n)
+    c.sema = c.sema or cohost.semaphore.new(0)
+    local w = { keys = keys, take = function(k) return take(k, ctx) end, sema = c.sema,
+                done = false }
+    for _, k in ipairs(keys) do
+      local q = waiting[k]
+      if not q then
+        q = {}
+        waiting[k] = q
       end
-      R.stats.blocked = R.stats.blocked + 1
-      local watcher = cohost.spawn(watch, c, w)
-      -- 0 waits for ever (the semaphore's limit is about 24 days a wait).
-      local left_s = timeout > 0 and timeout or math.huge
-      local deadline = cohost.monotonic() + left_s
-      while not w.done do
-        local wait = deadline - cohost.monotonic()
-        if wait <= 0 then break end
-        c.sema:wait(wait < 1e6 and wait or 1e6)
-      end
-      R.stats.blocked = R.stats.blocked - 1
-      w.done = true
-      cohost.kill(watcher)
-      cohost.wait(watcher)
-      unqueue(w)
-      got = w.got
-      if not got then return put(out, n, none) end
+      q[#q + 1] = w
     end
-    return reply(out, n, got)
+    R.stats.blocked = R.stats.blocked + 1
+    c.blocked = w
+    local watcher = cohost.spawn(watch, c, w)
+    local t0 = cohost.monotonic()
+    -- 0 waits for ever (the semaphore's limit is about 24 days a wait).
+    local deadline = ms > 0 and t0 + ms / 1000 or math.huge
+    while not w.done do
+      local wait = deadline - cohost.monotonic()
+      if wait <= 0 then break end
+      c.sema:wait(wait < 1e6 and wait or 1e6)
+    end
+    R.stats.blocked = R.stats.blocked - 1
+    c.blocked = nil
+    c.waited = (cohost.monotonic() - t0) * 1e6   -- not counted as the command's time
+    w.done = true
+    cohost.kill(watcher)
+    cohost.wait(watcher)
+    unqueue(w)
+    -- Others were answered meanwhile, perhaps in the other protocol.
+    resp.use(c.proto)
+    if w.err then return put(out, n, w.err) end
+    if not w.got then return none(out, n) end
+    return reply(out, n, w.got)
   end
 end
 
@@ -362,11 +398,15 @@ local function bpop(left)
     local l = list_at(k)
     if l == nil then return nil, true end
     if not l then return nil end
-    return { k, pop(k, l, left) }, false, resp.encode({ name, k }, 2)
+    local v = pop(k, l, left)
+    R.note("l", left and "lpop" or "rpop", k)
+    if l.n == 0 then R.note("g", "del", k) end
+    R.changed = { k }
+    return { k, v }, nil, resp.encode({ name, k }, 2)
   end)
 end
-reg("blpop", -3, bpop(true), { write = true, last = -2 })
-reg("brpop", -3, bpop(false), { write = true, last = -2 })
+reg("blpop", bpop(true))
+reg("brpop", bpop(false))
 
 -- -- Editing ---------------------------------------------------------------
 
@@ -374,13 +414,17 @@ reg("brpop", -3, bpop(false), { write = true, last = -2 })
 local function refill(l, t, count)
   local cap = MIN_CAP
   while cap < count do cap = cap * 2 end
-  local items = tnew(cap, 0)
-  for i = 1, count do items[i] = t[i] end
+  local items, bytes = tnew(cap, 0), LIST_BYTES
+  for i = 1, count do
+    items[i] = t[i]
+    bytes = bytes + #t[i] + ITEM_BYTES
+  end
   l.items, l.cap, l.h, l.n = items, cap, 0, count
+  account(l, bytes - l.bytes)
 end
 
 -- LTRIM key start stop
-reg("ltrim", 4, function(_, argv, _, out, n)
+reg("ltrim", function(_, argv, _, out, n)
   local s, e = num_arg(argv[3]), num_arg(argv[4])
   if not s or not e then return put(out, n, NOT_INT) end
   local k = argv[2]
@@ -402,10 +446,10 @@ reg("ltrim", 4, function(_, argv, _, out, n)
   if m == 0 then store.del(k) elseif m < len then refill(l, t, m) end
   R.prop = true
   return put(out, n, resp.OK)
-end, { write = true })
+end)
 
 -- LREM key count element: count > 0 from the head, < 0 from the tail, 0 all.
-reg("lrem", 4, function(_, argv, _, out, n)
+reg("lrem", function(_, argv, _, out, n)
   local count = num_arg(argv[3])
   if not count then return put(out, n, NOT_INT) end
   local k, x = argv[2], argv[4]
@@ -437,10 +481,10 @@ reg("lrem", 4, function(_, argv, _, out, n)
   if m == 0 then store.del(k) else refill(l, t, m) end
   R.prop = true
   return put(out, n, int(removed))
-end, { write = true })
+end)
 
 -- LSET key index element
-reg("lset", 4, function(_, argv, _, out, n)
+reg("lset", function(_, argv, _, out, n)
   local i = num_arg(argv[3])
   if not i then return put(out, n, NOT_INT) end
   local l = list_at(argv[2])
@@ -448,13 +492,15 @@ reg("lset", 4, function(_, argv, _, out, n)
   if not l then return put(out, n, "-ERR no such key\r\n") end
   if i < 0 then i = l.n + i end
   if i < 0 or i >= l.n then return put(out, n, "-ERR index out of range\r\n") end
-  l.items[band(l.h + i, l.cap - 1) + 1] = argv[4]
+  local slot = band(l.h + i, l.cap - 1) + 1
+  account(l, #argv[4] - #l.items[slot])
+  l.items[slot] = argv[4]
   R.prop = true
   return put(out, n, resp.OK)
-end, { write = true })
+end)
 
 -- LINSERT key BEFORE|AFTER pivot element
-reg("linsert", 5, function(_, argv, _, out, n)
+reg("linsert", function(_, argv, _, out, n)
   local where = lower(argv[3])
   if where ~= "before" and where ~= "after" then return put(out, n, resp.SYNTAX) end
   local l = list_at(argv[2])
@@ -476,10 +522,10 @@ reg("linsert", 5, function(_, argv, _, out, n)
   refill(l, t, m)
   R.prop = true
   return int_into(out, n, m)
-end, { write = true })
+end)
 
 -- LPOS key element [RANK rank] [COUNT num] [MAXLEN len]
-reg("lpos", -3, function(_, argv, argc, out, n)
+reg("lpos", function(_, argv, argc, out, n)
   local rank, count, maxlen = 1, nil, 0
   local j = 4
   while j <= argc do
@@ -488,6 +534,9 @@ reg("lpos", -3, function(_, argv, argc, out, n)
     local v = num_arg(argv[j + 1])
     if v == nil then return put(out, n, NOT_INT) end
     if o == "rank" then
+      -- INT64_MIN: Redis 7.0 negates it into itself, a rank every match
+      -- reaches, so it finds the last match (the first from the tail).
+      if ints.is_min(ints.parse(argv[j + 1])) then v = -1 end
       if v == 0 then
         return put(out, n, "-ERR RANK can't be zero: use 1 to start from the first match, 2 from "
                    .. "the second ... or use negative to start from the end of the list\r\n")
@@ -526,7 +575,7 @@ reg("lpos", -3, function(_, argv, argc, out, n)
     end
   end
   if not count then
-    if nf == 0 then return put(out, n, NULL) end
+    if nf == 0 then return null(out, n) end
     return put(out, n, int(found[1]))
   end
   n = put(out, n, resp.array_head(nf))
@@ -543,22 +592,29 @@ local function side(s)
   return nil
 end
 
--- Pops from src's side and pushes to dst's: the element, or nil if src
--- is empty, or nil, true for a wrong type. Checks both types first.
+-- Pops from src's side and pushes to dst's: the element; or nil if src
+-- is empty (dst is not looked at then: BRPOPLPUSH into a key of another
+-- type blocks, as in Redis); nil, true if src holds another type; nil and
+-- WRONGTYPE if dst does (checked before anything moves).
 local function move(src, dst, from_left, to_left)
   local l = list_at(src)
-  local d = list_at(dst)
-  if l == nil or d == nil then return nil, true end
+  if l == nil then return nil, true end
   if not l then return nil end
+  local d = list_at(dst)
+  if d == nil then return nil, WRONGTYPE end
   R.modified(dst)
-  local v = pop(src, l, from_left)
-  d = list_at(dst)   -- src == dst and it emptied
+  local v = pop(src, l, from_left, src == dst)
   if not d then
     d = new_list()
     set(dst, d)
   end
   push_one(d, v, to_left)
   M.ready(dst)
+  -- Redis's order: the push, the pop, the source's deletion.
+  R.note("l", to_left and "lpush" or "rpush", dst)
+  R.note("l", from_left and "lpop" or "rpop", src)
+  if l.n == 0 then R.note("g", "del", src) end
+  R.changed = { src, dst }
   return v
 end
 
@@ -575,30 +631,29 @@ local function lmove(fixed)
     if from == nil or to == nil then return put(out, n, resp.SYNTAX) end
     local v, wrong = move(argv[2], argv[3], from, to)
     if wrong then return put(out, n, WRONGTYPE) end
-    if v == nil then return put(out, n, NULL) end
+    if v == nil then return null(out, n) end
     R.prop = lmove_rec({ argv[2], argv[3], from, to })
     return bulk(out, n, v)
   end
 end
-reg("lmove", 5, lmove(false), { write = true, last = 3 })
-reg("rpoplpush", 3, lmove(true), { write = true, last = 3 })
+reg("lmove", lmove(false))
+reg("rpoplpush", lmove(true))
 
 -- BLMOVE src dst LEFT|RIGHT LEFT|RIGHT timeout, BRPOPLPUSH src dst timeout.
 local function blmove_take(k, ctx)
-  local v, wrong = move(k, ctx[2], ctx[3], ctx[4])
-  if wrong then return nil, true end
-  if v == nil then return nil end
-  return { v }, false, lmove_rec(ctx)
+  local v, err = move(k, ctx[2], ctx[3], ctx[4])
+  if v == nil then return nil, err end
+  return { v }, nil, lmove_rec(ctx)
 end
 local function one_reply(out, n, got) return bulk(out, n, got[1]) end
-reg("blmove", 6, M.blocking(blmove_take, function(argv)
+reg("blmove", M.blocking(blmove_take, function(argv)
   local from, to = side(argv[4]), side(argv[5])
   if from == nil or to == nil then return nil, resp.SYNTAX end
   return { argv[2] }, argv[6], { argv[2], argv[3], from, to }
-end, one_reply, NULL), { write = true, last = 3 })
-reg("brpoplpush", 4, M.blocking(blmove_take, function(argv)
+end, one_reply, null))
+reg("brpoplpush", M.blocking(blmove_take, function(argv)
   return { argv[2] }, argv[4], { argv[2], argv[3], false, true }
-end, one_reply, NULL), { write = true, last = 3 })
+end, one_reply, null))
 
 -- LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count] (from 'at' on:
 -- BLMPOP has its timeout first). Returns keys, { left, count }, or nil
@@ -633,24 +688,20 @@ local function mpop_take(k, ctx)
   local count = ctx[2] < l.n and ctx[2] or l.n
   local items = {}
   for i = 1, count do items[i] = pop(k, l, ctx[1]) end
-  return { k, items }, false, resp.encode({ ctx[1] and "LPOP" or "RPOP", k, tostring(count) }, 3)
+  R.note("l", ctx[1] and "lpop" or "rpop", k)
+  if l.n == 0 then R.note("g", "del", k) end
+  R.changed = { k }
+  return { k, items }, nil, resp.encode({ ctx[1] and "LPOP" or "RPOP", k, tostring(count) }, 3)
 end
 
 -- The reply [key, [elements]].
 local function mpop_reply(out, n, got)
   n = put(out, n, "*2\r\n")
   n = bulk(out, n, got[1])
-  return strings.bulk_array(out, n, got[2], #got[2])
+  return resp.bulk_array(out, n, got[2], #got[2])
 end
 
-local function mpop_keys(at_)
-  return function(argv, argc, touch)
-    local nk = num_arg(argv[at_]) or 0
-    for i = at_ + 1, math.min(at_ + nk, argc) do touch(argv[i]) end
-  end
-end
-
-reg("lmpop", -4, function(_, argv, argc, out, n)
+reg("lmpop", function(_, argv, argc, out, n)
   local keys, ctx = mpop_args(argv, argc, 2)
   if not keys then return put(out, n, ctx) end
   for _, k in ipairs(keys) do
@@ -661,14 +712,14 @@ reg("lmpop", -4, function(_, argv, argc, out, n)
       return mpop_reply(out, n, got)
     end
   end
-  return put(out, n, resp.NULL_ARRAY)
-end, { write = true, keys = mpop_keys(2) })
+  return null_array(out, n)
+end)
 
 -- BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]
-reg("blmpop", -5, M.blocking(mpop_take, function(argv, argc)
+reg("blmpop", M.blocking(mpop_take, function(argv, argc)
   local keys, ctx = mpop_args(argv, argc, 3)
   if not keys then return nil, ctx end
   return keys, argv[2], ctx
-end, mpop_reply), { write = true, keys = mpop_keys(3) })
+end, mpop_reply))
 
 return M

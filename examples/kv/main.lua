@@ -26,7 +26,11 @@ require "kv.sets"
 require "kv.zsets"
 require "kv.pubsub"
 require "kv.conn"
+require "kv.introspect"
+require "kv.scripting"
+require "kv.functions"
 local admin = require "kv.admin"
+local monitor = require "kv.monitor"
 local aof = require "kv.aof"
 local server = require "kv.server"
 local store = require "kv.store"
@@ -103,8 +107,8 @@ local cfg = R.config
 R.stats.started = cohost.now()
 math.randomseed(os.time())
 
+if cfg.rewrite_min then aof.AUTO_MIN = cfg.rewrite_min end
 if cfg.appendonly then
-  if cfg.rewrite_min then aof.AUTO_MIN = cfg.rewrite_min end
   local t0 = cohost.monotonic()
   local ok, count = pcall(aof.open, cfg.dir, cfg.appendfsync, server.exec, cfg.repair)
   if not ok then
@@ -113,8 +117,21 @@ if cfg.appendonly then
   end
   cohost.log(cohost.NOTICE, ("kv: replayed %d records from %s/%s in %.3f s: %d keys"):format(
     count, cfg.dir, aof.FILE, cohost.monotonic() - t0, store.size()))
-  admin.set_aof_status(aof.status)
-  admin.on_appendfsync = aof.set_mode
+end
+admin.set_aof_status(aof.status)
+admin.on_appendfsync = aof.set_mode
+
+-- CONFIG SET appendonly: the log is started (by a rewrite of the data) or
+-- stopped at run time.
+admin.on_appendonly = function(on)
+  local why
+  if on then why = aof.start(cfg.dir, cfg.appendfsync) else why = aof.stop() end
+  if why then return why end
+  server.set_logging(on)
+end
+aof.on_failed_start = function()
+  server.set_logging(false)
+  cfg.appendonly = false
 end
 
 local listener = server.start(cfg.bind .. ":" .. cfg.port, cfg.appendonly)
@@ -123,10 +140,24 @@ cfg.port = port
 cohost.log(cohost.NOTICE, "kv: ready on ", cfg.bind, ":", port, " (appendonly ",
            cfg.appendonly and cfg.appendfsync or "off", ")")
 
--- Active expiry: ten times a second, as Redis's hz 10.
-cohost.timer.every(0.1, function(premature)
-  if not premature then store.sweep(2) end
-end)
+-- Background work hz times a second (CONFIG SET hz; 10 as Redis's
+-- default): the clock LRU reads, the active expiry sweep, and giving back
+-- the memory of what was deleted, each within a small budget.
+local tick
+local function arm()
+  cohost.timer.at(1 / admin.hz, tick)
+end
+function tick(premature)
+  if premature then return end
+  store.clock = cohost.now()
+  local t0 = monitor.now_us()
+  store.sweep(2)
+  monitor.latency("expire-cycle", (monitor.now_us() - t0) / 1000)
+  store.step(10)
+  arm()
+end
+store.clock = cohost.now()
+arm()
 
 -- SIGTERM/SIGINT: write and sync the log, then exit at once as Redis
 -- does (clients are not waited for). The timer is cut short at shutdown.

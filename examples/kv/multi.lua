@@ -10,6 +10,7 @@
 -- transaction at the end of the log, as Redis's loader does).
 local R = require "kv.registry"
 local resp = require "kv.resp"
+local store = require "kv.store"
 local put = resp.put
 
 local reg = R.register
@@ -62,11 +63,14 @@ function M.changed_all(exists)
   end
 end
 
-reg("watch", -2, function(c, argv, argc, out, n)
+-- A key already past its deadline is deleted before it is watched, so its
+-- deletion is not taken for a change later (Redis's watchedKey.expired).
+reg("watch", function(c, argv, argc, out, n)
   if c.multi then return put(out, n, "-ERR WATCH inside MULTI is not allowed\r\n") end
   c.watching = c.watching or {}
   for i = 2, argc do
     local k = argv[i]
+    store.get(k)
     if not c.watching[k] then
       c.watching[k] = true
       local set = watchers[k]
@@ -81,37 +85,42 @@ reg("watch", -2, function(c, argv, argc, out, n)
   return put(out, n, resp.OK)
 end, { txn = true })
 
-reg("unwatch", 1, function(c, _, _, out, n)
+reg("unwatch", function(c, _, _, out, n)
   unwatch_all(c)
   return put(out, n, resp.OK)
 end, { txn = true })
 
 -- -- MULTI / EXEC ----------------------------------------------------------
 
-reg("multi", 1, function(c, _, _, out, n)
+reg("multi", function(c, _, _, out, n)
   if c.multi then return put(out, n, "-ERR MULTI calls can not be nested\r\n") end
   c.multi = { n = 0, aborted = false }
   return put(out, n, resp.OK)
 end, { txn = true })
 
-reg("discard", 1, function(c, _, _, out, n)
+reg("discard", function(c, _, _, out, n)
   if not c.multi then return put(out, n, "-ERR DISCARD without MULTI\r\n") end
   c.multi = nil
   unwatch_all(c)
   return put(out, n, resp.OK)
 end, { txn = true })
 
-reg("exec", 1, function(c, _, _, out, n)
+-- EXEC: a watched key that reached its deadline since WATCH counts as
+-- changed even if nothing deleted it yet (the lookup deletes it now).
+reg("exec", function(c, _, _, out, n)
   local q = c.multi
   if not q then return put(out, n, "-ERR EXEC without MULTI\r\n") end
   c.multi = nil
+  if c.watching and not c.dirty then
+    for k in pairs(c.watching) do store.get(k) end
+  end
   local dirty = c.dirty
   unwatch_all(c)
   if q.aborted then
     return put(out, n, "-EXECABORT Transaction discarded because of previous errors.\r\n")
   end
-  if dirty then return put(out, n, resp.NULL_ARRAY) end
-  n = put(out, n, resp.array_head(q.n))
+  if dirty then return resp.null_array(out, n) end
+  n = resp.array(out, n, q.n)
   c.in_exec, c.multi_logged = true, false
   local pause = c.pause
   c.pause = nil
@@ -129,14 +138,15 @@ reg("exec", 1, function(c, _, _, out, n)
   return n
 end, { txn = true })
 
--- Queues a command in c's transaction, or refuses it (err: the error
--- reply, which aborts the transaction). Returns the new reply count.
-function M.queue(c, argv, argc, out, n, err)
+-- Queues a command (cmd) in c's transaction, or refuses it (err: the
+-- error reply, which aborts the transaction). Returns the new reply count.
+function M.queue(c, argv, argc, out, n, err, cmd)
   local q = c.multi
   if err then
     q.aborted = true
     return put(out, n, err)
   end
+  if cmd.flag.denyoom then q.denyoom = true end   -- EXEC is refused while out of memory
   local copy = {}
   for i = 1, argc do copy[i] = argv[i] end
   q.n = q.n + 1

@@ -19,9 +19,11 @@ local function count(c)
   return c.nsubs or 0
 end
 
--- The reply for one (un)subscription: kind, the name (nil: null), count.
-local function sub_reply(kind, name, n)
-  return "*3\r\n" .. bulk_str(kind) .. (name and bulk_str(name) or resp.NULL) .. int(n)
+-- The reply for one (un)subscription to client c: kind, the name (nil:
+-- null), count; for RESP3 a push.
+local function sub_reply(c, kind, name, n)
+  return resp.push_head(3, c.proto) .. bulk_str(kind)
+    .. (name and bulk_str(name) or resp.null_for(c.proto)) .. int(n)
 end
 
 local function subscribe(c, ch)
@@ -78,22 +80,22 @@ local function punsubscribe(c, pat)
   return true
 end
 
-reg("subscribe", -2, function(c, argv, argc, out, n)
+reg("subscribe", function(c, argv, argc, out, n)
   c:start_writer()
   for i = 2, argc do
     subscribe(c, argv[i])
     n = n + 1
-    out[n] = sub_reply("subscribe", argv[i], count(c))
+    out[n] = sub_reply(c, "subscribe", argv[i], count(c))
   end
   return n
 end, { pubsub = true })
 
-reg("psubscribe", -2, function(c, argv, argc, out, n)
+reg("psubscribe", function(c, argv, argc, out, n)
   c:start_writer()
   for i = 2, argc do
     psubscribe(c, argv[i])
     n = n + 1
-    out[n] = sub_reply("psubscribe", argv[i], count(c))
+    out[n] = sub_reply(c, "psubscribe", argv[i], count(c))
   end
   return n
 end, { pubsub = true })
@@ -110,20 +112,20 @@ local function unsub(kind, list_of, leave)
     end
     if #names == 0 then
       n = n + 1
-      out[n] = sub_reply(kind, nil, count(c))
+      out[n] = sub_reply(c, kind, nil, count(c))
       return n
     end
     for _, name in ipairs(names) do
       leave(c, name)
       n = n + 1
-      out[n] = sub_reply(kind, name, count(c))
+      out[n] = sub_reply(c, kind, name, count(c))
     end
     return n
   end
 end
-reg("unsubscribe", -1, unsub("unsubscribe", function(c) return c.subs end, unsubscribe),
+reg("unsubscribe", unsub("unsubscribe", function(c) return c.subs end, unsubscribe),
     { pubsub = true })
-reg("punsubscribe", -1, unsub("punsubscribe", function(c) return c.psubs end, punsubscribe),
+reg("punsubscribe", unsub("punsubscribe", function(c) return c.psubs end, punsubscribe),
     { pubsub = true })
 
 -- Sends msg to the subscribers of channel ch and of matching patterns;
@@ -132,17 +134,18 @@ local function publish(ch, msg)
   local receivers = 0
   local set = channels[ch]
   if set then
-    local frame = "*3\r\n$7\r\nmessage\r\n" .. bulk_str(ch) .. bulk_str(msg)
+    -- The frame's body once; its head is RESP2's array or RESP3's push.
+    local body = "$7\r\nmessage\r\n" .. bulk_str(ch) .. bulk_str(msg)
     for c in pairs(set) do
-      c:deliver(frame)
+      c:deliver(resp.push_head(3, c.proto) .. body)
       receivers = receivers + 1
     end
   end
   for pat, p in pairs(patterns) do
     if p.match(ch) then
-      local frame = "*4\r\n$8\r\npmessage\r\n" .. bulk_str(pat) .. bulk_str(ch) .. bulk_str(msg)
+      local body = "$8\r\npmessage\r\n" .. bulk_str(pat) .. bulk_str(ch) .. bulk_str(msg)
       for c in pairs(p.clients) do
-        c:deliver(frame)
+        c:deliver(resp.push_head(4, c.proto) .. body)
         receivers = receivers + 1
       end
     end
@@ -152,40 +155,52 @@ end
 require("kv.notify").set_publisher(publish)
 
 -- PUBLISH channel message -> the number of clients that got it.
-reg("publish", 3, function(_, argv, _, out, n)
+reg("publish", function(_, argv, _, out, n)
   return put(out, n, int(publish(argv[2], argv[3])))
 end)
 
 -- PUBSUB CHANNELS [pattern], NUMSUB [channel ...], NUMPAT, HELP.
-reg("pubsub", -2, function(_, argv, argc, out, n)
-  local sub = argv[2]:lower()
-  if sub == "channels" and argc <= 3 then
-    local match = argc == 3 and store.matcher(argv[3]) or nil
-    local t = {}
-    for ch in pairs(channels) do
-      if not match or match(ch) then t[#t + 1] = ch end
-    end
-    n = n + 1
-    out[n] = resp.array_head(#t)
-    for _, ch in ipairs(t) do n = resp.bulk(out, n, ch) end
-    return n
-  elseif sub == "numsub" then
-    n = n + 1
-    out[n] = resp.array_head((argc - 2) * 2)
-    for i = 3, argc do
-      local count = 0
-      for _ in pairs(channels[argv[i]] or {}) do count = count + 1 end
-      n = resp.bulk(out, n, argv[i])
-      n = put(out, n, int(count))
-    end
-    return n
-  elseif sub == "numpat" and argc == 2 then
-    local count = 0
-    for _ in pairs(patterns) do count = count + 1 end
-    return put(out, n, int(count))
+reg("pubsub", nil)
+
+reg("pubsub|channels", function(_, argv, argc, out, n)
+  local match = argc == 3 and store.matcher(argv[3]) or nil
+  local t = {}
+  for ch in pairs(channels) do
+    if not match or match(ch) then t[#t + 1] = ch end
   end
-  return put(out, n, resp.err("ERR unknown subcommand '" .. argv[2]:sub(1, 128)
-                              .. "'. Try PUBSUB HELP."))
+  return resp.bulk_array(out, n, t, #t)
+end)
+
+reg("pubsub|numsub", function(_, argv, argc, out, n)
+  n = resp.array(out, n, (argc - 2) * 2)
+  for i = 3, argc do
+    local count = 0
+    for _ in pairs(channels[argv[i]] or {}) do count = count + 1 end
+    n = resp.bulk(out, n, argv[i])
+    n = put(out, n, int(count))
+  end
+  return n
+end)
+
+reg("pubsub|numpat", function(_, _, _, out, n)
+  local count = 0
+  for _ in pairs(patterns) do count = count + 1 end
+  return put(out, n, int(count))
+end)
+
+reg("pubsub|help", function(_, _, _, out, n)
+  return require("kv.monitor").help(out, n, {
+    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CHANNELS [<pattern>]",
+    "    Return the currently active channels matching a <pattern> (default: '*').",
+    "NUMPAT",
+    "    Return number of subscriptions to patterns.",
+    "NUMSUB [<channel> ...]",
+    "    Return the number of subscribers for the specified channels, excluding",
+    "    pattern subscriptions(default: no channels).",
+    "HELP",
+    "    Prints this help.",
+  })
 end)
 
 -- Drops every subscription of a client that is leaving.

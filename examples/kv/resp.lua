@@ -50,7 +50,8 @@ end
 -- Returns the count (filling argv), or nil for unbalanced quotes.
 local escapes = { n = "\n", r = "\r", t = "\t", b = "\b", a = "\a" }
 
-local function split_inline(line, argv)
+-- A line with a quote: byte by byte, as sdssplitargs reads it.
+local function split_quoted(line, argv)
   local argc, i, len = 0, 1, #line
   while true do
     i = find(line, "[^ \t\n\r\v\f]", i)
@@ -107,6 +108,34 @@ local function split_inline(line, argv)
   end
 end
 
+-- Splits the line buf[s..e] in place: the common line has no quote, and
+-- its arguments are found byte by byte in loops the JIT compiles, one sub
+-- each (patterns and a copy of the line cost several times as much: they
+-- run in the interpreter's C matcher). A quote anywhere sends the line to
+-- split_quoted, as sdssplitargs treats one inside a word too.
+local function split_inline(buf, s, e, argv)
+  local argc, i = 0, s
+  while true do
+    local b
+    while i <= e do                                  -- blanks: isspace
+      b = byte(buf, i)
+      if b ~= 32 and (b < 9 or b > 13) then break end
+      i = i + 1
+    end
+    if i > e then return argc end
+    local j = i
+    while j <= e do                                  -- a word: up to space, \t, \n, \r
+      b = byte(buf, j)
+      if b == 32 or b == 9 or b == 10 or b == 13 then break end
+      if b == 34 or b == 39 then return split_quoted(sub(buf, s, e), argv) end
+      j = j + 1
+    end
+    argc = argc + 1
+    argv[argc] = sub(buf, i, j - 1)
+    i = j + 1
+  end
+end
+
 -- Parses one request at buf[pos..len] into argv. Returns:
 --   argc, next              a request of argc arguments (argc may be 0:
 --                           an empty line or "*0", nothing to run), and
@@ -129,7 +158,7 @@ function M.parse(buf, pos, len, argv)
     end
     local e = nl - 1
     if e >= pos and byte(buf, e) == CR then e = e - 1 end
-    local argc = split_inline(sub(buf, pos, e), argv)
+    local argc = split_inline(buf, pos, e, argv)
     if not argc then return false, "Protocol error: unbalanced quotes in request" end
     return argc, nl + 1, true
   end
@@ -218,21 +247,42 @@ function M.read_value(read, have, l)
 end
 
 -- -- Replies -------------------------------------------------------------
+--
+-- Every writer appends to out after position n and returns the new
+-- length. The protocol is the answered client's, RESP2 or RESP3 (after
+-- HELLO 3): the dispatcher sets it with use() before each command, so no
+-- writer needs the client. RESP3 differs in nulls, maps, sets, doubles,
+-- verbatim text and pushes; everything else is written the same.
+
+local v3 = false
+
+-- Answers from now on in RESP3 (proto 3) or RESP2.
+function M.use(proto)
+  v3 = proto == 3
+end
+
+-- Whether the client being answered speaks RESP3.
+function M.is3()
+  return v3
+end
 
 M.OK = "+OK\r\n"
 M.PONG = "+PONG\r\n"
-M.NULL = "$-1\r\n"
-M.NULL_ARRAY = "*-1\r\n"
 M.EMPTY_ARRAY = "*0\r\n"
 M.ZERO = ":0\r\n"
 M.ONE = ":1\r\n"
 M.WRONGTYPE = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
 M.NOT_INT = "-ERR value is not an integer or out of range\r\n"
 M.SYNTAX = "-ERR syntax error\r\n"
+M.OUT_OF_RANGE = "-ERR value is out of range, value must between -9223372036854775807 and "
+  .. "9223372036854775807\r\n"
 
--- "$<n>\r\n" for small n, made once.
-local bulk_heads = {}
-for n = 0, 1023 do bulk_heads[n] = "$" .. n .. "\r\n" end
+-- "$<n>\r\n" and "*<n>\r\n" for small n, made once.
+local bulk_heads, array_heads = {}, {}
+for n = 0, 1023 do
+  bulk_heads[n] = "$" .. n .. "\r\n"
+  array_heads[n] = "*" .. n .. "\r\n"
+end
 M.bulk_heads = bulk_heads
 
 -- Integer replies for small values, made once.
@@ -251,9 +301,9 @@ function M.int(n)
   return ints[n] or ":" .. int_str(n) .. "\r\n"
 end
 
--- Appends an integer reply for n after position n_out; returns the new
--- length. Past the cached values it appends the number itself, which
--- table.concat prints into the batch: no string is made per reply.
+-- Appends an integer reply for n. Past the cached values it appends the
+-- number itself, which table.concat prints into the batch: no string is
+-- made per reply.
 function M.int_into(out, n_out, n)
   local s = ints[n]
   if s then
@@ -270,16 +320,14 @@ function M.int_into(out, n_out, n)
   return n_out + 3
 end
 
--- Appends reply (a whole RESP string) to out after position n; returns
--- the new length. What most command handlers return with.
+-- Appends reply (a whole RESP string): what most handlers return with.
 function M.put(out, n, reply)
   out[n + 1] = reply
   return n + 1
 end
 
--- Appends a bulk string reply for s (a string, or a counter kept as a
--- number) to out after position n; returns the new length. Three pieces:
--- the string is not copied.
+-- Appends a bulk string for s (a string, or a counter kept as a number).
+-- Three pieces: the string is not copied.
 M.BIG = 1024 * 1024   -- a value this large is never copied into a batch
 M.big_reply = false   -- set when a reply holds a BIG value
 
@@ -301,7 +349,88 @@ function M.bulk_str(s)
 end
 
 function M.array_head(count)
-  return "*" .. count .. "\r\n"
+  return array_heads[count] or "*" .. count .. "\r\n"
+end
+
+-- The null reply: a missing value (RESP2 "$-1").
+function M.null(out, n)
+  out[n + 1] = v3 and "_\r\n" or "$-1\r\n"
+  return n + 1
+end
+
+-- The null array (RESP2 "*-1": a timed-out BLPOP, an aborted EXEC).
+function M.null_array(out, n)
+  out[n + 1] = v3 and "_\r\n" or "*-1\r\n"
+  return n + 1
+end
+
+-- The head of an array of count replies.
+function M.array(out, n, count)
+  out[n + 1] = array_heads[count] or "*" .. count .. "\r\n"
+  return n + 1
+end
+
+-- The head of a map of count pairs (RESP2: an array of 2 * count).
+function M.map(out, n, count)
+  if v3 then
+    out[n + 1] = "%" .. count .. "\r\n"
+  else
+    count = count * 2
+    out[n + 1] = array_heads[count] or "*" .. count .. "\r\n"
+  end
+  return n + 1
+end
+
+-- The head of a set of count replies (RESP2: an array).
+function M.set(out, n, count)
+  out[n + 1] = v3 and "~" .. count .. "\r\n" or array_heads[count] or "*" .. count .. "\r\n"
+  return n + 1
+end
+
+-- A double as Redis 7.0 prints one (a score): "%.17g", inf and -inf; RESP2
+-- as a bulk string.
+local huge = math.huge
+local function double_str(v)
+  if v == huge then return "inf" end
+  if v == -huge then return "-inf" end
+  return format("%.17g", v)
+end
+M.double_str = double_str
+
+function M.double(out, n, v)
+  if v3 then
+    out[n + 1] = "," .. double_str(v) .. "\r\n"
+    return n + 1
+  end
+  return M.bulk(out, n, double_str(v))
+end
+
+-- Text for people (INFO, CLIENT LIST): RESP3's verbatim string "txt".
+function M.verbatim(out, n, s)
+  if not v3 then return M.bulk(out, n, s) end
+  out[n + 1] = "=" .. (#s + 4) .. "\r\ntxt:"
+  out[n + 2] = s
+  out[n + 3] = "\r\n"
+  return n + 3
+end
+
+-- A boolean (RESP2: 1 or 0).
+function M.bool(out, n, b)
+  if v3 then out[n + 1] = b and "#t\r\n" or "#f\r\n"
+  else out[n + 1] = b and ":1\r\n" or ":0\r\n" end
+  return n + 1
+end
+
+-- The head of an out-of-band message of count items for a client of
+-- protocol proto (pub/sub: RESP3's push type), built for another client
+-- than the one being answered.
+function M.push_head(count, proto)
+  return (proto == 3 and ">" or "*") .. count .. "\r\n"
+end
+
+-- The null bulk for a client of protocol proto (as push_head).
+function M.null_for(proto)
+  return proto == 3 and "_\r\n" or "$-1\r\n"
 end
 
 -- An error reply for msg (which starts with its code, "ERR ...").
@@ -312,6 +441,21 @@ end
 
 function M.simple(s)
   return "+" .. s .. "\r\n"
+end
+
+-- Appends an array of the count strings in list.
+function M.bulk_array(out, n, list, count)
+  n = n + 1
+  out[n] = array_heads[count] or "*" .. count .. "\r\n"
+  for i = 1, count do n = M.bulk(out, n, list[i]) end
+  return n
+end
+
+-- The same as a set (SMEMBERS, SINTER...).
+function M.bulk_set(out, n, list, count)
+  n = M.set(out, n, count)
+  for i = 1, count do n = M.bulk(out, n, list[i]) end
+  return n
 end
 
 -- The same as an array of pieces, for a request with a large value: no

@@ -12,9 +12,12 @@ local pubsub = require "kv.pubsub"
 local lists = require "kv.lists"
 local snapshot = require "kv.snapshot"
 local multi = require "kv.multi"
+local monitor = require "kv.monitor"
+local now_us = monitor.now_us
 
 local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
-local sub, lower, concat, format = string.sub, string.lower, table.concat, string.format
+local sub, lower, upper, byte, concat, format = string.sub, string.lower, string.upper, string.byte,
+  table.concat, string.format
 local commands, stats = R.commands, R.stats
 
 local M = {}
@@ -35,7 +38,7 @@ local next_id = 0
 local function new_client(sock, peer)
   next_id = next_id + 1
   return setmetatable({ sock = sock, peer = peer, id = next_id, quit = false,
-                        gone = false, nsubs = 0 }, Client)
+                        gone = false, nsubs = 0, proto = 2, waited = 0 }, Client)
 end
 
 -- Sends out[1..n] (or queues it for the writer thread, once there is
@@ -48,6 +51,7 @@ function Client:flush(out, n)
   end
   local data = n == 1 and out[1] or concat(out, "", 1, n)
   for i = 1, n do out[i] = nil end
+  stats.net_out = stats.net_out + #data
   if self.writer then
     self:deliver(data)
   elseif not self.sock:send(data) then
@@ -73,6 +77,35 @@ function Client:flush_big(out, n)
   end
   for i = 1, n do out[i] = nil end
   return 0
+end
+
+-- Sends the replies so far in the middle of a command whose reply is too
+-- large to hold at once (SRANDMEMBER with a count of -10^9): once every
+-- record logged so far is written, as the connection loop sends. Yields:
+-- other clients run meanwhile. Returns 0, the new reply count. Only where
+-- can_stream() says (not inside EXEC, whose commands run with nothing in
+-- between, nor for the log's replay).
+function Client:reply_now(out, n)
+  self.streamed = true
+  if self.reply_off or self.skip then
+    for i = 1, n do out[i] = nil end
+    return 0
+  end
+  if logging then
+    local upto = aof.seq
+    while upto > aof.durable() and not aof.wait(upto, self.aof_sema or self:make_aof_sema()) do end
+  end
+  local before = stats.net_out
+  n = self:flush(out, n)
+  -- Each piece is one large string and little else: LuaJIT's collector,
+  -- which steps a little per allocation check, would fall behind (a heap
+  -- of them a second); it is paid here for what was made.
+  collectgarbage("step", (stats.net_out - before) / 1024)
+  return n
+end
+
+function Client:can_stream()
+  return self.sock ~= nil and not self.in_exec
 end
 
 -- Queues data for the writer thread. A subscriber whose queue passes the
@@ -137,13 +170,7 @@ local function unknown(argv, argc)
                          sub(argv[1], 1, 128), concat(args)))
 end
 
--- Calls fn(k) for each key a write command changes (its key spec).
-local function each_key(cmd, argv, argc, fn)
-  if cmd.keys then return cmd.keys(argv, argc, fn) end
-  local last = cmd.last
-  if last < 0 then last = argc + last + 1 end
-  for i = cmd.first, last, cmd.step do fn(argv[i]) end
-end
+local each_key = R.each_key
 
 -- Before a write command runs while the log rewrite takes its snapshot,
 -- the keys it will change are recorded as they are now.
@@ -151,17 +178,17 @@ local touch = snapshot.touch
 
 local PUBSUB_ONLY = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
   .. "PING / QUIT / RESET are allowed in this context"
+local OOM = "-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
--- Runs one request and appends its reply; logs it if it changed data.
--- buf[s, e) is its RESP text, logged as is when the command asks
--- (nil for inline requests, which are encoded instead; false for one
--- read in parts, logged as pieces). Returns the new reply count.
 local store = require "kv.store"
+local evict = require "kv.evict"
 local MULTI_REC, EXEC_REC = multi.MULTI_REC, multi.EXEC_REC
 
 -- Logs one record of c's command (a string, or an array of pieces):
--- inside EXEC the transaction's MULTI record goes first, once.
+-- inside EXEC the transaction's MULTI record goes first, once. A script
+-- that called redis.set_repl(redis.REPL_NONE) logs nothing (c.nolog).
 local function log_rec(c, rec)
+  if c.nolog then return end
   if c.in_exec and not c.multi_logged then
     c.multi_logged = true
     aof.feed(MULTI_REC)
@@ -174,38 +201,107 @@ local changed = multi.changed
 
 -- Keyspace notifications for the keys a command changed.
 local notify = require "kv.notify"
-local notify_name
-local function notify_one(k) notify.changed(notify_name, k) end
+local notify_cmd
+local function notify_one(k) notify.changed(notify_cmd, k) end
+local function flush_notes()
+  local notes = R.notes
+  R.notes = nil
+  notify.flush(notes)
+end
 
 -- Commands whose replies show no stored value: while the log cannot be
 -- written their replies need not wait for it (PING and INFO keep working
 -- for health checks and monitoring; INFO's keyspace counts are the one
 -- thing they tell of the data).
 local DATA_FREE = { ping = true, echo = true, quit = true, select = true, time = true, info = true,
-                    config = true, command = true, hello = true, client = true, reset = true }
+                    config = true, command = true, hello = true, client = true, reset = true,
+                    slowlog = true, latency = true }
 
+-- A refusal before the command runs (Redis's rejectCommand): counted as a
+-- rejected call of cmd (if known) and an error; queued as the
+-- transaction's abort inside MULTI.
+local function reject(c, cmd, argv, argc, out, n, err)
+  if cmd then cmd.rejected = cmd.rejected + 1 end
+  monitor.error(err)
+  if c.multi then return multi.queue(c, argv, argc, out, n, err) end
+  return put(out, n, err)
+end
+
+-- The error a handler raised: kept as is when the heap ran out (the
+-- command is answered with an error and the connection goes on), else
+-- with its traceback (the connection ends and the error is logged).
+local function is_memory(e)
+  return type(e) == "string" and e:find("not enough memory", 1, true) ~= nil
+end
+local function handler_error(e)
+  if is_memory(e) then return e end
+  return debug.traceback(tostring(e), 2)
+end
+
+-- After a handler ran out of memory: the state it left half-set is
+-- cleared, and its client gets an error. A write may have changed part
+-- of its keys and is not logged: the log keeps what it can load.
+local function out_of_memory(c, cmd, out, n0, e)
+  if c.streamed then
+    -- Part of its reply is out: no error can follow it, the connection ends.
+    c.quit = true
+    n0 = 0
+  end
+  for i = n0 + 1, #out do out[i] = nil end
+  R.prop, R.changed, R.extra, R.notes, R.noted = nil, nil, nil, nil, false
+  if c.in_exec then
+    c.in_exec = false
+    if c.multi_logged and logging then aof.feed(EXEC_REC) end
+    c.multi_logged = false
+  end
+  collectgarbage()
+  cohost.log(cohost.WARN, "kv: '", cmd.name, "' from ", c.peer or "the log", " ran out of memory",
+             cmd.write and " (its change may be partly made, and is not logged)" or "")
+  local err = "-ERR " .. (e:match("not enough memory") or "out of memory")
+    .. " (command '" .. cmd.name .. "'; see --lua-memory-limit and maxmemory)\r\n"
+  monitor.error(err)
+  return put(out, n0, err)
+end
+
+-- Runs one request and appends its reply; logs it if it changed data.
+-- buf[s, e) is its RESP text, logged as is when the command asks (nil
+-- for inline requests, which are encoded instead; false for one read in
+-- parts, logged as pieces). Returns the new reply count.
 local function dispatch(c, argv, argc, out, n, buf, s, e)
   local name = argv[1]
-  local cmd = commands[name]
-  if not cmd then
-    cmd = commands[lower(name)]
-    if not cmd then
-      if c.multi then return multi.queue(c, argv, argc, out, n, unknown(argv, argc)) end
-      return put(out, n, unknown(argv, argc))
+  local cmd = commands[name] or commands[lower(name)]
+  if not cmd then return reject(c, nil, argv, argc, out, n, unknown(argv, argc)) end
+  local subs = cmd.subs
+  if subs and argc >= 2 then
+    local sc = subs[lower(argv[2])]
+    if not sc then
+      return reject(c, nil, argv, argc, out, n, resp.err(format(
+        "ERR unknown subcommand '%s'. Try %s HELP.", sub(argv[2], 1, 128), upper(cmd.name))))
     end
+    cmd = sc
   end
   local arity = cmd.arity
   if (arity > 0 and argc ~= arity) or argc < -arity then
-    local err = "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n"
-    if c.multi then return multi.queue(c, argv, argc, out, n, err) end
-    return put(out, n, err)
+    return reject(c, cmd, argv, argc, out, n,
+                  "-ERR wrong number of arguments for '" .. cmd.name .. "' command\r\n")
   end
-  if c.nsubs > 0 and not cmd.pubsub then
-    return put(out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
+  if evict.limit > 0 and not c.in_exec and c.sock then
+    -- maxmemory: make room first; refuse what may grow the data (and
+    -- anything queued in MULTI but EXEC, DISCARD...) if it cannot be made.
+    if not evict.run() then
+      local mflag = cmd.flag
+      if mflag.denyoom or (c.multi and not multi.runs_now(cmd))
+          or (cmd.name == "exec" and c.multi and c.multi.denyoom) then
+        return reject(c, cmd, argv, argc, out, n, OOM)
+      end
+    end
   end
-  if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n) end
-  if cmd.write and R.write_error then return put(out, n, R.write_error) end
-  if not DATA_FREE[cmd.name] then c.shows = true end
+  if cmd.write and R.write_error then return reject(c, cmd, argv, argc, out, n, R.write_error) end
+  if c.nsubs > 0 and c.proto == 2 and not cmd.pubsub then
+    return reject(c, cmd, argv, argc, out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
+  end
+  if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n, nil, cmd) end
+  if not DATA_FREE[cmd.parent and cmd.parent.name or cmd.name] then c.shows = true end
   stats.commands = stats.commands + 1
   c.last_cmd = cmd.name
   if cmd.write then
@@ -214,14 +310,45 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
     end
     if cmd.all and multi.watched > 0 then multi.changed_all(store.get) end
   end
-  n = cmd.fn(c, argv, argc, out, n)
+  resp.use(c.proto)
+  local n0 = n
+  c.waited, c.streamed = 0, false
+  local t0 = now_us()
+  local ok, r = xpcall(cmd.fn, handler_error, c, argv, argc, out, n)
+  if not ok then
+    if not is_memory(r) then error(r, 0) end
+    return out_of_memory(c, cmd, out, n0, r)
+  end
+  n = r
+  c.last_cmd = cmd.name   -- EXEC's, not its last command's
+  if c.sock then monitor.ran(c, cmd, argv, argc, now_us() - t0 - c.waited) end
+  local first = out[n0 + 1]
+  if R.error_counted then
+    R.error_counted = false   -- the handler counted its errors (EVAL, FCALL)
+  elseif n == n0 + 1 and not c.streamed and type(first) == "string" and byte(first, 1) == 45 then
+    cmd.failed = cmd.failed + 1
+    monitor.error(first)
+  end
   local prop = R.prop
   if prop then
     R.prop = nil
-    if multi.watched > 0 and not cmd.all then each_key(cmd, argv, argc, changed) end
+    local only = R.changed
+    R.changed = nil
+    if multi.watched > 0 and not cmd.all then
+      if only then
+        for i = 1, #only do changed(only[i]) end
+      else
+        each_key(cmd, argv, argc, changed)
+      end
+    end
     if notify.on and not cmd.all then
-      notify_name = cmd.name
-      each_key(cmd, argv, argc, notify_one)
+      -- Queued first: the command's own events, and "new" for the keys it
+      -- created (which Redis sends as it adds them, before the command's).
+      if R.notes then flush_notes() end
+      if not R.noted then
+        notify_cmd = cmd
+        each_key(cmd, argv, argc, notify_one)
+      end
     end
     if logging then
       if prop == true then
@@ -237,25 +364,41 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
       end
     end
   end
-  -- Serving a blocked client may feed another (BLMOVE into a watched list).
-  while R.any_ready do lists.serve() end
-  -- A large value dropped: collect now, or the heap stays as large until
-  -- the collector's pace gets round to it (a full cycle: O(heap), only
-  -- after 64 MiB or more of such values were dropped).
-  if store.freed >= 64 * 1024 * 1024 then
-    store.freed = 0
-    collectgarbage()
-  end
-  local extra = R.extra
-  if extra then
-    R.extra = nil
-    if logging then
-      for i = 1, #extra do log_rec(c, extra[i]) end
-    end
-  end
+  if R.notes then flush_notes() end
+  R.noted = false
   if R.log_exec_end then
     R.log_exec_end = false
     if logging then aof.feed(EXEC_REC) end
+  end
+  -- Clients blocked on keys this command (or this whole transaction:
+  -- never in the middle of one) gave elements to are served now, against
+  -- the data as it is after it, as Redis's handleClientsBlockedOnKeys;
+  -- serving one may feed another (BLMOVE into a watched list).
+  if not c.in_exec then
+    while R.any_ready do lists.serve() end
+    if R.notes then flush_notes() end
+    R.noted = false
+    local extra = R.extra
+    if extra then
+      R.extra = nil
+      if logging then
+        for i = 1, #extra do log_rec(c, extra[i]) end
+      end
+    end
+  end
+  R.changed = nil
+  -- A large value dropped: its memory is given back soon (store.lua).
+  if store.freed >= store.COLLECT_NOW then store.collect() end
+  -- CLIENT REPLY OFF or SKIP: the reply is dropped (what was streamed
+  -- was dropped as it went).
+  if (c.reply_off or c.skip) and not c.streamed then
+    for i = n0 + 1, n do out[i] = nil end
+    n = n0
+  end
+  if c.skip_next then
+    c.skip, c.skip_next = true, false
+  elseif c.skip then
+    c.skip = false
   end
   return n
 end
@@ -263,6 +406,29 @@ multi.dispatch = dispatch
 R.modified = function(k)
   if snapshot.active() then touch(k) end
   if multi.watched > 0 then changed(k) end
+end
+
+-- A key created where there was none: clients blocked on it may be
+-- served (RENAME, COPY or a push made it), and the "new" event.
+store.on_added = function(k)
+  lists.ready(k)
+  R.event("n", "new", k)
+end
+
+-- A key its deadline deleted: WATCHers see it change (a watched key that
+-- expires fails the EXEC, as in Redis), and the "expired" event.
+store.on_expired = function(k)
+  if multi.watched > 0 then changed(k) end
+  if notify.on then notify.send("x", "expired", k) end
+end
+
+-- A key maxmemory evicts: recorded by a running rewrite's snapshot first,
+-- seen changed by WATCHers, logged as a DEL (a replay must not bring it
+-- back), and the "evicted" event.
+evict.on_evict = function(k)
+  R.modified(k)
+  if logging then aof.feed(resp.encode({ "DEL", k }, 2)) end
+  if notify.on then notify.send("e", "evicted", k) end
 end
 
 -- Runs a logged request at start: nil, or the error reply it gave.
@@ -303,6 +469,7 @@ local function loop(c, sock)
     end
     if data then
       c.last = cohost.monotonic()
+      stats.net_in = stats.net_in + #data
       if c.killed then break end
       if pos > len then buf = data else buf = sub(buf, pos) .. data end
       pos, len, need = 1, #buf, nil
@@ -335,6 +502,7 @@ local function loop(c, sock)
         if not argc then
           if argc == false then
             out[n + 1] = resp.err("ERR " .. nxt)
+            monitor.error(out[n + 1])
             n = n + 1
             c.quit = true
             c.linger = true
@@ -398,6 +566,16 @@ local function loop(c, sock)
   end
 end
 
+-- Takes client c off the list of connected clients (CLIENT LIST, INFO's
+-- connected_clients): when its connection ends, or at once when CLIENT
+-- KILL ends it. Idempotent.
+function R.detach(c)
+  if R.clients[c.id] == c then
+    R.clients[c.id] = nil
+    stats.clients = stats.clients - 1
+  end
+end
+
 -- Lets the other clients run in the middle of a long command (KEYS):
 -- c.pause of a connection's client. Yields.
 local function pause()
@@ -429,12 +607,15 @@ local function serve(sock, peer)
   sock:setoption("tcp-nodelay", true)
   if R.config.maxclients > 0 and stats.clients >= R.config.maxclients then
     sock:send("-ERR max number of clients reached\r\n")
+    stats.rejected_conns = stats.rejected_conns + 1
+    monitor.error("-ERR")
     return
   end
   local c = new_client(sock, peer)
   c.pause = pause
   c.since = cohost.monotonic()
   c.last = c.since
+  c.fd = tonumber(tostring(sock):match("fd (%-?%d+)")) or -1
   R.clients[c.id] = c
   stats.clients = stats.clients + 1
   stats.connections = stats.connections + 1
@@ -443,8 +624,7 @@ local function serve(sock, peer)
   -- goes on to be logged.
   local ok, err = pcall(loop, c, sock)
   c.gone = true
-  R.clients[c.id] = nil
-  stats.clients = stats.clients - 1
+  R.detach(c)
   pubsub.forget(c)
   multi.forget(c)
   if c.writer then
@@ -460,6 +640,11 @@ end
 function Client:make_aof_sema()
   self.aof_sema = cohost.semaphore.new(0)
   return self.aof_sema
+end
+
+-- CONFIG SET appendonly: commands are logged from now on, or no longer.
+function M.set_logging(on)
+  logging = on
 end
 
 -- Listens on addr ("host:port"); logging says whether the log is on.

@@ -18,13 +18,17 @@ local get, set = store.get, store.set
 local bulk, int = resp.bulk, resp.int
 local WRONGTYPE, NOT_INT = resp.WRONGTYPE, resp.NOT_INT
 local type, random, lower = type, math.random, string.lower
-local bulk_array = strings.bulk_array
-local parse_int = require("kv.ints").parse
+local bulk_array, bulk_set = resp.bulk_array, resp.bulk_set
+local ints = require "kv.ints"
+local parse_int = ints.parse
+local account = store.account
 
 local M = {}
 
+local SET_BYTES, MEMBER_BYTES = 100, 72   -- a set's tables; a member's string and slots
+
 local function new_set()
-  return { kind = "set", n = 0, a = {}, i = {} }
+  return { kind = "set", n = 0, a = {}, i = {}, bytes = SET_BYTES }
 end
 
 -- The set at k: the set, false for a missing key, nil for another type.
@@ -42,6 +46,7 @@ local function add(s, m)
   s.n = n
   s.a[n] = m
   s.i[m] = n
+  account(s, #m + MEMBER_BYTES)
   return true
 end
 
@@ -55,6 +60,7 @@ local function remove(s, m)
   s.a[n] = nil
   s.i[m] = nil
   s.n = n - 1
+  account(s, -(#m + MEMBER_BYTES))
   return true
 end
 
@@ -70,7 +76,7 @@ R.copiers.set = function(s)
   return c
 end
 
-reg("sadd", -3, function(_, argv, argc, out, n)
+reg("sadd", function(_, argv, argc, out, n)
   local k = argv[2]
   local s = set_at(k)
   if s == nil then return put(out, n, WRONGTYPE) end
@@ -84,9 +90,9 @@ reg("sadd", -3, function(_, argv, argc, out, n)
   end
   if added > 0 then R.prop = true end
   return put(out, n, int(added))
-end, { write = true })
+end)
 
-reg("srem", -3, function(_, argv, argc, out, n)
+reg("srem", function(_, argv, argc, out, n)
   local k = argv[2]
   local s = set_at(k)
   if s == nil then return put(out, n, WRONGTYPE) end
@@ -99,22 +105,22 @@ reg("srem", -3, function(_, argv, argc, out, n)
   end
   if removed > 0 then R.prop = true end
   return put(out, n, int(removed))
-end, { write = true })
-
-reg("smembers", 2, function(_, argv, _, out, n)
-  local s = set_at(argv[2])
-  if s == nil then return put(out, n, WRONGTYPE) end
-  if not s then return put(out, n, resp.EMPTY_ARRAY) end
-  return bulk_array(out, n, s.a, s.n)
 end)
 
-reg("sismember", 3, function(_, argv, _, out, n)
+reg("smembers", function(_, argv, _, out, n)
+  local s = set_at(argv[2])
+  if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then return resp.set(out, n, 0) end
+  return bulk_set(out, n, s.a, s.n)
+end)
+
+reg("sismember", function(_, argv, _, out, n)
   local s = set_at(argv[2])
   if s == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, (s and s.i[argv[3]]) and resp.ONE or resp.ZERO)
 end)
 
-reg("smismember", -3, function(_, argv, argc, out, n)
+reg("smismember", function(_, argv, argc, out, n)
   local s = set_at(argv[2])
   if s == nil then return put(out, n, WRONGTYPE) end
   n = put(out, n, resp.array_head(argc - 2))
@@ -122,14 +128,14 @@ reg("smismember", -3, function(_, argv, argc, out, n)
   return n
 end)
 
-reg("scard", 2, function(_, argv, _, out, n)
+reg("scard", function(_, argv, _, out, n)
   local s = set_at(argv[2])
   if s == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, int(s and s.n or 0))
 end)
 
 -- SPOP key [count]
-reg("spop", -2, function(_, argv, argc, out, n)
+reg("spop", function(_, argv, argc, out, n)
   if argc > 3 then return put(out, n, resp.SYNTAX) end
   local count
   if argc == 3 then
@@ -141,7 +147,10 @@ reg("spop", -2, function(_, argv, argc, out, n)
   local k = argv[2]
   local s = set_at(k)
   if s == nil then return put(out, n, WRONGTYPE) end
-  if not s then return put(out, n, count and resp.EMPTY_ARRAY or resp.NULL) end
+  if not s then
+    if count then return resp.set(out, n, 0) end
+    return resp.null(out, n)
+  end
   local taken, t = count or 1, {}
   if taken > s.n then taken = s.n end
   for j = 1, taken do
@@ -156,27 +165,64 @@ reg("spop", -2, function(_, argv, argc, out, n)
     R.prop = resp.encode(rec, taken + 2)
   end
   if not count then return bulk(out, n, t[1]) end
-  return bulk_array(out, n, t, taken)
-end, { write = true })
+  return bulk_set(out, n, t, taken)
+end)
 
--- SRANDMEMBER key [count]: count > 0 distinct members, < 0 with repeats.
-reg("srandmember", -2, function(_, argv, argc, out, n)
+-- A reply of count picks at random, with repeats, from items[1..len]
+-- (values: their values, each pick then a pair: a flat two in RESP2, an
+-- array in RESP3). Past STREAM picks the reply goes out in pieces as it
+-- is made, from a copy of the items, and other clients run between them:
+-- a count of -10^9 costs this client's wait, not everyone's (Redis builds
+-- it in one go and stalls them all), and never a heap of its size.
+local STREAM = 65536
+
+function M.random_repeats(c, out, n, count, items, len, values)
+  local pairs3 = values and resp.is3()
+  n = resp.array(out, n, (values and not pairs3) and count * 2 or count)
+  local stream = count > STREAM and c:can_stream()
+  if stream then
+    local copy, vcopy = {}, values and {}
+    for i = 1, len do
+      copy[i] = items[i]
+      if values then vcopy[i] = values[i] end
+    end
+    items, values = copy, vcopy
+  end
+  for i = 1, count do
+    local j = random(len)
+    if pairs3 then n = resp.array(out, n, 2) end
+    n = bulk(out, n, items[j])
+    if values then n = bulk(out, n, values[j]) end
+    if stream and i % STREAM == 0 then
+      n = c:reply_now(out, n)
+      if c.quit or c.gone then return n end   -- the client left: no one to answer
+    end
+  end
+  return n
+end
+
+-- SRANDMEMBER key [count]: count > 0 distinct members, < 0 with
+-- repeats; count is within -LONG_MAX..LONG_MAX (INT64_MIN's negation
+-- would not fit).
+reg("srandmember", function(c, argv, argc, out, n)
   if argc > 3 then return put(out, n, resp.SYNTAX) end
   local count
   if argc == 3 then
     count = parse_int(argv[3])
     if count == nil then return put(out, n, NOT_INT) end
+    if ints.is_min(count) then return put(out, n, resp.OUT_OF_RANGE) end
     count = tonumber(count)
   end
   local s = set_at(argv[2])
   if s == nil then return put(out, n, WRONGTYPE) end
-  if not s then return put(out, n, count and resp.EMPTY_ARRAY or resp.NULL) end
+  if not s then
+    if count then return resp.array(out, n, 0) end
+    return resp.null(out, n)
+  end
   if not count then return bulk(out, n, s.a[random(s.n)]) end
+  if count < 0 then return M.random_repeats(c, out, n, -count, s.a, s.n) end
   local t, m = {}, 0
-  if count < 0 then
-    for j = 1, -count do t[j] = s.a[random(s.n)] end
-    m = -count
-  elseif count >= s.n then
+  if count >= s.n then
     for j = 1, s.n do t[j] = s.a[j] end
     m = s.n
   else
@@ -259,30 +305,33 @@ local function combine(op, argv, from, to)
 end
 
 for _, op in ipairs { "inter", "union", "diff" } do
-  reg("s" .. op, -2, function(_, argv, argc, out, n)
+  reg("s" .. op, function(_, argv, argc, out, n)
     local t, m = combine(op, argv, 2, argc)
     if not t then return put(out, n, WRONGTYPE) end
-    return bulk_array(out, n, t, m)
+    return bulk_set(out, n, t, m)
   end)
   -- S*STORE destination key [key ...]: the result replaces destination
   -- (deleted when empty).
-  reg("s" .. op .. "store", -3, function(_, argv, argc, out, n)
+  reg("s" .. op .. "store", function(_, argv, argc, out, n)
     local t, m = combine(op, argv, 3, argc)
     if not t then return put(out, n, WRONGTYPE) end
     local dest = argv[2]
-    store.del(dest)
     if m > 0 then
       local s = new_set()
       for j = 1, m do add(s, t[j]) end
-      set(dest, s)
+      set(dest, s)   -- over whatever was there
+      R.prop = true
+    elseif store.del(dest) then
+      -- An empty result deletes the destination: only "del" is sent.
+      R.note("g", "del", dest)
+      R.prop = true
     end
-    R.prop = true
     return put(out, n, int(m))
-  end, { write = true, last = -1 })
+  end)
 end
 
 -- SINTERCARD numkeys key [key ...] [LIMIT limit]
-reg("sintercard", -3, function(_, argv, argc, out, n)
+reg("sintercard", function(_, argv, argc, out, n)
   local nk = parse_int(argv[2])
   if nk == nil or nk <= 0 then return put(out, n, "-ERR numkeys should be greater than 0\r\n") end
   if nk > argc - 2 then
@@ -305,28 +354,42 @@ reg("sintercard", -3, function(_, argv, argc, out, n)
   return put(out, n, int(m))
 end)
 
-reg("smove", 4, function(_, argv, _, out, n)
+reg("smove", function(_, argv, _, out, n)
   local src, dst = set_at(argv[2]), set_at(argv[3])
   if src == nil or dst == nil then return put(out, n, WRONGTYPE) end
   local m = argv[4]
   if not src or not src.i[m] then return put(out, n, resp.ZERO) end
   if argv[2] == argv[3] then return put(out, n, resp.ONE) end
   remove(src, m)
-  if src.n == 0 then store.del(argv[2]) end
+  R.note("s", "srem", argv[2])
+  if src.n == 0 then
+    store.del(argv[2])
+    R.note("g", "del", argv[2])
+  end
   if not dst then
     dst = new_set()
     set(argv[3], dst)
   end
-  add(dst, m)
+  -- The destination changed only if it did not have the member (WATCH
+  -- sees only what changed, as Redis signals it).
+  if add(dst, m) then
+    R.note("s", "sadd", argv[3])
+  else
+    R.changed = { argv[2] }
+  end
   R.prop = true
   return put(out, n, resp.ONE)
-end, { write = true, last = 3 })
+end)
 
 -- SSCAN key cursor [MATCH pattern] [COUNT count]: the whole set in one
 -- reply with cursor 0, as Redis answers for its small encodings (COUNT
 -- is a hint), so no member present throughout is missed.
+-- As Redis, the cursor is read first, then the key (missing: an empty
+-- scan; another type: WRONGTYPE), then the options.
+M.INVALID_CURSOR = "-ERR invalid cursor\r\n"
+M.EMPTY_SCAN = "*2\r\n$1\r\n0\r\n*0\r\n"
+
 function M.scan_args(argv, argc)
-  if not argv[3]:find("^%d+$") then return nil, "-ERR invalid cursor\r\n" end
   local match
   local j = 4
   while j <= argc do
@@ -346,19 +409,19 @@ function M.scan_args(argv, argc)
   return match or false
 end
 
-reg("sscan", -3, function(_, argv, argc, out, n)
-  local match, err = M.scan_args(argv, argc)
-  if match == nil then return put(out, n, err) end
+reg("sscan", function(_, argv, argc, out, n)
+  if not strings.cursor(argv[3]) then return put(out, n, M.INVALID_CURSOR) end
   local s = set_at(argv[2])
   if s == nil then return put(out, n, WRONGTYPE) end
+  if not s then return put(out, n, M.EMPTY_SCAN) end
+  local match, err = M.scan_args(argv, argc)
+  if match == nil then return put(out, n, err) end
   local t, m = {}, 0
-  if s then
-    for j = 1, s.n do
-      local x = s.a[j]
-      if not match or match(x) then
-        m = m + 1
-        t[m] = x
-      end
+  for j = 1, s.n do
+    local x = s.a[j]
+    if not match or match(x) then
+      m = m + 1
+      t[m] = x
     end
   end
   n = put(out, n, "*2\r\n$1\r\n0\r\n")

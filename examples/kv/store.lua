@@ -25,9 +25,123 @@ local nkeys = 0
 local ekeys, eidx, nexp = {}, {}, 0   -- keys with a deadline, for sampling
 
 M.hits, M.misses, M.expired = 0, 0, 0
-M.on_expired = function() end   -- called with each key expiry deletes (notify.lua)
-M.freed = 0   -- bytes of large strings dropped since the last full collection
-local BIG_FREE = 1024 * 1024
+
+-- Hooks, set by server.lua: a key was added where there was none (blocked
+-- clients, the "new" event), a key was deleted by its expiry (WATCH, the
+-- "expired" event), a read missed (the "keymiss" event).
+M.on_added = function() end
+M.on_expired = function() end
+M.on_miss = false
+
+-- -- Accounting -------------------------------------------------------------
+--
+-- The data's size as kv counts it, for maxmemory and INFO's
+-- used_memory_dataset: per key its name, its value and an overhead for
+-- its slots here. A collection keeps its own count in v.bytes, which its
+-- module changes through account() as elements come and go. The constants
+-- are what LuaJIT spends on a key or a short string, about; the Lua heap
+-- (INFO's used_memory) also holds garbage not yet collected, which would
+-- make a poor measure to evict by.
+M.KEY_BYTES = 150    -- a key's entries in data, slot_of and slots
+M.STR_BYTES = 24     -- a string's header
+M.bytes = 0
+
+local function value_bytes(v)
+  local t = type(v)
+  if t == "string" then return #v + 24 end
+  if t == "table" then return v.bytes end
+  return 0
+end
+M.value_bytes = value_bytes
+
+-- A stored collection's v.live is the keyspace's generation (FLUSHALL
+-- starts a new one, so nothing needs visiting); a dropped one's is false.
+local gen = 1
+
+-- A collection v grew (or shrank, d < 0) by d bytes.
+function M.account(v, d)
+  v.bytes = v.bytes + d
+  if v.live == gen then M.bytes = M.bytes + d end
+end
+
+-- Bytes of large values (64 KiB or more: a big set, a long string)
+-- dropped since the heap last gave them back. collect() (from the
+-- dispatcher, past COLLECT_NOW) and the timer's step() give them back, so
+-- INFO's used_memory comes down after an UNLINK; small keys that come and
+-- go are left to the collector's own pace (stepping for them would run
+-- many more cycles than it does).
+M.freed = 0
+M.COLLECT_NOW = 64 * 1024 * 1024
+local BIG_DROP = 64 * 1024
+
+local function drop(k, v)
+  local b = #k + value_bytes(v) + M.KEY_BYTES
+  M.bytes = M.bytes - b
+  if b >= BIG_DROP then M.freed = M.freed + b end
+  if type(v) == "table" then v.live = false end
+end
+
+
+-- -- Access tracking (maxmemory's LRU and LFU policies) -----------------------
+
+-- Off (false), "lru" or "lfu", as evict.lua sets it for the policy. LRU
+-- keeps the number of each key's last access in a count of all accesses
+-- (an order as exact as Redis's clock is coarse: its LRU clock ticks once
+-- a second); LFU Redis's 8-bit logarithmic counter with its decay
+-- (evict.c): minutes * 256 + counter.
+M.track = false
+M.clock = 0                 -- seconds, advanced by the 10 Hz timer (LFU's decay)
+M.accesses = 0              -- LRU: accesses so far
+M.lfu_log_factor, M.lfu_decay_time = 10, 1
+local LFU_INIT = 5
+local access = {}           -- key -> its LRU clock or LFU word
+local track = false
+
+function M.set_track(mode)
+  M.track, track = mode, mode
+  access = {}
+end
+
+-- An LFU word's counter, decayed by the minutes since it was last touched.
+local function lfu_counter(w)
+  local minutes = floor(M.clock / 60)
+  local last, counter = floor(w / 256), w % 256
+  local periods = M.lfu_decay_time > 0 and floor((minutes - last) / M.lfu_decay_time) or 0
+  return periods > counter and 0 or counter - periods
+end
+M.lfu_counter = lfu_counter
+
+local function touch(k)
+  if track == "lru" then
+    local a = M.accesses + 1
+    M.accesses = a
+    access[k] = a
+  else
+    local w = access[k]
+    local counter = w and lfu_counter(w) or LFU_INIT
+    if counter < 255 then
+      local base = counter - LFU_INIT
+      if base < 0 then base = 0 end
+      if random() < 1 / (base * M.lfu_log_factor + 1) then counter = counter + 1 end
+    end
+    access[k] = floor(M.clock / 60) * 256 + counter
+  end
+end
+
+-- A new key's first word: LRU an access; LFU Redis's LFU_INIT_VAL, not
+-- yet counted up (a key read once then outranks one only written).
+local function init_access(k)
+  if track == "lru" then
+    touch(k)
+  else
+    access[k] = floor(M.clock / 60) * 256 + LFU_INIT
+  end
+end
+
+-- The access word of k (nil: not touched since tracking began).
+function M.access(k)
+  return access[k]
+end
 
 -- Unix time in ms (a float; comparisons only).
 local function now_ms()
@@ -86,11 +200,12 @@ end
 -- Deletes k (it must exist). Returns true.
 local function delete(k)
   local v = data[k]
-  if type(v) == "string" and #v >= BIG_FREE then M.freed = M.freed + #v end
+  drop(k, v)
   data[k] = nil
   nkeys = nkeys - 1
   drop_slot(k)
   if expires[k] then clear_expire(k) end
+  if track then access[k] = nil end
   return true
 end
 
@@ -105,6 +220,7 @@ local function get(k)
     M.on_expired(k)
     return nil
   end
+  if track then touch(k) end
   return v
 end
 M.get = get
@@ -112,7 +228,12 @@ M.get = get
 -- get, counting a keyspace hit or miss (for INFO).
 function M.read(k)
   local v = get(k)
-  if v == nil then M.misses = M.misses + 1 else M.hits = M.hits + 1 end
+  if v == nil then
+    M.misses = M.misses + 1
+    if M.on_miss then M.on_miss(k) end
+  else
+    M.hits = M.hits + 1
+  end
   return v
 end
 
@@ -120,19 +241,29 @@ end
 -- as SET does).
 function M.set(k, v, keep_ttl)
   local old = data[k]
-  if type(old) == "string" and #old >= BIG_FREE then M.freed = M.freed + #old end
   if old == nil then
     nkeys = nkeys + 1
     add_slot(k)
-  elseif expires[k] and not keep_ttl then
-    clear_expire(k)
+  else
+    drop(k, old)
+    if expires[k] and not keep_ttl then clear_expire(k) end
   end
   data[k] = v
+  M.bytes = M.bytes + #k + value_bytes(v) + M.KEY_BYTES
+  if type(v) == "table" then v.live = gen end
+  if track then
+    if old == nil then init_access(k) else touch(k) end
+  end
+  if old == nil then M.on_added(k, v) end
 end
 
--- Replaces the value of a live key in place (INCR, APPEND): no slot or
--- deadline bookkeeping.
+-- Replaces the string value of a live key in place (INCR, APPEND): no
+-- slot or deadline bookkeeping.
 function M.replace(k, v)
+  local old = data[k]
+  local ob = value_bytes(old)
+  M.bytes = M.bytes + value_bytes(v) - ob
+  if ob >= BIG_DROP then M.freed = M.freed + ob end
   data[k] = v
 end
 
@@ -173,9 +304,44 @@ function M.expiring()
 end
 
 function M.flush()
+  gen = gen + 1
+  M.freed = M.freed + M.bytes
+  M.bytes = 0
   data, expires, slot_of, slots, free = {}, {}, {}, {}, {}
   nslots, nfree, nkeys = 0, 0, 0
   ekeys, eidx, nexp = {}, {}, 0
+  access = {}
+end
+
+-- -- Giving memory back -------------------------------------------------------
+
+-- A full collection now (O(heap): after 64 MiB or more was dropped, as a
+-- large value).
+function M.collect()
+  M.freed = 0
+  collectgarbage()
+end
+
+-- One slice of incremental collection while something dropped is still
+-- held, for at most budget_ms: called ten times a second, so that after
+-- an UNLINK of a large set the heap comes down within a second or so,
+-- without the pause of a full collection. The dropped bytes count as
+-- given back once two cycles have finished (an object dropped during a
+-- cycle's mark may live to the next one).
+local cycles = 0
+function M.step(budget_ms)
+  if M.freed == 0 then return end
+  local t0 = now_ms()
+  repeat
+    if collectgarbage("step", 1024) then
+      cycles = cycles + 1
+      if cycles >= 2 then
+        cycles = 0
+        M.freed = 0
+        return
+      end
+    end
+  until now_ms() - t0 >= budget_ms
 end
 
 -- Redis's TYPE name of a value.
@@ -397,6 +563,26 @@ function M.each(fn)
     local e = expires[k]
     if not e or e > now then fn(k, v, e) end
   end
+end
+
+-- A random key for maxmemory's sampling: of all keys, or (volatile) of
+-- those with a deadline; nil if there is none. May be expired. O(1).
+function M.sample(volatile)
+  if volatile then
+    if nexp == 0 then return nil end
+    return ekeys[random(nexp)]
+  end
+  if nkeys == 0 then return nil end
+  for _ = 1, 100 do
+    local k = slots[random(nslots)]
+    if k then return k end
+  end
+  return next(data)
+end
+
+-- The key's value as it is (expired or not), for maxmemory's accounting.
+function M.peek(k)
+  return data[k]
 end
 
 -- Picks a random live key or nil (RANDOMKEY). O(1) expected while most

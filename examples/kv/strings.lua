@@ -9,8 +9,8 @@ local ints = require "kv.ints"
 
 local reg = R.register
 local get, set, read = store.get, store.set, store.read
-local bulk, int = resp.bulk, resp.int
-local OK, NULL, WRONGTYPE, NOT_INT, SYNTAX = resp.OK, resp.NULL, resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
+local bulk, int, null = resp.bulk, resp.int, resp.null
+local OK, WRONGTYPE, NOT_INT, SYNTAX = resp.OK, resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
 local lower, floor, format = string.lower, math.floor, string.format
 local type, tonumber = type, tonumber
 local parse_int = ints.parse
@@ -56,15 +56,15 @@ M.deadline_arg = deadline_arg
 
 -- -- Strings ---------------------------------------------------------------
 
-reg("get", 2, function(_, argv, _, out, n)
+reg("get", function(_, argv, _, out, n)
   local v = read(argv[2])
-  if v == nil then return put(out, n, NULL) end
+  if v == nil then return null(out, n) end
   if type(v) == "table" then return put(out, n, WRONGTYPE) end
   return bulk(out, n, v)
 end)
 
 -- SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]
-reg("set", -3, function(_, argv, argc, out, n)
+reg("set", function(_, argv, argc, out, n)
   local nx, xx, want_get, keep, unit, when
   local j = 4
   while j <= argc do
@@ -96,28 +96,30 @@ reg("set", -3, function(_, argv, argc, out, n)
   if want_get and old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
   if (nx and old ~= nil) or (xx and old == nil) then
     if want_get and old ~= nil then return bulk(out, n, old) end
-    return put(out, n, NULL)
+    return null(out, n)
   end
   set(k, argv[3], keep)
   if deadline then
     store.expire_at(k, tonumber(deadline))
     R.prop = resp.encode({ "SET", k, argv[3], "PXAT", ints.str(deadline) }, 5)
+    R.note("$", "set", k)
+    R.note("g", "expire", k)
   else
     R.prop = true
   end
   if want_get then
-    if old == nil then return put(out, n, NULL) end
+    if old == nil then return null(out, n) end
     return bulk(out, n, old)
   end
   return put(out, n, OK)
-end, { write = true })
+end)
 
-reg("setnx", 3, function(_, argv, _, out, n)
+reg("setnx", function(_, argv, _, out, n)
   if get(argv[2]) ~= nil then return put(out, n, resp.ZERO) end
   set(argv[2], argv[3])
   R.prop = true
   return put(out, n, resp.ONE)
-end, { write = true })
+end)
 
 -- SETEX key seconds value, PSETEX key ms value.
 local function setex(name, scale)
@@ -128,33 +130,35 @@ local function setex(name, scale)
     set(k, argv[4])
     store.expire_at(k, tonumber(deadline))
     R.prop = resp.encode({ "SET", k, argv[4], "PXAT", ints.str(deadline) }, 5)
+    R.note("$", "set", k)
+    R.note("g", "expire", k)
     return put(out, n, OK)
   end
 end
-reg("setex", 4, setex("setex", 1000), { write = true })
-reg("psetex", 4, setex("psetex", 1), { write = true })
+reg("setex", setex("setex", 1000))
+reg("psetex", setex("psetex", 1))
 
-reg("getset", 3, function(_, argv, _, out, n)
+reg("getset", function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
   if old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
   set(k, argv[3])
   R.prop = true
-  if old == nil then return put(out, n, NULL) end
+  if old == nil then return null(out, n) end
   return bulk(out, n, old)
-end, { write = true })
+end)
 
-reg("getdel", 2, function(_, argv, _, out, n)
+reg("getdel", function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
-  if old == nil then return put(out, n, NULL) end
+  if old == nil then return null(out, n) end
   if type(old) == "table" then return put(out, n, WRONGTYPE) end
   store.del(k)
   R.prop = true
   return bulk(out, n, old)
-end, { write = true })
+end)
 
-reg("mget", -2, function(_, argv, argc, out, n)
+reg("mget", function(_, argv, argc, out, n)
   out[n + 1] = resp.array_head(argc - 1)
   n = n + 1
   for i = 2, argc do
@@ -162,21 +166,20 @@ reg("mget", -2, function(_, argv, argc, out, n)
     if v ~= nil and type(v) ~= "table" then
       n = bulk(out, n, v)
     else
-      n = n + 1
-      out[n] = NULL
+      n = null(out, n)
     end
   end
   return n
 end)
 
-reg("mset", -3, function(_, argv, argc, out, n)
+reg("mset", function(_, argv, argc, out, n)
   if argc % 2 == 0 then
     return put(out, n, "-ERR wrong number of arguments for 'mset' command\r\n")
   end
   for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
   R.prop = true
   return put(out, n, OK)
-end, { write = true, last = -1, step = 2 })
+end)
 
 -- INCR, INCRBY, DECR, DECRBY. by: a fixed step, or nil to read argv[3]
 -- (negated for DECRBY).
@@ -219,12 +222,12 @@ local function incr(by, negate)
     return n + 3
   end
 end
-reg("incr", 2, incr(1), { write = true })
-reg("decr", 2, incr(-1), { write = true })
-reg("incrby", 3, incr(nil, false), { write = true })
-reg("decrby", 3, incr(nil, true), { write = true })
+reg("incr", incr(1))
+reg("decr", incr(-1))
+reg("incrby", incr(nil, false))
+reg("decrby", incr(nil, true))
 
-reg("append", 3, function(_, argv, _, out, n)
+reg("append", function(_, argv, _, out, n)
   local k = argv[2]
   local v = get(k)
   if v == nil then
@@ -242,16 +245,16 @@ reg("append", 3, function(_, argv, _, out, n)
   end
   R.prop = true
   return put(out, n, int(#v))
-end, { write = true })
+end)
 
-reg("strlen", 2, function(_, argv, _, out, n)
+reg("strlen", function(_, argv, _, out, n)
   local v = get(argv[2])
   if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
   return put(out, n, int(v and #tostring(v) or 0))
 end)
 
 -- GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]
-reg("getex", -2, function(_, argv, argc, out, n)
+reg("getex", function(_, argv, argc, out, n)
   local unit, when, persist
   local j = 3
   while j <= argc do
@@ -276,21 +279,24 @@ reg("getex", -2, function(_, argv, argc, out, n)
   end
   local k = argv[2]
   local v = read(k)
-  if v == nil then return put(out, n, NULL) end
+  if v == nil then return null(out, n) end
   if type(v) == "table" then return put(out, n, WRONGTYPE) end
   if deadline then
     if tonumber(deadline) <= store.now_ms() then
       store.del(k)
       R.prop = resp.encode({ "DEL", k }, 2)
+      R.note("g", "del", k)
     else
       store.expire_at(k, tonumber(deadline))
       R.prop = resp.encode({ "PEXPIREAT", k, ints.str(deadline) }, 3)
+      R.note("g", "expire", k)
     end
   elseif persist and store.persist(k) then
     R.prop = resp.encode({ "PERSIST", k }, 2)
+    R.note("g", "persist", k)
   end
   return bulk(out, n, v)
-end, { write = true })
+end)
 
 -- A float as Redis's string2ld takes it (no blanks, not NaN), or nil.
 local function float_arg(s)
@@ -324,7 +330,7 @@ end
 M.float_str = float_str
 
 -- INCRBYFLOAT key increment: logged as SET key result KEEPTTL, as Redis.
-reg("incrbyfloat", 3, function(_, argv, _, out, n)
+reg("incrbyfloat", function(_, argv, _, out, n)
   local by = float_arg(argv[3])
   if not by then return put(out, n, "-ERR value is not a valid float\r\n") end
   local k = argv[2]
@@ -343,10 +349,34 @@ reg("incrbyfloat", 3, function(_, argv, _, out, n)
   set(k, s, true)
   R.prop = resp.encode({ "SET", k, s, "KEEPTTL" }, 4)
   return bulk(out, n, s)
-end, { write = true })
+end)
 
--- SETRANGE key offset value
-reg("setrange", 4, function(_, argv, _, out, n)
+-- SETRANGE key offset value. The new string is put together in C memory
+-- and made a Lua string once (padding and pieces joined in Lua would
+-- hold three copies at once: 300 MB would not fit a 1 GiB heap); if the
+-- heap cannot take it, the answer is an error and the key is unchanged.
+local ffi = require "ffi"
+ffi.cdef [[
+void *malloc(size_t size);
+void free(void *p);
+]]
+
+local function splice(old, off, piece)
+  local len = math.max(#old, off + #piece)
+  local mem = ffi.cast("char *", ffi.C.malloc(len))
+  if mem == nil then return nil end
+  ffi.copy(mem, old, math.min(#old, off))
+  if off > #old then ffi.fill(mem + #old, off - #old, 0) end
+  ffi.copy(mem + off, piece, #piece)
+  if off + #piece < #old then
+    ffi.copy(mem + off + #piece, ffi.cast("const char *", old) + off + #piece, #old - off - #piece)
+  end
+  local ok, s = pcall(ffi.string, mem, len)
+  ffi.C.free(mem)
+  return ok and s or nil
+end
+
+reg("setrange", function(_, argv, _, out, n)
   local off = parse_int(argv[3])
   if off == nil then return put(out, n, NOT_INT) end
   if off < 0 then return put(out, n, "-ERR offset is out of range\r\n") end
@@ -355,20 +385,24 @@ reg("setrange", 4, function(_, argv, _, out, n)
   if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
   v = v and tostring(v) or nil
   if #piece == 0 then return put(out, n, int(v and #v or 0)) end
-  if off + #piece > resp.MAX_BULK then
+  -- Compared before adding: an offset near 2^63 would wrap (checkStringLength).
+  if off > resp.MAX_BULK - #piece then
     return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
   end
   off = tonumber(off)
-  local old = v or ""
-  if #old < off then old = old .. string.rep("\0", off - #old) end
-  local new = old:sub(1, off) .. piece .. old:sub(off + #piece + 1)
+  local new = splice(v or "", off, piece)
+  if not new then
+    collectgarbage()
+    return put(out, n, resp.err(format("ERR the value of %d bytes does not fit in the memory left",
+                                       math.max(v and #v or 0, off + #piece))))
+  end
   if v == nil then set(k, new) else store.replace(k, new) end
   R.prop = true
   return put(out, n, int(#new))
-end, { write = true })
+end)
 
 -- GETRANGE key start end (Redis's clamping of negative indexes).
-reg("getrange", 4, function(_, argv, _, out, n)
+reg("getrange", function(_, argv, _, out, n)
   local s, e = parse_int(argv[3]), parse_int(argv[4])
   if s == nil or e == nil then return put(out, n, NOT_INT) end
   local v = get(argv[2])
@@ -387,7 +421,7 @@ reg("getrange", 4, function(_, argv, _, out, n)
   return bulk(out, n, v:sub(s + 1, e + 1))
 end)
 
-reg("msetnx", -3, function(_, argv, argc, out, n)
+reg("msetnx", function(_, argv, argc, out, n)
   if argc % 2 == 0 then
     return put(out, n, "-ERR wrong number of arguments for 'msetnx' command\r\n")
   end
@@ -397,7 +431,7 @@ reg("msetnx", -3, function(_, argv, argc, out, n)
   for i = 2, argc, 2 do set(argv[i], argv[i + 1]) end
   R.prop = true
   return put(out, n, resp.ONE)
-end, { write = true, last = -1, step = 2 })
+end)
 
 -- -- Keys ------------------------------------------------------------------
 
@@ -409,10 +443,10 @@ local function del(_, argv, argc, out, n)
   if count > 0 then R.prop = true end
   return put(out, n, int(count))
 end
-reg("del", -2, del, { write = true, last = -1 })
-reg("unlink", -2, del, { write = true, last = -1 })
+reg("del", del)
+reg("unlink", del)
 
-reg("exists", -2, function(_, argv, argc, out, n)
+reg("exists", function(_, argv, argc, out, n)
   local count = 0
   for i = 2, argc do
     if get(argv[i]) ~= nil then count = count + 1 end
@@ -420,18 +454,18 @@ reg("exists", -2, function(_, argv, argc, out, n)
   return put(out, n, int(count))
 end)
 
-reg("type", 2, function(_, argv, _, out, n)
+reg("type", function(_, argv, _, out, n)
   local v = get(argv[2])
   return put(out, n, v == nil and "+none\r\n" or resp.simple(store.type_of(v)))
 end)
 
-reg("randomkey", 1, function(_, _, _, out, n)
+reg("randomkey", function(_, _, _, out, n)
   local k = store.random_key()
-  if not k then return put(out, n, NULL) end
+  if not k then return null(out, n) end
   return bulk(out, n, k)
 end)
 
-reg("dbsize", 1, function(_, _, _, out, n)
+reg("dbsize", function(_, _, _, out, n)
   return put(out, n, int(store.size()))
 end)
 
@@ -443,8 +477,8 @@ local function flushall(_, argv, argc, out, n)
   R.prop = true
   return put(out, n, OK)
 end
-reg("flushall", -1, flushall, { write = true, all = true })
-reg("flushdb", -1, flushall, { write = true, all = true })
+reg("flushall", flushall, { all = true })
+reg("flushdb", flushall, { all = true })
 
 -- Moves src's value and deadline to dst (replacing it).
 local function move(src, dst)
@@ -467,12 +501,12 @@ local function rename(nx)
     return put(out, n, nx and resp.ONE or OK)
   end
 end
-reg("rename", 3, rename(false), { write = true, last = 3 })
-reg("renamenx", 3, rename(true), { write = true, last = 3 })
+reg("rename", rename(false))
+reg("renamenx", rename(true))
 
 -- COPY source destination [DB 0] [REPLACE]: collections are copied
 -- through their kind's copier (R.copiers).
-reg("copy", -3, function(_, argv, argc, out, n)
+reg("copy", function(_, argv, argc, out, n)
   local replace = false
   local j = 4
   while j <= argc do
@@ -505,7 +539,7 @@ reg("copy", -3, function(_, argv, argc, out, n)
   if d then store.expire_at(dst, d) end
   R.prop = true
   return put(out, n, resp.ONE)
-end, { write = true, last = 3 })
+end)
 
 -- -- Expiry ----------------------------------------------------------------
 
@@ -543,6 +577,7 @@ local function expire(name, scale, absolute)
     if when <= store.now_ms() then
       store.del(k)
       R.prop = resp.encode({ "DEL", k }, 2)
+      R.note("g", "del", k)
     else
       store.expire_at(k, when)
       R.prop = resp.encode({ "PEXPIREAT", k, ints.str(exact) }, 3)
@@ -550,10 +585,10 @@ local function expire(name, scale, absolute)
     return put(out, n, resp.ONE)
   end
 end
-reg("expire", -3, expire("expire", 1000, false), { write = true })
-reg("pexpire", -3, expire("pexpire", 1, false), { write = true })
-reg("expireat", -3, expire("expireat", 1000, true), { write = true })
-reg("pexpireat", -3, expire("pexpireat", 1, true), { write = true })
+reg("expire", expire("expire", 1000, false))
+reg("pexpire", expire("pexpire", 1, false))
+reg("expireat", expire("expireat", 1000, true))
+reg("pexpireat", expire("pexpireat", 1, true))
 
 -- TTL and PTTL: -2 for a missing key, -1 without a deadline; TTL rounds
 -- to the nearest second as Redis does.
@@ -568,8 +603,8 @@ local function ttl(ms)
     return put(out, n, int(ms and left or floor((left + 500) / 1000)))
   end
 end
-reg("ttl", 2, ttl(false))
-reg("pttl", 2, ttl(true))
+reg("ttl", ttl(false))
+reg("pttl", ttl(true))
 
 -- EXPIRETIME and PEXPIRETIME: the absolute deadline, -1 without one, -2
 -- for a missing key.
@@ -582,10 +617,10 @@ local function expiretime(ms)
     return put(out, n, ":" .. ints.str(ms and d or floor(d / 1000)) .. "\r\n")
   end
 end
-reg("expiretime", 2, expiretime(false))
-reg("pexpiretime", 2, expiretime(true))
+reg("expiretime", expiretime(false))
+reg("pexpiretime", expiretime(true))
 
-reg("persist", 2, function(_, argv, _, out, n)
+reg("persist", function(_, argv, _, out, n)
   local k = argv[2]
   if get(k) ~= nil and store.persist(k) then
     R.prop = true
@@ -594,28 +629,36 @@ reg("persist", 2, function(_, argv, _, out, n)
     out[n + 1] = resp.ZERO
   end
   return n + 1
-end, { write = true })
+end)
 
 -- -- Iteration -------------------------------------------------------------
 
--- Appends an array of the n strings in list.
-local function bulk_array(out, n, list, count)
-  n = n + 1
-  out[n] = resp.array_head(count)
-  for i = 1, count do n = bulk(out, n, list[i]) end
-  return n
-end
+local bulk_array = resp.bulk_array
 M.bulk_array = bulk_array
 
-reg("keys", 2, function(c, argv, _, out, n)
+reg("keys", function(c, argv, _, out, n)
   local list, count = store.keys(argv[2], c.pause)
   return bulk_array(out, n, list, count)
 end)
 
+-- A SCAN cursor as Redis reads one (strtoul: an optional sign, digits,
+-- up to 2^64 - 1; "" is 0): kv's cursors are slot numbers, and one past
+-- the slots (a negative one wraps past them, as in C) ends the scan.
+-- Returns it, or nil.
+function M.cursor(s)
+  if s == "" then return 0 end
+  local sign, digits = s:match("^([+-]?)(%d+)$")
+  if not digits then return nil end
+  digits = digits:gsub("^0+", "")
+  if #digits > 20 or (#digits == 20 and digits > "18446744073709551615") then return nil end
+  if sign == "-" and digits ~= "" then return math.huge end
+  return tonumber(digits) or 0
+end
+
 -- SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
-reg("scan", -2, function(c, argv, argc, out, n)
-  local cur = argv[2]
-  if not cur:find("^%d+$") or #cur > 15 then return put(out, n, "-ERR invalid cursor\r\n") end
+reg("scan", function(c, argv, argc, out, n)
+  local cur = M.cursor(argv[2])
+  if not cur then return put(out, n, "-ERR invalid cursor\r\n") end
   local count, match, kind = 10, nil, nil
   local j = 3
   while j <= argc do
@@ -641,7 +684,7 @@ reg("scan", -2, function(c, argv, argc, out, n)
       return (not m or m(k)) and (not kind or store.type_of(v) == kind)
     end
   end
-  local nextc, list, found = store.scan(tonumber(cur), count, filter, c.pause)
+  local nextc, list, found = store.scan(cur, count, filter, c.pause)
   out[n + 1] = "*2\r\n"
   n = bulk(out, n + 1, tostring(nextc))
   return bulk_array(out, n, list, found)

@@ -19,9 +19,10 @@ local sl = require "kv.skiplist"
 
 local reg = R.register
 local get, set = store.get, store.set
-local bulk, int = resp.bulk, resp.int
+local bulk, int, null, double = resp.bulk, resp.int, resp.null, resp.double
 local WRONGTYPE, NOT_INT, SYNTAX = resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
-local type, tonumber, lower, format = type, tonumber, string.lower, string.format
+local account = store.account
+local type, tonumber, lower = type, tonumber, string.lower
 local huge = math.huge
 local parse_int = require("kv.ints").parse
 
@@ -29,8 +30,10 @@ local M = {}
 
 local NOT_FLOAT = "-ERR value is not a valid float\r\n"
 
+local ZSET_BYTES, MEMBER_BYTES = 200, 180   -- a zset's tables; a member's node, string, slot
+
 local function new_zset()
-  return { kind = "zset", n = 0, s = {}, zl = sl.new() }
+  return { kind = "zset", n = 0, s = {}, zl = sl.new(), bytes = ZSET_BYTES }
 end
 
 local function zset_at(k)
@@ -54,11 +57,7 @@ local function score_of(s)
   return v
 end
 
-local function score_str(v)
-  if v == huge then return "inf" end
-  if v == -huge then return "-inf" end
-  return format("%.17g", v)
-end
+local score_str = resp.double_str
 M.score_str = score_str
 
 R.dumpers.zset = function(z)
@@ -76,6 +75,7 @@ local function zadd_member(z, m, score)
   z.s[m] = score
   z.n = z.n + 1
   sl.insert(z.zl, score, m)
+  account(z, #m + MEMBER_BYTES)
 end
 
 R.copiers.zset = function(z)
@@ -94,6 +94,7 @@ local function zrem_member(z, m)
   sl.delete(z.zl, score, m)
   z.s[m] = nil
   z.n = z.n - 1
+  account(z, -(#m + MEMBER_BYTES))
   return true
 end
 
@@ -105,11 +106,18 @@ local function set_score(z, m, score)
   z.s[m] = score
 end
 
--- Appends member (and its score) of node x.
+-- Appends member (and its score) of node x: with scores, RESP3 has a
+-- [member, score] pair for each, RESP2 the two flat.
 local function put_node(out, n, x, withscores)
+  if withscores and resp.is3() then n = resp.array(out, n, 2) end
   n = bulk(out, n, x.m)
-  if withscores then n = bulk(out, n, score_str(x.s)) end
+  if withscores then n = double(out, n, x.s) end
   return n
+end
+
+-- The head of an array of count members, with their scores if asked.
+local function nodes_head(out, n, count, withscores)
+  return resp.array(out, n, (withscores and not resp.is3()) and count * 2 or count)
 end
 
 -- -- Writes --------------------------------------------------------------
@@ -152,7 +160,7 @@ local function zadd(name, incr_only)
     if z == nil then return put(out, n, WRONGTYPE) end
     if not z then
       if xx then
-        if incr then return put(out, n, resp.NULL) end
+        if incr then return null(out, n) end
         return put(out, n, resp.ZERO)
       end
       z = new_zset()
@@ -191,19 +199,19 @@ local function zadd(name, incr_only)
       lists.ready(k)
     end
     if incr then
-      if last == nil then return put(out, n, resp.NULL) end
-      return bulk(out, n, score_str(last))
+      if last == nil then return null(out, n) end
+      return double(out, n, last)
     end
     return put(out, n, int(ch and added + updated or added))
   end
 end
-reg("zadd", -4, zadd("zadd", false), { write = true })
+reg("zadd", zadd("zadd", false))
 
 -- ZINCRBY key increment member: ZADD's INCR, logged as itself.
 local zincr = zadd("zincrby", true)
-reg("zincrby", 4, zincr, { write = true })
+reg("zincrby", zincr)
 
-reg("zrem", -3, function(_, argv, argc, out, n)
+reg("zrem", function(_, argv, argc, out, n)
   local k = argv[2]
   local z = zset_at(k)
   if z == nil then return put(out, n, WRONGTYPE) end
@@ -216,30 +224,30 @@ reg("zrem", -3, function(_, argv, argc, out, n)
   end
   if removed > 0 then R.prop = true end
   return put(out, n, int(removed))
-end, { write = true })
+end)
 
 -- -- Reads -----------------------------------------------------------------
 
-reg("zscore", 3, function(_, argv, _, out, n)
+reg("zscore", function(_, argv, _, out, n)
   local z = zset_at(argv[2])
   if z == nil then return put(out, n, WRONGTYPE) end
   local v = z and z.s[argv[3]] or nil
-  if v == nil then return put(out, n, resp.NULL) end
-  return bulk(out, n, score_str(v))
+  if v == nil then return null(out, n) end
+  return double(out, n, v)
 end)
 
-reg("zmscore", -3, function(_, argv, argc, out, n)
+reg("zmscore", function(_, argv, argc, out, n)
   local z = zset_at(argv[2])
   if z == nil then return put(out, n, WRONGTYPE) end
   n = put(out, n, resp.array_head(argc - 2))
   for j = 3, argc do
     local v = z and z.s[argv[j]] or nil
-    if v == nil then n = put(out, n, resp.NULL) else n = bulk(out, n, score_str(v)) end
+    if v == nil then n = null(out, n) else n = double(out, n, v) end
   end
   return n
 end)
 
-reg("zcard", 2, function(_, argv, _, out, n)
+reg("zcard", function(_, argv, _, out, n)
   local z = zset_at(argv[2])
   if z == nil then return put(out, n, WRONGTYPE) end
   return put(out, n, int(z and z.n or 0))
@@ -405,27 +413,27 @@ local function zrange_generic(argv, argc, out, n, kind, rev, opts_at, zrange)
     if not z or (has_limit and tonumber(offset) < 0) then return put(out, n, resp.EMPTY_ARRAY) end
     nodes, count = range_nodes(z, above, below, rev, tonumber(offset), tonumber(limit))
   end
-  n = put(out, n, resp.array_head(withscores and count * 2 or count))
+  n = nodes_head(out, n, count, withscores)
   for i = 1, count do n = put_node(out, n, nodes[i], withscores) end
   return n
 end
 
-reg("zrange", -4, function(_, argv, argc, out, n)
+reg("zrange", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "rank", false, 5, true)
 end)
-reg("zrevrange", -4, function(_, argv, argc, out, n)
+reg("zrevrange", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "rank", true, 5, false)
 end)
-reg("zrangebyscore", -4, function(_, argv, argc, out, n)
+reg("zrangebyscore", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "score", false, 5, false)
 end)
-reg("zrevrangebyscore", -4, function(_, argv, argc, out, n)
+reg("zrevrangebyscore", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "score", true, 5, false)
 end)
-reg("zrangebylex", -4, function(_, argv, argc, out, n)
+reg("zrangebylex", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "lex", false, 5, false)
 end)
-reg("zrevrangebylex", -4, function(_, argv, argc, out, n)
+reg("zrevrangebylex", function(_, argv, argc, out, n)
   return zrange_generic(argv, argc, out, n, "lex", true, 5, false)
 end)
 
@@ -445,8 +453,8 @@ local function count_in(bylex)
     return put(out, n, int(r2 - r1 + 1))
   end
 end
-reg("zcount", 4, count_in(false))
-reg("zlexcount", 4, count_in(true))
+reg("zcount", count_in(false))
+reg("zlexcount", count_in(true))
 
 -- ZRANK/ZREVRANK key member
 local function rank(rev)
@@ -454,13 +462,13 @@ local function rank(rev)
     local z = zset_at(argv[2])
     if z == nil then return put(out, n, WRONGTYPE) end
     local score = z and z.s[argv[3]] or nil
-    if score == nil then return put(out, n, resp.NULL) end
+    if score == nil then return null(out, n) end
     local r = sl.rank(z.zl, score, argv[3])
     return put(out, n, int(rev and z.n - r or r - 1))
   end
 end
-reg("zrank", 3, rank(false))
-reg("zrevrank", 3, rank(true))
+reg("zrank", rank(false))
+reg("zrevrank", rank(true))
 
 -- -- Pops and range removals ----------------------------------------------
 
@@ -479,6 +487,8 @@ local function pop(k, z, count, max)
 end
 M.pop = pop
 
+-- ZPOPMIN/ZPOPMAX key [count]: without a count, the member and its
+-- score flat; with one, as a range WITHSCORES (RESP3: pairs).
 local function popcmd(max)
   return function(_, argv, argc, out, n)
     if argc > 3 then return put(out, n, SYNTAX) end
@@ -495,16 +505,21 @@ local function popcmd(max)
     if not z then return put(out, n, resp.EMPTY_ARRAY) end
     local t = pop(k, z, count, max)
     if #t > 0 then R.prop = true end
-    n = put(out, n, resp.array_head(#t * 2))
+    if argc == 3 then
+      n = nodes_head(out, n, #t, true)
+    else
+      n = resp.array(out, n, #t * 2)
+    end
     for _, p in ipairs(t) do
+      if argc == 3 and resp.is3() then n = resp.array(out, n, 2) end
       n = bulk(out, n, p[1])
-      n = bulk(out, n, score_str(p[2]))
+      n = double(out, n, p[2])
     end
     return n
   end
 end
-reg("zpopmin", -2, popcmd(false), { write = true })
-reg("zpopmax", -2, popcmd(true), { write = true })
+reg("zpopmin", popcmd(false))
+reg("zpopmax", popcmd(true))
 
 -- BZPOPMIN/BZPOPMAX key [key ...] timeout: through the lists' blocking
 -- machinery, with a take that pops one member and logs it as ZPOPMIN/MAX.
@@ -515,12 +530,22 @@ local function bzpop(max)
     if z == nil then return nil, true end
     if not z then return nil end
     local p = pop(k, z, 1, max)[1]
-    return { k, p[1], score_str(p[2]) }, false, resp.encode({ name, k }, 2)
+    R.note("z", max and "zpopmax" or "zpopmin", k)
+    if z.n == 0 then R.note("g", "del", k) end
+    R.changed = { k }
+    return { k, p[1], p[2] }, nil, resp.encode({ name, k }, 2)
   end
-  return lists.blocking(take)
+  -- [key, member, score]: the score a double.
+  local function reply(out, n, got)
+    n = resp.array(out, n, 3)
+    n = bulk(out, n, got[1])
+    n = bulk(out, n, got[2])
+    return double(out, n, got[3])
+  end
+  return lists.blocking(take, nil, reply)
 end
-reg("bzpopmin", -3, bzpop(false), { write = true, last = -2 })
-reg("bzpopmax", -3, bzpop(true), { write = true, last = -2 })
+reg("bzpopmin", bzpop(false))
+reg("bzpopmax", bzpop(true))
 
 -- ZREMRANGEBYRANK key start stop, ZREMRANGEBYSCORE/BYLEX key min max.
 local function remrange(kind)
@@ -551,30 +576,30 @@ local function remrange(kind)
     return put(out, n, int(count))
   end
 end
-reg("zremrangebyrank", 4, remrange("rank"), { write = true })
-reg("zremrangebyscore", 4, remrange("score"), { write = true })
-reg("zremrangebylex", 4, remrange("lex"), { write = true })
+reg("zremrangebyrank", remrange("rank"))
+reg("zremrangebyscore", remrange("score"))
+reg("zremrangebylex", remrange("lex"))
 
 -- ZSCAN key cursor [MATCH pattern] [COUNT count]: the whole set in one
 -- reply, as SSCAN.
-reg("zscan", -3, function(_, argv, argc, out, n)
-  local match, err = sets.scan_args(argv, argc)
-  if match == nil then return put(out, n, err) end
+reg("zscan", function(_, argv, argc, out, n)
+  if not require("kv.strings").cursor(argv[3]) then return put(out, n, sets.INVALID_CURSOR) end
   local z = zset_at(argv[2])
   if z == nil then return put(out, n, WRONGTYPE) end
+  if not z then return put(out, n, sets.EMPTY_SCAN) end
+  local match, err = sets.scan_args(argv, argc)
+  if match == nil then return put(out, n, err) end
   local t, m = {}, 0
-  if z then
-    local x = z.zl.head.f[1]
-    while x do
-      if not match or match(x.m) then
-        t[m + 1], t[m + 2] = x.m, score_str(x.s)
-        m = m + 2
-      end
-      x = x.f[1]
+  local x = z.zl.head.f[1]
+  while x do
+    if not match or match(x.m) then
+      t[m + 1], t[m + 2] = x.m, score_str(x.s)
+      m = m + 2
     end
+    x = x.f[1]
   end
   n = put(out, n, "*2\r\n$1\r\n0\r\n")
-  return require("kv.strings").bulk_array(out, n, t, m)
+  return resp.bulk_array(out, n, t, m)
 end)
 
 return M

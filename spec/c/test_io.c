@@ -618,6 +618,90 @@ static void test_io_connect_to_a_full_unix_backlog_retries_until_its_timeout(voi
   unlink(path);
 }
 
+/* ch_io_input_quiet: unknown (0) for an fd the backend does not watch,
+** even after a read said EAGAIN; quiet after a wait made the backend
+** watch it and a short read emptied it; not quiet once bytes or an EOF
+** came (the backend reported them while the coroutine slept), though
+** nothing read them. epoll watches an fd from its first wait on; io_uring
+** only while a receive or a poll is in flight: after ch_io_read's wait
+** (a one-shot poll) nothing is known there, and the caller peeks; a
+** stream's receive (ch_io_recv) stays armed, so its fd is known. */
+struct quiet { int fd, peer, use_recv; int unwatched, drained, after_data, drained_again,
+               after_eof; };
+
+static void quiet_sender(void *arg) {
+  int fd = *(int *)arg;
+  ch_sleep_ms(20);
+  CHECK_EQ(write(fd, "ab", 2), 2);
+}
+
+static int quiet_room(void *ctx, size_t hint, struct iovec *b) {
+  (void)hint;
+  if (b) {
+    b->iov_base = ctx;
+    b->iov_len = 16;
+  }
+  return 0;
+}
+
+static ssize_t quiet_read(struct quiet *q, char *buf, int64_t timeout_ms) {
+  if (q->use_recv) return ch_io_recv(q->fd, 16, quiet_room, buf, timeout_ms);
+  return ch_io_read(q->fd, buf, 16, timeout_ms);
+}
+
+static void quiet_main(void *arg) {
+  struct quiet *q = arg;
+  char buf[16];
+  CHECK_EQ(quiet_read(q, buf, 0), -EAGAIN);                    /* never waited */
+  q->unwatched = ch_io_input_quiet(q->fd);
+  CHECK_EQ(ch_spawn(quiet_sender, &q->peer) > 0, 1);
+  CHECK_EQ(quiet_read(q, buf, 5000), 2);                       /* waits: watched; short */
+  q->drained = ch_io_input_quiet(q->fd);
+  CHECK_EQ(write(q->peer, "c", 1), 1);
+  ch_sleep_ms(20);                                             /* the backend reports it */
+  q->after_data = ch_io_input_quiet(q->fd);
+  CHECK_EQ(quiet_read(q, buf, 5000), 1);
+  q->drained_again = ch_io_input_quiet(q->fd);
+  CHECK_EQ(shutdown(q->peer, SHUT_WR), 0);
+  ch_sleep_ms(20);
+  q->after_eof = ch_io_input_quiet(q->fd);
+}
+
+static void quiet_run(struct quiet *q) {
+  int sv[2];
+  th_socketpair(sv);
+  q->fd = sv[0];
+  q->peer = sv[1];
+  q->unwatched = q->drained = q->after_data = q->drained_again = q->after_eof = -1;
+  assert_true(ch_spawn(quiet_main, q) > 0);
+  th_run();
+  close(sv[0]);
+  close(sv[1]);
+}
+
+static void test_io_input_quiet_knows_only_what_the_backend_reported(void **state) {
+  (void)state;
+  struct quiet q = { .use_recv = 0 };
+  quiet_run(&q);
+  int ring = ch_sched_io_backend(NULL) == CH_IO_URING;
+  assert_int_equal(q.unwatched, 0);
+  assert_int_equal(q.drained, !ring);
+  assert_int_equal(q.after_data, 0);
+  assert_int_equal(q.drained_again, !ring);
+  assert_int_equal(q.after_eof, 0);
+}
+
+/* A stream's receive: quiet after it emptied fd, on either backend. */
+static void test_io_input_quiet_after_a_receive_on_either_backend(void **state) {
+  (void)state;
+  struct quiet q = { .use_recv = 1 };
+  quiet_run(&q);
+  assert_int_equal(q.drained, 1);
+  assert_int_equal(q.after_data, 0);
+  assert_int_equal(q.drained_again, 1);
+  assert_int_equal(q.after_eof, 0);
+}
+
 /* -- ch_io_recv and ch_io_send ----------------------------------------------- */
 
 /* A receiver's room, counted: how many are held (given and not given
@@ -828,6 +912,8 @@ int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
     TH_TEST(test_io_wait_returns_pollout_at_once_on_a_writable_socket),
+    TH_TEST(test_io_input_quiet_knows_only_what_the_backend_reported),
+    TH_TEST(test_io_input_quiet_after_a_receive_on_either_backend),
     TH_TEST(test_io_wait_returns_pollin_when_data_arrives),
     TH_TEST(test_io_wait_returns_at_once_when_the_fd_is_already_ready),
     TH_TEST(test_io_wait_returns_etimedout_after_the_timeout),
