@@ -209,8 +209,14 @@ static ssize_t io_pass(struct io *io, int writing)
 ** deadline for the socket timeout. */
 static ssize_t io_run(struct io *io, int writing, int all)
 {
-  if (io->flags & MSG_DONTWAIT) return io_call(&io->op);   /* asked not to wait */
-  struct ch_fd *f = hook_begin(io->op.fd);
+  /* Asked not to wait: the call itself, unless the backend holds input
+  ** for fd, which comes before the socket's, or has sends queued on it,
+  ** which a write now would overtake (then the engine, never waiting).
+  ** Both are io_uring's only, and for fds a stream used. */
+  int nowait = (io->flags & MSG_DONTWAIT) != 0;
+  if (nowait && !(writing ? ch_io_queued(io->op.fd) : ch_io_held(io->op.fd)))
+    return io_call(&io->op);
+  struct ch_fd *f = nowait ? ch_fd_peek(io->op.fd) : hook_begin(io->op.fd);
   if (!f) return io_pass(io, writing);
   io->op.call = io_call;
   /* A read gets what the backend holds first (bytes read ahead of it by a
@@ -220,7 +226,8 @@ static ssize_t io_run(struct io *io, int writing, int all)
   ** Flags the held bytes cannot honour (MSG_OOB, MSG_ERRQUEUE, ...) go to
   ** the socket alone. */
   io->op.rx = NULL;
-  if (!writing && !(io->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC))) {
+  if (!writing && !(io->flags & ~(MSG_PEEK | MSG_WAITALL | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC |
+                                    MSG_DONTWAIT))) {
     io->rx = (struct ch_io_rx){ io_room, io, io->op.want,
                                 CH_RX_EXACT | (io->flags & MSG_PEEK ? CH_RX_PEEK : 0) };
     io->op.rx = &io->rx;
@@ -233,7 +240,7 @@ static ssize_t io_run(struct io *io, int writing, int all)
   uint64_t deadline = 0;
   ssize_t done = 0;
   for (;;) {
-    ssize_t r = ch_io_run(&io->op, timeout_ms ? timeout_ms : -1, &deadline);
+    ssize_t r = ch_io_run(&io->op, nowait ? 0 : timeout_ms ? timeout_ms : -1, &deadline);
     if (r < 0) return fail(done, r);
     if (!all || r == 0) return done + r;   /* r == 0: EOF, or an empty request */
     done += r;

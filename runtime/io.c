@@ -265,6 +265,11 @@ static inline int backend_queued(struct ch_sched *s, int fd)
   return s && s->be->queued && s->be->queued(s, fd);
 }
 
+int ch_io_queued(int fd)
+{
+  return backend_queued(ch_sched_tls, fd);
+}
+
 /* Edge-triggered epoll reports changes, not states: unless io.c knows fd
 ** is not ready in every direction asked (its last call said so and no
 ** event came since), look first. Input the backend holds counts as

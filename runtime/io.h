@@ -78,6 +78,11 @@ int ch_io_known_empty(int fd);
 ** see it. Never yields. */
 int ch_io_held(int fd);
 
+/* Non-zero while bytes the backend queued for fd (ch_io_send) are not all
+** in the kernel: a write made directly now would overtake them. Never
+** yields. */
+int ch_io_queued(int fd);
+
 /* Records fd as a new file made by the process (socket, accept, pipe,
 ** dup): its kind, the O_NONBLOCK its maker asked for, whether the runtime
 ** set O_NONBLOCK itself, and whether it is a stream. A number closed

@@ -694,6 +694,55 @@ static void test_ring_a_full_send_buffer_parks_the_sender(void **state) {
   ring_off();
 }
 
+/* A call asked not to wait (MSG_DONTWAIT: held HTTP answers pushed from
+** a timer, net/keepalive.c's peek at an idle pooled connection) keeps
+** the order of what the ring holds: a send does not overtake bytes
+** ch_io_send queued (it says EAGAIN until they are in the kernel), and a
+** peek sees the bytes the ring read ahead, not the socket behind them. */
+struct nowait { int fd; int rc; ssize_t sent; int err; };
+
+static void nowait_main(void *arg) {
+  struct nowait *w = arg;
+  struct iovec iov = { "first", 5 };
+  w->rc = ch_io_send(w->fd, &iov, 1, 5000);   /* queued, not yet submitted */
+  w->sent = send(w->fd, "second", 6, MSG_DONTWAIT);
+  w->err = errno;
+}
+
+static void test_ring_a_call_asked_not_to_wait_keeps_the_rings_order(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  struct nowait w = { .fd = sv[0] };
+  assert_true(ch_spawn(nowait_main, &w) > 0);
+  th_run();
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(w.sent, -1);
+  assert_int_equal(w.err, EAGAIN);
+  char buf[16];
+  assert_int_equal(read(sv[1], buf, sizeof buf), 5);
+  assert_memory_equal(buf, "first", 5);
+  /* The peek, outside any coroutine, as the pool's check makes it. */
+  assert_int_equal(write(sv[1], "1", 1), 1);
+  struct stream_rx x = { .fd = sv[0] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  th_run();   /* read "1"; its receive stays armed */
+  assert_int_equal(ch_io_input_quiet(sv[0]), 1);
+  assert_int_equal(write(sv[1], "23", 2), 2);
+  run_for_ms(20);   /* a loop turn: the ring takes "23" ahead */
+  uint32_t in, out;
+  ch_ring_held(ch_sched_tls, sv[0], &in, &out);
+  assert_int_equal(in, 2);
+  assert_int_equal(ch_io_input_quiet(sv[0]), 0);
+  char c = 0;
+  assert_int_equal(recv(sv[0], &c, 1, MSG_PEEK | MSG_DONTWAIT), 1);
+  assert_int_equal(c, '2');
+  close(sv[0]);
+  close(sv[1]);
+  ring_off();
+}
+
 /* -- Accepting ahead ------------------------------------------------------- */
 
 /* A burst of connections larger than what is accepted ahead before the
@@ -883,6 +932,7 @@ int main(void) {
     TH_TEST(test_ring_bytes_read_ahead_are_a_hooked_reads_first),
     TH_TEST(test_ring_send_returns_with_its_bytes_queued),
     TH_TEST(test_ring_a_full_send_buffer_parks_the_sender),
+    TH_TEST(test_ring_a_call_asked_not_to_wait_keeps_the_rings_order),
     TH_TEST(test_ring_a_burst_of_connections_accepted_ahead_loses_none),
     TH_TEST(test_ring_is_not_left_while_it_holds_input_or_a_watch),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
