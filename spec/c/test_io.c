@@ -652,6 +652,14 @@ static void test_io_input_quiet_knows_only_what_epoll_reported(void **state) {
   struct quiet q = { sv[0], sv[1], -1, -1, -1, -1, -1 };
   assert_true(ch_spawn(quiet_main, &q) > 0);
   th_run();
+  if (ch_sched_io_backend(NULL) == CH_IO_URING) {
+    /* A ring reports no readiness to judge by: nothing is ever known
+    ** quiet, and the caller looks. */
+    assert_int_equal(q.unwatched | q.drained | q.after_data | q.drained_again | q.after_eof, 0);
+    close(sv[0]);
+    close(sv[1]);
+    return;
+  }
   assert_int_equal(q.unwatched, 0);
   assert_int_equal(q.drained, 1);
   assert_int_equal(q.after_data, 0);
