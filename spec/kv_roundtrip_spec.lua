@@ -148,6 +148,22 @@ local gens = {
     return { "LMOVE", key(), key(), sides[R(2)], sides[R(2)] }
   end,
   function() return { "LMPOP", "2", key(), key(), ({ "LEFT", "RIGHT" })[R(2)], "COUNT", tostring(R(3)) } end,
+  function()
+    local op = ({ "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE" })[R(3)]
+    local t = { op, key(), "2", key(), key() }
+    if op ~= "ZDIFFSTORE" and R(2) == 1 then
+      t[#t + 1] = "WEIGHTS"
+      t[#t + 1] = ({ "2", "-1", "0.5", "inf", "x" })[R(5)]
+      t[#t + 1] = "1"
+    end
+    if op ~= "ZDIFFSTORE" and R(2) == 1 then
+      t[#t + 1] = "AGGREGATE"
+      t[#t + 1] = ({ "SUM", "MIN", "MAX" })[R(3)]
+    end
+    return t
+  end,
+  function() return { "ZRANGESTORE", key(), key(), tostring(R(3) - 2), tostring(R(4) - 2) } end,
+  function() return { "ZMPOP", "2", key(), key(), ({ "MIN", "MAX" })[R(2)], "COUNT", tostring(R(3)) } end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

@@ -62,6 +62,11 @@ c("brpoplpush", 4, "write denyoom noscript blocking", "1 2 1", "@write @list @sl
     args = "source:key#0 destination:key#1 timeout:double",
     history = { "6.0.0 `timeout` is interpreted as a double instead of an integer." },
     deprecated = "6.2.0 `BLMOVE` with the `RIGHT` and `LEFT` arguments" })
+c("bzmpop", -5, "write blocking movablekeys", "0 0 0", "@write @sortedset @slow @blocking",
+  "sorted-set 7.0.0", "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+  "Remove and return members with scores in a sorted set or block until one is available",
+  { keys = { "RW access delete|index 2|keynum 0 1 1" },
+    args = "timeout:double numkeys:integer key:key#0... where:oneof{min=MIN max=MAX} [count:integer=COUNT]" })
 c("bzpopmax", -3, "write noscript blocking fast", "1 -2 1", "@write @sortedset @fast @blocking",
   "sorted-set 5.0.0", "O(log(N)) with N being the number of elements in the sorted set.",
   "Remove and return the member with the highest score from one or more sorted sets, or block until one is available",
@@ -805,16 +810,46 @@ c("zcount", 4, "readonly fast", "1 1 1", "@read @sortedset @fast",
   "Count the members in a sorted set with scores within the given values",
   { keys = { "RO access|index 1|range 0 1 0" },
     args = "key:key#0 min:double max:double" })
+c("zdiff", -3, "readonly movablekeys", "0 0 0", "@read @sortedset @slow",
+  "sorted-set 6.2.0", "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
+  "Subtract multiple sorted sets",
+  { keys = { "RO access|index 1|keynum 0 1 1" },
+    args = "numkeys:integer key:key#0... [withscores=WITHSCORES]" })
+c("zdiffstore", -4, "write denyoom movablekeys", "1 1 1", "@write @sortedset @slow",
+  "sorted-set 6.2.0", "O(L + (N-K)log(N)) worst case where L is the total number of elements in all the sets, N is the size of the first set, and K is the size of the result set.",
+  "Subtract multiple sorted sets and store the resulting sorted set in a new key",
+  { keys = { "OW update|index 1|range 0 1 0", "RO access|index 2|keynum 0 1 1" },
+    args = "destination:key#0 numkeys:integer key:key#1..." })
 c("zincrby", 4, "write denyoom fast", "1 1 1", "@write @sortedset @fast",
   "sorted-set 1.2.0", "O(log(N)) where N is the number of elements in the sorted set.",
   "Increment the score of a member in a sorted set",
   { keys = { "RW access update|index 1|range 0 1 0" },
     args = "key:key#0 increment:integer member:string" })
+c("zinter", -3, "readonly movablekeys", "0 0 0", "@read @sortedset @slow",
+  "sorted-set 6.2.0", "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
+  "Intersect multiple sorted sets",
+  { keys = { "RO access|index 1|keynum 0 1 1" },
+    args = "numkeys:integer key:key#0... [weight:integer=WEIGHTS...] [aggregate:oneof=AGGREGATE{sum=SUM min=MIN max=MAX}] [withscores=WITHSCORES]" })
+c("zintercard", -3, "readonly movablekeys", "0 0 0", "@read @sortedset @slow",
+  "sorted-set 7.0.0", "O(N*K) worst case with N being the smallest input sorted set, K being the number of input sorted sets.",
+  "Intersect multiple sorted sets and return the cardinality of the result",
+  { keys = { "RO access|index 1|keynum 0 1 1" },
+    args = "numkeys:integer key:key#0... [limit:integer=LIMIT]" })
+c("zinterstore", -4, "write denyoom movablekeys", "1 1 1", "@write @sortedset @slow",
+  "sorted-set 2.0.0", "O(N*K)+O(M*log(M)) worst case with N being the smallest input sorted set, K being the number of input sorted sets and M being the number of elements in the resulting sorted set.",
+  "Intersect multiple sorted sets and store the resulting sorted set in a new key",
+  { keys = { "OW update|index 1|range 0 1 0", "RO access|index 2|keynum 0 1 1" },
+    args = "destination:key#0 numkeys:integer key:key#1... [weight:integer=WEIGHTS...] [aggregate:oneof=AGGREGATE{sum=SUM min=MIN max=MAX}]" })
 c("zlexcount", 4, "readonly fast", "1 1 1", "@read @sortedset @fast",
   "sorted-set 2.8.9", "O(log(N)) with N being the number of elements in the sorted set.",
   "Count the number of members in a sorted set between a given lexicographical range",
   { keys = { "RO access|index 1|range 0 1 0" },
     args = "key:key#0 min:string max:string" })
+c("zmpop", -4, "write movablekeys", "0 0 0", "@write @sortedset @slow",
+  "sorted-set 7.0.0", "O(K) + O(M*log(N)) where K is the number of provided keys, N being the number of elements in the sorted set, and M being the number of elements popped.",
+  "Remove and return members with scores in a sorted set",
+  { keys = { "RW access delete|index 1|keynum 0 1 1" },
+    args = "numkeys:integer key:key#0... where:oneof{min=MIN max=MAX} [count:integer=COUNT]" })
 c("zmscore", -3, "readonly fast", "1 1 1", "@read @sortedset @fast",
   "sorted-set 6.2.0", "O(N) where N is the number of members being requested.",
   "Get the score associated with the given members in a sorted set",
@@ -830,6 +865,12 @@ c("zpopmin", -2, "write fast", "1 1 1", "@write @sortedset @fast",
   "Remove and return members with the lowest scores in a sorted set",
   { keys = { "RW access delete|index 1|range 0 1 0" },
     args = "key:key#0 [count:integer]" })
+c("zrandmember", -2, "readonly", "1 1 1", "@read @sortedset @slow",
+  "sorted-set 6.2.0", "O(N) where N is the number of elements returned",
+  "Get one or multiple random elements from a sorted set",
+  { tips = "nondeterministic_output",
+    keys = { "RO access|index 1|range 0 1 0" },
+    args = "key:key#0 [options:block{count:integer [withscores=WITHSCORES]}]" })
 c("zrange", -4, "readonly", "1 1 1", "@read @sortedset @slow",
   "sorted-set 1.2.0", "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements returned.",
   "Return a range of members in a sorted set",
@@ -849,6 +890,11 @@ c("zrangebyscore", -4, "readonly", "1 1 1", "@read @sortedset @slow",
     args = "key:key#0 min:double max:double [withscores=WITHSCORES@2.0.0] [offset_count:block=LIMIT{offset:integer count:integer}]",
     history = { "2.0.0 Added the `WITHSCORES` modifier." },
     deprecated = "6.2.0 `ZRANGE` with the `BYSCORE` argument" })
+c("zrangestore", -5, "write denyoom", "1 2 1", "@write @sortedset @slow",
+  "sorted-set 6.2.0", "O(log(N)+M) with N being the number of elements in the sorted set and M the number of elements stored into the destination key.",
+  "Store a range of members from sorted set into another key",
+  { keys = { "OW update|index 1|range 0 1 0", "RO access|index 2|range 0 1 0" },
+    args = "dst:key#0 src:key#1 min:string max:string [sortby:oneof{byscore=BYSCORE bylex=BYLEX}] [rev=REV] [offset_count:block=LIMIT{offset:integer count:integer}]" })
 c("zrank", 3, "readonly fast", "1 1 1", "@read @sortedset @fast",
   "sorted-set 2.0.0", "O(log(N))",
   "Determine the index of a member in a sorted set",
@@ -910,5 +956,15 @@ c("zscore", 3, "readonly fast", "1 1 1", "@read @sortedset @fast",
   "Get the score associated with the given member in a sorted set",
   { keys = { "RO access|index 1|range 0 1 0" },
     args = "key:key#0 member:string" })
+c("zunion", -3, "readonly movablekeys", "0 0 0", "@read @sortedset @slow",
+  "sorted-set 6.2.0", "O(N)+O(M*log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
+  "Add multiple sorted sets",
+  { keys = { "RO access|index 1|keynum 0 1 1" },
+    args = "numkeys:integer key:key#0... [weight:integer=WEIGHTS...] [aggregate:oneof=AGGREGATE{sum=SUM min=MIN max=MAX}] [withscores=WITHSCORES]" })
+c("zunionstore", -4, "write denyoom movablekeys", "1 1 1", "@write @sortedset @slow",
+  "sorted-set 2.0.0", "O(N)+O(M log(M)) with N being the sum of the sizes of the input sorted sets, and M being the number of elements in the resulting sorted set.",
+  "Add multiple sorted sets and store the resulting sorted set in a new key",
+  { keys = { "OW update|index 1|range 0 1 0", "RO access|index 2|keynum 0 1 1" },
+    args = "destination:key#0 numkeys:integer key:key#1... [weight:integer=WEIGHTS...] [aggregate:oneof=AGGREGATE{sum=SUM min=MIN max=MAX}]" })
 
 return T

@@ -1,0 +1,385 @@
+-- The data types of kv's third round (issue 35) against a real
+-- redis-server (Debian's 7.0): the sorted-set algebra, bitmaps, SORT,
+-- GEO, HyperLogLog, LPUSHX/RPUSHX, TOUCH, LCS, SAVE and streams. Three
+-- kinds of test, one kv and one redis-server for the whole file:
+--   - cases: a list of commands run on both from an empty database, once
+--     in RESP2 and once after HELLO 3; the replies must be equal, errors
+--     and RESP3 types included (as spec/kv_compat_spec.lua);
+--   - scenarios: a function(port) run on both at once (blocked clients
+--     woken, served after EXEC, CLIENT UNBLOCK and KILL); what each
+--     returns must be equal;
+--   - restarts: kv keeps an always-synced log; a family's keys are read,
+--     kv is killed with -9 and started again on its log (and once more
+--     after a rewrite of it) and the keys must read the same.
+local cohost = require "cohost"
+local h = require "spec.helper"
+local kv = require "spec.kv_util"
+h.cleanups(after_each)
+
+local NULL = kv.NULL
+
+local function sorted(cmd)
+  cmd.sort = true
+  return cmd
+end
+
+local MIN, MAX = "-9223372036854775808", "9223372036854775807"
+
+-- -- The cases -----------------------------------------------------------------
+
+local families = {}
+
+families["sorted-set algebra"] = {
+  { "ZUNION, ZINTER, ZDIFF with weights and aggregates", {
+    { "ZADD", "a", "1", "x", "2", "y", "3", "z" }, { "ZADD", "b", "10", "y", "20", "z", "30", "w" },
+    { "SADD", "s", "x", "w", "v" },
+    { "ZUNION", "2", "a", "b" }, { "ZUNION", "2", "a", "b", "WITHSCORES" },
+    { "ZUNION", "3", "a", "b", "s", "WEIGHTS", "2", "0.5", "-1", "WITHSCORES" },
+    { "ZUNION", "2", "a", "b", "AGGREGATE", "MIN", "WITHSCORES" },
+    { "ZUNION", "2", "a", "b", "AGGREGATE", "max", "WITHSCORES", "WEIGHTS", "1", "-1" },
+    { "ZINTER", "2", "a", "b", "WITHSCORES" }, { "ZINTER", "3", "a", "b", "s" },
+    { "ZINTER", "2", "a", "s", "WITHSCORES", "AGGREGATE", "MAX" },
+    { "ZINTER", "2", "a", "a", "WEIGHTS", "1", "2", "WITHSCORES" },
+    { "ZDIFF", "2", "a", "b", "WITHSCORES" }, { "ZDIFF", "3", "b", "a", "s" }, { "ZDIFF", "2", "a", "a" },
+    { "ZDIFF", "1", "none" }, { "ZINTER", "2", "a", "none" }, { "ZUNION", "2", "none", "a" },
+    { "ZDIFF", "2", "a", "b", "WEIGHTS", "1", "1" }, { "ZDIFF", "2", "a", "b", "AGGREGATE", "SUM" },
+  } },
+  { "infinities, NaN sums and zero weights", {
+    { "ZADD", "p", "inf", "x", "-inf", "y", "1", "z" }, { "ZADD", "q", "-inf", "x", "inf", "y", "2", "z" },
+    { "ZUNION", "2", "p", "q", "WITHSCORES" }, { "ZINTER", "2", "p", "q", "WITHSCORES" },
+    { "ZUNION", "2", "p", "q", "WEIGHTS", "0", "0", "WITHSCORES" },
+    { "ZINTER", "2", "p", "q", "WEIGHTS", "0", "1", "AGGREGATE", "MIN", "WITHSCORES" },
+    { "ZINTER", "2", "p", "q", "WEIGHTS", "0", "1", "AGGREGATE", "MAX", "WITHSCORES" },
+    { "ZUNION", "1", "p", "WEIGHTS", "inf", "WITHSCORES" }, { "ZUNION", "1", "p", "WEIGHTS", "-0", "WITHSCORES" },
+    { "ZADD", "r", "0.1", "m", "0.2", "n" }, { "ZADD", "t", "0.2", "m", "0.1", "n" },
+    { "ZUNION", "3", "r", "t", "r", "WITHSCORES" },
+  } },
+  { "argument errors, in Redis's order", {
+    { "SET", "str", "x" }, { "ZADD", "a", "1", "x" },
+    { "ZUNION", "0", "a" }, { "ZUNION", "-1", "a" }, { "ZUNION", "x", "a" }, { "ZUNION", "3", "a" },
+    { "ZUNION", MAX, "a" }, { "ZINTER", "2", "a", "str" }, { "ZUNION", "1", "str", "WEIGHTS", "x" },
+    { "ZUNION", "2", "a", "b", "WEIGHTS", "1" }, { "ZUNION", "2", "a", "b", "WEIGHTS", "1", "x" },
+    { "ZUNION", "1", "a", "WEIGHTS", "nan" }, { "ZUNION", "1", "a", "WEIGHTS", "1e400" },
+    { "ZUNION", "1", "a", "AGGREGATE", "avg" }, { "ZUNION", "1", "a", "AGGREGATE" },
+    { "ZUNION", "1", "a", "WITHSCORES", "WITHSCORES" }, { "ZUNION", "1", "a", "BOGUS" },
+    { "ZUNIONSTORE", "d", "1", "a", "WITHSCORES" }, { "ZINTERSTORE", "d", "0", "a" },
+    { "ZDIFFSTORE", "d", "2", "a" }, { "ZUNION", "1" }, { "ZUNIONSTORE", "d", "1" },
+  } },
+  { "the STORE forms", {
+    { "ZADD", "a", "1", "x", "2", "y" }, { "ZADD", "b", "3", "y", "4", "z" }, { "SET", "d", "string" },
+    { "EXPIRE", "d", "100" }, { "ZUNIONSTORE", "d", "2", "a", "b" }, { "TYPE", "d" }, { "TTL", "d" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZINTERSTORE", "d", "2", "a", "b", "WEIGHTS", "2", "3" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZDIFFSTORE", "d", "2", "a", "b" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZINTERSTORE", "d", "2", "a", "none" }, { "EXISTS", "d" },
+    { "ZINTERSTORE", "d", "2", "a", "none" }, { "ZUNIONSTORE", "a", "2", "a", "b", "AGGREGATE", "MAX" },
+    { "ZRANGE", "a", "0", "-1", "WITHSCORES" }, { "ZCARD", "a" }, { "ZRANK", "a", "z" }, { "ZREVRANK", "a", "x" },
+    { "ZADD", "a", "2.5", "new" }, { "ZRANGE", "a", "0", "-1", "WITHSCORES" }, { "ZREM", "a", "y" },
+    { "ZRANGEBYSCORE", "a", "(1", "+inf" },
+  } },
+  { "ZINTERCARD", {
+    { "ZADD", "a", "1", "x", "2", "y", "3", "z" }, { "ZADD", "b", "1", "y", "1", "z", "1", "w" },
+    { "SADD", "s", "z", "y" }, { "ZINTERCARD", "2", "a", "b" }, { "ZINTERCARD", "3", "a", "b", "s" },
+    { "ZINTERCARD", "2", "a", "b", "LIMIT", "1" }, { "ZINTERCARD", "2", "a", "b", "LIMIT", "0" },
+    { "ZINTERCARD", "2", "a", "b", "LIMIT", "-1" }, { "ZINTERCARD", "2", "a", "b", "LIMIT", "x" },
+    { "ZINTERCARD", "2", "a", "b", "LIMIT", MIN }, { "ZINTERCARD", "0", "a" }, { "ZINTERCARD", "3", "a", "b" },
+    { "ZINTERCARD", "2", "a", "b", "WEIGHTS", "1", "1" }, { "ZINTERCARD", "1", "none" },
+    { "ZINTERCARD", "2", "a", "b", "LIMIT" },
+  } },
+  { "ZRANGESTORE", {
+    { "ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d" }, { "ZRANGESTORE", "d", "z", "0", "1" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZRANGESTORE", "d", "z", "(1", "+inf", "BYSCORE", "LIMIT", "1", "2" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZRANGESTORE", "d", "z", "+inf", "-inf", "BYSCORE", "REV" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZRANGESTORE", "d", "z", "[b", "(d", "BYLEX" },
+    { "ZRANGE", "d", "0", "-1" }, { "ZRANGESTORE", "d", "z", "0", "-1", "REV" }, { "ZRANGE", "d", "0", "-1" },
+    { "ZRANGESTORE", "d", "z", "5", "10" }, { "EXISTS", "d" }, { "ZRANGESTORE", "d", "none", "0", "-1" },
+    { "ZRANGESTORE", "d", "z", "0", "-1", "WITHSCORES" }, { "ZRANGESTORE", "d", "z", "0", "-1", "LIMIT", "0", "1" },
+    { "ZRANGESTORE", "d", "z", "0", "-1", "BYSCORE", "BYLEX" }, { "ZRANGESTORE", "d", "z", "0", "-1", "REV", "REV" },
+    { "ZRANGESTORE", "d", "z", "x", "1" }, { "SET", "str", "x" }, { "ZRANGESTORE", "d", "str", "0", "1" },
+    { "ZRANGESTORE", "str", "z", "0", "0" }, { "TYPE", "str" }, { "ZRANGESTORE", "d", "z", "0" },
+  } },
+  { "ZRANGE's options, once each", {
+    { "ZADD", "z", "1", "a", "2", "b", "3", "c" }, { "ZRANGE", "z", "0", "1", "BYSCORE", "BYLEX" },
+    { "ZRANGE", "z", "0", "1", "REV", "REV" }, { "ZRANGE", "z", "0", "-1", "LIMIT", "0", "-1" },
+    { "ZRANGE", "z", "0", "-1", "LIMIT", "1", "-1" }, { "ZRANGE", "z", "0", "-1", "LIMIT", "1", "1" },
+    { "ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "-1", "2" },
+    { "ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", "-1", "-1" }, { "ZRANGE", "z", "0", "-1", "BYSCORE", "BYSCORE" },
+  } },
+  { "ZRANDMEMBER", {
+    { "ZRANDMEMBER", "none" }, { "ZRANDMEMBER", "none", "3" }, { "ZADD", "z", "1", "a", "2.5", "b", "3", "c" },
+    sorted { "ZRANDMEMBER", "z", "3" }, sorted { "ZRANDMEMBER", "z", "10" }, { "ZRANDMEMBER", "z", "0" },
+    { "ZRANDMEMBER", "z", "0", "WITHSCORES" }, { "ZADD", "one", "7", "m" }, { "ZRANDMEMBER", "one" },
+    { "ZRANDMEMBER", "one", "-3" }, { "ZRANDMEMBER", "one", "-2", "WITHSCORES" },
+    { "ZRANDMEMBER", "one", "1", "WITHSCORES" }, { "ZRANDMEMBER", "z", "1", "BOGUS" },
+    { "ZRANDMEMBER", "z", "1", "WITHSCORES", "x" }, { "ZRANDMEMBER", "z", "x" },
+    { "ZRANDMEMBER", "z", MIN }, { "ZRANDMEMBER", "z", "-4611686018427387905", "WITHSCORES" },
+    { "ZRANDMEMBER", "z", "4611686018427387904", "WITHSCORES" }, { "SET", "s", "x" }, { "ZRANDMEMBER", "s" },
+  } },
+  { "ZMPOP and BZMPOP that find members", {
+    { "ZADD", "a", "1", "x", "2", "y", "3", "z" }, { "ZMPOP", "2", "none", "a", "MIN" },
+    { "ZMPOP", "1", "a", "MAX", "COUNT", "10" }, { "EXISTS", "a" }, { "ZMPOP", "1", "a", "MIN" },
+    { "ZADD", "b", "5", "p", "6", "q" }, { "BZMPOP", "0", "2", "a", "b", "MAX", "COUNT", "1" },
+    { "BZMPOP", "0.01", "1", "none", "MIN" }, { "ZMPOP", "0", "a", "MIN" }, { "ZMPOP", "x", "a", "MIN" },
+    { "ZMPOP", "3", "a", "MIN" }, { "ZMPOP", "1", "a", "UP" }, { "ZMPOP", "1", "a", "MIN", "COUNT", "0" },
+    { "ZMPOP", "1", "a", "MIN", "COUNT", "1", "COUNT", "2" }, { "ZMPOP", "1", "a", "MIN", "COUNT" },
+    { "ZMPOP", "1", "a", "MIN", "COUNT", MIN }, { "SET", "s", "x" }, { "ZMPOP", "2", "s", "b", "MIN" },
+    { "ZMPOP", "2", "b", "s", "MIN" }, { "BZMPOP", "x", "1", "b", "MIN" }, { "BZMPOP", "-1", "1", "b", "MIN" },
+    { "BZMPOP", "0", "0", "b", "MIN" }, { "BZMPOP", "0", "1", "s", "MAX" },
+  } },
+}
+
+-- -- Running cases -------------------------------------------------------------
+
+-- Runs cmds on connection c (after FLUSHALL); returns the replies. With
+-- proto 3 the connection says HELLO 3 first and the replies keep their
+-- RESP types (kv.read_typed: maps and sets sorted).
+local function run(c, cmds, proto)
+  if proto == 3 then
+    local hello = c:typed("HELLO", "3")
+    assert(type(hello) == "table" and hello.t == "%", "no RESP3")
+  end
+  assert(c:call("FLUSHALL") == "OK")
+  local replies = {}
+  for i, cmd in ipairs(cmds) do
+    local r
+    if proto == 3 then
+      r = c:typed(unpack(cmd))
+      if cmd.sort and type(r) == "table" then
+        table.sort(r, function(a, b) return kv.typed_string(a) < kv.typed_string(b) end)
+      end
+      if r ~= nil then r = kv.typed_string(r) end
+    else
+      r = c:call(unpack(cmd))
+      if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
+    end
+    replies[i] = r == nil and "<no reply>" or r
+  end
+  return replies
+end
+
+-- Both replies side by side, for a failure message.
+local function show(cmds, want, got)
+  local function s(v)
+    if v == NULL then return "(nil)" end
+    if type(v) == "table" then
+      if v.err then return "(error) " .. v.err end
+      local t = {}
+      for i, x in ipairs(v) do t[i] = s(x) end
+      return "[" .. table.concat(t, ", ") .. "]"
+    end
+    return ("%q"):format(v)
+  end
+  local lines = {}
+  for i, cmd in ipairs(cmds) do
+    local mark = s(want[i]) == s(got[i]) and "  " or "!!"
+    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, table.concat(cmd, " "),
+                                                              s(want[i]), s(got[i]))
+  end
+  return table.concat(lines, "\n")
+end
+
+-- -- Scenarios -------------------------------------------------------------------
+
+-- INFO's fields as a table.
+local function info(c, section)
+  local t = {}
+  local text = assert(c:call("INFO", section))
+  for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do t[k] = v end
+  return t
+end
+
+-- Waits until the server has n blocked clients; false if it never does
+-- (5 s), which the scenario reports.
+local function blocked(c, n)
+  return h.wait_for(function() return info(c, "clients").blocked_clients == tostring(n) end, 5)
+end
+
+-- A client blocked in cmd: the thread that waits for its reply, and its
+-- connection (for CLIENT ID).
+local function block(port, ...)
+  local args = { ... }
+  local w = kv.client(port, 5000)
+  local id = w:call("CLIENT", "ID")
+  return cohost.spawn(function() return w:call(unpack(args)) end), id
+end
+
+local function result(thread)
+  local ok, r = cohost.wait(thread)
+  assert(ok, r)
+  return r == nil and "<no reply>" or r
+end
+
+describe("kv's data types against redis-server", function()
+  local ports, redis_pid, redis_log = {}, nil, nil
+  local kv_proc, kv_dir
+  local stops = {}
+
+  local function start_kv()
+    kv_proc = kv.start(function(fn) stops[#stops + 1] = fn end,
+                       { args = "--appendfsync always", dir = kv_dir })
+    ports.kv = kv_proc.port
+  end
+
+  setup(function()
+    ports.redis = h.free_port()
+    redis_pid, redis_log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no")
+      :format(ports.redis))
+    h.wait_port(ports.redis, redis_log)
+    -- Its own directory for the whole file (h.tmpdir's goes after each test).
+    kv_dir = os.tmpname()
+    os.remove(kv_dir)
+    assert(os.execute("mkdir " .. h.shell_quote(kv_dir)) == 0)
+    start_kv()
+  end)
+
+  teardown(function()
+    h.stop_pid(redis_pid)
+    if redis_log then os.remove(redis_log) end
+    for _, fn in ipairs(stops) do fn() end
+    if kv_dir then os.execute("rm -rf " .. h.shell_quote(kv_dir)) end
+  end)
+
+  local names = {}
+  for name in pairs(families) do names[#names + 1] = name end
+  table.sort(names)
+  for _, proto in ipairs { 2, 3 } do
+    for _, family in ipairs(names) do
+      for _, case in ipairs(families[family]) do
+        it(("%s: %s (RESP%d)"):format(family, case[1], proto), function()
+          local cmds = case[2]
+          local want = run(kv.client(ports.redis), cmds, proto)
+          local got = run(kv.client(ports.kv), cmds, proto)
+          assert.same(want, got, "\n" .. show(cmds, want, got))
+        end)
+      end
+    end
+  end
+
+  -- Runs scenario(port) on both servers at once (after FLUSHALL); asserts
+  -- the results are the same and returns kv's.
+  local function both(scenario)
+    for _, port in pairs(ports) do assert.equal("OK", kv.client(port):call("FLUSHALL")) end
+    local r = cohost.spawn(scenario, ports.redis)
+    local k = cohost.spawn(scenario, ports.kv)
+    local ok_r, want = cohost.wait(r)
+    local ok_k, got = cohost.wait(k)
+    assert(ok_r, want)
+    assert(ok_k, got)
+    assert.same(want, got)
+    return got
+  end
+
+  it("wakes BZMPOP on ZADD, on a key ZUNIONSTORE or ZRANGESTORE creates, and after EXEC", function()
+    local got = both(function(port)
+      local c = kv.client(port)
+      local out = {}
+      local w = block(port, "BZMPOP", "0", "2", "z1", "z2", "MAX", "COUNT", "2")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("ZADD", "z2", "1", "a", "2", "b", "3", "c")
+      out[#out + 1] = result(w)
+      c:call("ZADD", "src", "5", "x", "6", "y")
+      w = block(port, "BZMPOP", "0", "1", "u", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("ZUNIONSTORE", "u", "2", "src", "z2")
+      out[#out + 1] = result(w)
+      w = block(port, "BZMPOP", "0", "1", "r", "MIN", "COUNT", "5")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("ZRANGESTORE", "r", "src", "0", "0")
+      out[#out + 1] = result(w)
+      -- Added and deleted in one transaction: nobody is woken.
+      w = block(port, "BZMPOP", "0.3", "1", "t", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      c:call("MULTI")
+      c:call("ZADD", "t", "1", "a")
+      c:call("DEL", "t")
+      out[#out + 1] = c:call("EXEC")
+      out[#out + 1] = result(w)
+      w = block(port, "BZMPOP", "0", "1", "t", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      c:call("MULTI")
+      c:call("ZADD", "t", "1", "a", "2", "b")
+      c:call("ZREM", "t", "a")
+      out[#out + 1] = c:call("EXEC")
+      out[#out + 1] = result(w)
+      out[#out + 1] = c:call("EXISTS", "t")
+      -- Inside MULTI it does not block.
+      c:call("MULTI")
+      c:call("BZMPOP", "0", "1", "none", "MIN")
+      out[#out + 1] = c:call("EXEC")
+      return out
+    end)
+    assert.same({ "z2", { { "c", "3" }, { "b", "2" } } }, got[3])
+  end)
+
+  it("ends a BZMPOP wait on CLIENT UNBLOCK and CLIENT KILL", function()
+    both(function(port)
+      local c = kv.client(port)
+      local out = {}
+      local w, id = block(port, "BZMPOP", "0", "1", "z", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("CLIENT", "UNBLOCK", tostring(id))
+      out[#out + 1] = result(w)
+      w, id = block(port, "BZMPOP", "0", "1", "z", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("CLIENT", "UNBLOCK", tostring(id), "ERROR")
+      out[#out + 1] = result(w)
+      w, id = block(port, "BZMPOP", "0", "1", "z", "MIN")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("CLIENT", "KILL", "ID", tostring(id))
+      out[#out + 1] = blocked(c, 0)
+      out[#out + 1] = c:call("ZADD", "z", "1", "a")
+      out[#out + 1] = c:call("ZCARD", "z")
+      return out
+    end)
+  end)
+
+  -- -- Restarts ---------------------------------------------------------------------
+
+  -- Reads keys with their readers (command lists with "$k" for the key).
+  local function read_all(c, readers)
+    local t = {}
+    for i, cmd in ipairs(readers) do
+      local args = {}
+      for j, a in ipairs(cmd) do args[j] = a end
+      t[i] = c:call(unpack(args))
+    end
+    return t
+  end
+
+  -- Runs writes, reads the readers, restarts kv on its log (kill -9), and
+  -- reads them again; then a rewrite of the log and once more.
+  local function survives_restart(writes, readers)
+    local c = kv.client(ports.kv)
+    assert.equal("OK", c:call("FLUSHALL"))
+    for _, cmd in ipairs(writes) do
+      local r = c:call(unpack(cmd))
+      if type(r) == "table" and r.err then error(table.concat(cmd, " ") .. ": " .. r.err) end
+    end
+    local before = read_all(c, readers)
+    kv_proc.signal("KILL")
+    kv_proc.wait(5)
+    start_kv()
+    c = kv.client(ports.kv)
+    assert.same(before, read_all(c, readers), "after a replay of the log")
+    assert.equal("Background append only file rewriting started", c:call("BGREWRITEAOF"))
+    kv.wait_rewrites(c, 1)
+    kv_proc.signal("KILL")
+    kv_proc.wait(5)
+    start_kv()
+    c = kv.client(ports.kv)
+    assert.same(before, read_all(c, readers), "after a rewrite of the log")
+  end
+
+  it("keeps sorted sets the algebra stored across restarts", function()
+    survives_restart({
+      { "ZADD", "a", "1.5", "x", "2", "y", "-inf", "n" }, { "ZADD", "b", "3", "y", "4", "z" },
+      { "SADD", "s", "x", "q" }, { "ZUNIONSTORE", "u", "3", "a", "b", "s", "WEIGHTS", "1", "2", "3" },
+      { "ZINTERSTORE", "i", "2", "a", "b", "AGGREGATE", "MAX" }, { "ZDIFFSTORE", "d", "2", "a", "s" },
+      { "ZRANGESTORE", "r", "a", "(1", "+inf", "BYSCORE" }, { "ZMPOP", "1", "b", "MIN" },
+      { "EXPIRE", "u", "1000" },
+    }, {
+      { "ZRANGE", "u", "0", "-1", "WITHSCORES" }, { "ZRANGE", "i", "0", "-1", "WITHSCORES" },
+      { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "ZRANGE", "r", "0", "-1", "WITHSCORES" },
+      { "ZRANGE", "b", "0", "-1", "WITHSCORES" }, { "TTL", "u" }, { "DBSIZE" },
+    })
+  end)
+end)
