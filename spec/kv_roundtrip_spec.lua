@@ -164,6 +164,12 @@ local gens = {
   end,
   function() return { "ZRANGESTORE", key(), key(), tostring(R(3) - 2), tostring(R(4) - 2) } end,
   function() return { "ZMPOP", "2", key(), key(), ({ "MIN", "MAX" })[R(2)], "COUNT", tostring(R(3)) } end,
+  function() return { "SETBIT", key(), tostring(R(40) - 2), tostring(R(3) - 1) } end,
+  function() return { "BITOP", ({ "AND", "OR", "XOR", "NOT" })[R(4)], key(), key() } end,
+  function()
+    return { "BITFIELD", key(), "OVERFLOW", ({ "WRAP", "SAT", "FAIL" })[R(3)],
+             ({ "SET", "INCRBY" })[R(2)], ({ "i5", "u3", "i64", "u63" })[R(4)], "#" .. R(5), int() }
+  end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

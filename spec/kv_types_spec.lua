@@ -127,6 +127,108 @@ families["sorted-set algebra"] = {
   } },
 }
 
+families["bitmaps"] = {
+  { "SETBIT and GETBIT", {
+    { "SETBIT", "b", "7", "1" }, { "GET", "b" }, { "SETBIT", "b", "7", "0" }, { "SETBIT", "b", "100", "1" },
+    { "STRLEN", "b" }, { "GETBIT", "b", "100" }, { "GETBIT", "b", "99" }, { "GETBIT", "b", "100000" },
+    { "GETBIT", "none", "5" }, { "SETBIT", "b", "-1", "1" }, { "SETBIT", "b", "x", "1" },
+    { "SETBIT", "b", "4294967296", "1" }, { "SETBIT", "b", "1", "2" }, { "SETBIT", "b", "1", "-1" },
+    { "SETBIT", "b", "1", "x" }, { "SETBIT", "b", "x", "2" }, { "GETBIT", "b", "-1" }, { "GETBIT", "b", "#1" },
+    { "SET", "s", "A" }, { "SETBIT", "s", "6", "1" }, { "GET", "s" }, { "GETBIT", "s", "1" },
+    { "SET", "n", "12" }, { "INCR", "n" }, { "GETBIT", "n", "2" }, { "SETBIT", "n", "15", "0" }, { "GET", "n" },
+    { "INCR", "n" }, { "RPUSH", "l", "x" }, { "SETBIT", "l", "0", "1" }, { "GETBIT", "l", "0" },
+    { "SETBIT", "e", "0", "0" }, { "GET", "e" }, { "EXPIRE", "e", "100" }, { "SETBIT", "e", "9", "1" }, { "TTL", "e" },
+  } },
+  { "string commands on a bitmap", {
+    { "SETBIT", "b", "1", "1" }, { "SETBIT", "b", "17", "1" }, { "GET", "b" }, { "STRLEN", "b" },
+    { "APPEND", "b", "xyz" }, { "GET", "b" }, { "SETBIT", "b", "60", "1" }, { "SETRANGE", "b", "10", "tail" },
+    { "GET", "b" }, { "GETRANGE", "b", "2", "5" }, { "GETRANGE", "b", "-4", "-1" }, { "BITCOUNT", "b" },
+    { "MGET", "b", "none" }, { "GETSET", "b", "new" }, { "SETBIT", "c", "3", "1" }, { "GETDEL", "c" },
+    { "SETBIT", "d", "2", "1" }, { "GETEX", "d", "PX", "100000" }, { "SET", "d", "v", "GET" },
+    { "SETBIT", "i", "2", "1" }, { "SETBIT", "i", "3", "1" }, { "SETBIT", "i", "7", "1" }, { "INCR", "i" },
+    { "SETBIT", "f", "2", "1" }, { "SETBIT", "f", "3", "1" }, { "INCRBYFLOAT", "f", "0.5" },
+    { "SETBIT", "t", "0", "1" }, { "TYPE", "t" }, { "COPY", "t", "t2" }, { "SETBIT", "t2", "1", "1" },
+    { "GET", "t" }, { "GET", "t2" }, { "LPUSH", "t", "x" }, { "SETBIT", "r", "1", "1" }, { "RENAME", "r", "r2" },
+    { "GET", "r2" }, { "SETBIT", "x", "100", "1" }, { "SETRANGE", "x", "2", "" }, { "APPEND", "x", "" },
+  } },
+  { "BITCOUNT", {
+    { "SET", "s", "foobar" }, { "BITCOUNT", "s" }, { "BITCOUNT", "s", "0", "0" }, { "BITCOUNT", "s", "1", "1" },
+    { "BITCOUNT", "s", "1", "-2" }, { "BITCOUNT", "s", "-3", "-1" }, { "BITCOUNT", "s", "-1", "-3" },
+    { "BITCOUNT", "s", "5", "30" }, { "BITCOUNT", "s", "-100", "100" }, { "BITCOUNT", "s", "1", "5", "BIT" },
+    { "BITCOUNT", "s", "5", "30", "bit" }, { "BITCOUNT", "s", "-7", "-2", "BIT" }, { "BITCOUNT", "s", "0", "0", "BYTE" },
+    { "BITCOUNT", "s", "0", "0", "WORD" }, { "BITCOUNT", "s", "0" }, { "BITCOUNT", "s", "x", "1" },
+    { "BITCOUNT", "s", "0", "1", "BIT", "x" }, { "BITCOUNT", "none" }, { "BITCOUNT", "none", "x", "y" },
+    { "BITCOUNT", "none", "1" }, { "SETBIT", "b", "5", "1" }, { "SETBIT", "b", "1000", "1" }, { "BITCOUNT", "b" },
+    { "SETBIT", "b", "1000", "0" }, { "SETBIT", "b", "6", "1" }, { "SETBIT", "b", "6", "1" }, { "BITCOUNT", "b" },
+    { "SETRANGE", "b", "0", "\255\255" }, { "BITCOUNT", "b" }, { "APPEND", "b", "\15" }, { "BITCOUNT", "b" },
+    { "BITFIELD", "b", "SET", "u8", "8", "255" }, { "BITCOUNT", "b" }, { "BITCOUNT", "b", "1", "-1" },
+    { "SET", "n", "255" }, { "INCR", "n" }, { "BITCOUNT", "n" }, { "HSET", "h", "f", "v" }, { "BITCOUNT", "h" },
+    { "SET", "long", string.rep("\170\85\255\0\1", 97) }, { "BITCOUNT", "long" }, { "BITCOUNT", "long", "3", "400" },
+    { "BITCOUNT", "long", "13", "3000", "BIT" }, { "BITCOUNT", "s", MIN, MAX }, { "BITCOUNT", "s", "0", MAX, "BIT" },
+  } },
+  { "BITPOS", {
+    { "SET", "s", "\255\240\0" }, { "BITPOS", "s", "0" }, { "BITPOS", "s", "1" }, { "BITPOS", "s", "1", "2" },
+    { "BITPOS", "s", "0", "2" }, { "BITPOS", "s", "1", "0", "-1" }, { "BITPOS", "s", "0", "1", "1" },
+    { "BITPOS", "s", "1", "7", "15", "BIT" }, { "BITPOS", "s", "0", "7", "11", "BIT" },
+    { "BITPOS", "s", "0", "0", "11", "bit" }, { "BITPOS", "s", "0", "12", "-1", "BIT" }, { "BITPOS", "s", "1", "12", "BIT" },
+    { "BITPOS", "s", "0", "2", "-1", "BYTE" }, { "BITPOS", "s", "1", "5", "3" }, { "BITPOS", "s", "1", "-1" },
+    { "SET", "ones", "\255\255" }, { "BITPOS", "ones", "0" }, { "BITPOS", "ones", "0", "0", "-1" },
+    { "BITPOS", "ones", "0", "1" }, { "BITPOS", "ones", "0", "3", "15", "BIT" }, { "BITPOS", "ones", "0", "3", "BIT" },
+    { "SET", "zeros", "\0\0" }, { "BITPOS", "zeros", "1" }, { "BITPOS", "zeros", "0" }, { "BITPOS", "zeros", "1", "0", "-1", "BIT" },
+    { "BITPOS", "none", "1" }, { "BITPOS", "none", "0" }, { "BITPOS", "none", "0", "x" }, { "BITPOS", "s", "2" },
+    { "BITPOS", "s", "x" }, { "BITPOS", "s", "1", "x" }, { "BITPOS", "s", "1", "0", "x" },
+    { "BITPOS", "s", "1", "0", "1", "WORD" }, { "BITPOS", "s", "1", "0", "1", "BIT", "x" }, { "SET", "e", "" },
+    { "BITPOS", "e", "0" }, { "BITPOS", "e", "1" }, { "LPUSH", "l", "x" }, { "BITPOS", "l", "1" },
+    { "SETBIT", "b", "1000", "1" }, { "BITPOS", "b", "1" }, { "BITPOS", "b", "1", "-1" }, { "BITPOS", "b", "1", "1", "124" },
+    { "SET", "long", string.rep("\0", 300) .. "\2" .. string.rep("\255", 40) .. "\127" }, { "BITPOS", "long", "1" },
+    { "BITPOS", "long", "0", "301" }, { "BITPOS", "long", "1", "10", "299" }, { "BITPOS", "s", "1", MIN, MAX },
+  } },
+  { "BITOP", {
+    { "SET", "a", "\255\15\1" }, { "SET", "b", "\240\240" }, { "BITOP", "AND", "d", "a", "b" }, { "GET", "d" },
+    { "BITOP", "or", "d", "a", "b" }, { "GET", "d" }, { "BITOP", "XOR", "d", "a", "b", "none" }, { "GET", "d" },
+    { "BITOP", "NOT", "d", "a" }, { "GET", "d" }, { "BITOP", "NOT", "d", "a", "b" }, { "BITOP", "NAND", "d", "a" },
+    { "BITOP", "AND", "d", "none", "none2" }, { "EXISTS", "d" }, { "BITOP", "AND", "d", "a", "none" }, { "GET", "d" },
+    { "RPUSH", "l", "x" }, { "BITOP", "OR", "d", "a", "l" }, { "SET", "n", "7" }, { "INCR", "n" },
+    { "BITOP", "AND", "d", "n", "n" }, { "GET", "d" }, { "SETBIT", "bm", "20", "1" }, { "BITOP", "OR", "d", "bm", "a" },
+    { "GET", "d" }, { "SET", "ttl", "x", "EX", "100" }, { "BITOP", "NOT", "ttl", "a" }, { "TTL", "ttl" },
+    { "SETBIT", "d", "100", "1" }, { "STRLEN", "d" }, { "BITOP", "AND", "a", "a", "b" }, { "GET", "a" },
+  } },
+  { "BITFIELD", {
+    { "BITFIELD", "k", "SET", "i8", "0", "100", "GET", "i8", "0", "INCRBY", "i8", "0", "100" },
+    { "BITFIELD", "k", "OVERFLOW", "SAT", "INCRBY", "i8", "0", "100", "INCRBY", "i8", "0", "-300" },
+    { "BITFIELD", "k", "OVERFLOW", "FAIL", "INCRBY", "i8", "0", "-1", "INCRBY", "i8", "0", "200" },
+    { "BITFIELD", "k", "SET", "u4", "#2", "15", "GET", "u4", "8", "GET", "u4", "#2", "INCRBY", "u4", "#2", "3" },
+    { "BITFIELD", "k", "OVERFLOW", "SAT", "INCRBY", "u4", "#2", "100", "INCRBY", "u4", "#2", "-100" },
+    { "BITFIELD", "k", "OVERFLOW", "FAIL", "SET", "u4", "#2", "16", "SET", "u4", "#2", "-1", "SET", "i4", "0", "8" },
+    { "BITFIELD", "k", "OVERFLOW", "WRAP", "SET", "u4", "#2", "17", "SET", "i4", "0", "8", "SET", "u8", "0", "-1" },
+    { "BITFIELD", "k", "OVERFLOW", "SAT", "SET", "u4", "#2", "17", "SET", "i4", "0", "8", "SET", "i4", "0", "-9" },
+    { "GET", "k" }, { "BITFIELD", "k", "GET", "i64", "0", "GET", "u63", "1", "GET", "u1", "3", "GET", "i5", "5" },
+    { "BITFIELD", "w", "SET", "i64", "0", MAX, "INCRBY", "i64", "0", "1", "GET", "i64", "0" },
+    { "BITFIELD", "w", "OVERFLOW", "SAT", "INCRBY", "i64", "0", MAX, "INCRBY", "i64", "0", MIN, "INCRBY", "i64", "0", MIN },
+    { "BITFIELD", "w", "OVERFLOW", "FAIL", "INCRBY", "i64", "0", "-1", "INCRBY", "i64", "0", MIN },
+    { "BITFIELD", "w", "SET", "u63", "1", MAX, "INCRBY", "u63", "1", "5", "OVERFLOW", "SAT", "INCRBY", "u63", "1", MAX },
+    { "BITFIELD", "w", "SET", "i3", "13", "-4", "INCRBY", "i3", "13", "-1", "GET", "u3", "13", "GET", "i3", "13" },
+    { "GET", "w" }, { "BITFIELD", "f", "SET", "u8", "100", "1", "GET", "u8", "100" }, { "STRLEN", "f" },
+    { "BITFIELD", "f", "GET", "u8", "1000000" }, { "BITFIELD", "none", "GET", "i8", "0" }, { "EXISTS", "none" },
+    { "BITFIELD", "f" }, { "BITFIELD", "f", "GET", "u64", "0" }, { "BITFIELD", "f", "GET", "i65", "0" },
+    { "BITFIELD", "f", "GET", "x8", "0" }, { "BITFIELD", "f", "GET", "I8", "0" }, { "BITFIELD", "f", "GET", "u0", "0" },
+    { "BITFIELD", "f", "GET", "u8", "-1" }, { "BITFIELD", "f", "GET", "u8", "#-1" }, { "BITFIELD", "f", "GET", "u8", "x" },
+    { "BITFIELD", "f", "SET", "u8", "0", "x" }, { "BITFIELD", "f", "OVERFLOW", "MAYBE" }, { "BITFIELD", "f", "GET", "u8" },
+    { "BITFIELD", "f", "FOO", "u8", "0" }, { "BITFIELD", "f", "OVERFLOW" }, { "BITFIELD", "f", "GET", "u8", "4294967295" },
+    { "BITFIELD", "f", "GET", "u8", "4294967296" }, { "BITFIELD", "f", "GET", "u8", "#536870912" },
+    { "BITFIELD", "f", "GET", "u8", "#536870911" }, { "BITFIELD", "f", "GET", "i64", "#1152921504606846976" },
+    { "RPUSH", "l", "x" }, { "BITFIELD", "l", "GET", "u8", "0" }, { "BITFIELD", "l" }, { "BITFIELD", "l", "SET", "u8", "0", "1" },
+    { "BITFIELD_RO", "f", "GET", "u8", "100", "GET", "i4", "#25" }, { "BITFIELD_RO", "f", "SET", "u8", "0", "1" },
+    { "BITFIELD_RO", "none", "GET", "u8", "0" }, { "BITFIELD_RO", "f", "INCRBY", "u8", "0", "x" },
+    { "BITFIELD_RO", "f", "OVERFLOW", "SAT", "GET", "u8", "0" }, { "BITFIELD_RO", "l", "GET", "u8", "0" },
+    { "BITFIELD", "n", "OVERFLOW", "FAIL", "INCRBY", "u2", "0", "5" }, { "EXISTS", "n" }, { "GET", "n" },
+    { "COMMAND", "GETKEYSANDFLAGS", "BITFIELD", "k", "GET", "u8", "0" },
+    { "COMMAND", "GETKEYSANDFLAGS", "BITFIELD", "k", "GET", "u8", "0", "OVERFLOW", "SAT", "INCRBY", "u8", "0", "1" },
+    { "COMMAND", "GETKEYSANDFLAGS", "BITFIELD", "k", "GET", "u8" },
+    { "COMMAND", "GETKEYSANDFLAGS", "BITFIELD_RO", "k", "GET", "u8", "0" },
+  } },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -368,6 +470,20 @@ describe("kv's data types against redis-server", function()
     c = kv.client(ports.kv)
     assert.same(before, read_all(c, readers), "after a rewrite of the log")
   end
+
+  it("keeps bitmaps across restarts, as the strings they are", function()
+    survives_restart({
+      { "SETBIT", "b", "7", "1" }, { "SETBIT", "b", "100000", "1" }, { "SETBIT", "b", "7", "0" },
+      { "SET", "s", "abc" }, { "SETBIT", "s", "100", "1" }, { "EXPIRE", "s", "1000" },
+      { "BITFIELD", "f", "SET", "i16", "#3", "-300", "INCRBY", "u5", "1", "40", "OVERFLOW", "FAIL",
+        "INCRBY", "u2", "100", "9" },
+      { "BITOP", "XOR", "x", "s", "f" }, { "SETBIT", "a", "3", "1" }, { "APPEND", "a", "tail" },
+      { "SETRANGE", "a", "20", "far" },
+    }, {
+      { "GET", "b" }, { "BITCOUNT", "b" }, { "GET", "s" }, { "TTL", "s" }, { "GET", "f" }, { "GET", "x" },
+      { "GET", "a" }, { "BITCOUNT", "a" }, { "DBSIZE" },
+    })
+  end)
 
   it("keeps sorted sets the algebra stored across restarts", function()
     survives_restart({

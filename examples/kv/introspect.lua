@@ -412,6 +412,22 @@ local function keys_of(argv, argc)
       for i = 4, sub_argc do
         if lower(sub_argv[i]) == "get" then flags = { "RW", "access", "update" } end
       end
+    elseif spec.is.variable_flags and c.name == "bitfield" then
+      -- BITFIELD reads only, unless a SET, an INCRBY or anything it does
+      -- not know follows (Redis's bitfieldGetKeys).
+      flags = { "RO", "access" }
+      local i = 3
+      while i <= sub_argc do
+        local w, left = lower(sub_argv[i]), sub_argc - i
+        if w == "get" and left >= 2 then
+          i = i + 3
+        elseif w == "overflow" and left >= 1 then
+          i = i + 2
+        else
+          flags = { "RW", "access", "update" }
+          break
+        end
+      end
     end
     local ok = R.spec_keys(spec, sub_argv, sub_argc, function(i)
       found[#found + 1] = { sub_argv[i + 1], flags }
