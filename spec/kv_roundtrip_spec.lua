@@ -170,6 +170,22 @@ local gens = {
     return { "BITFIELD", key(), "OVERFLOW", ({ "WRAP", "SAT", "FAIL" })[R(3)],
              ({ "SET", "INCRBY" })[R(2)], ({ "i5", "u3", "i64", "u63" })[R(4)], "#" .. R(5), int() }
   end,
+  function()
+    local t = { "SORT", key() }
+    if R(2) == 1 then t[#t + 1] = "ALPHA" end
+    if R(3) == 1 then t[#t + 1] = "DESC" end
+    if R(3) == 1 then
+      t[#t + 1] = "BY"
+      t[#t + 1] = ({ "nosort", "k*", "k*->f1" })[R(3)]
+    end
+    if R(3) == 1 then
+      t[#t + 1] = "GET"
+      t[#t + 1] = ({ "#", "k*", "k*->f2" })[R(3)]
+    end
+    t[#t + 1] = "STORE"
+    t[#t + 1] = key()
+    return t
+  end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

@@ -229,6 +229,61 @@ families["bitmaps"] = {
   } },
 }
 
+families["SORT"] = {
+  { "numbers, ALPHA, DESC, LIMIT", {
+    { "RPUSH", "l", "3", "1", "2", "10", "-1.5", "1e2", "0x10", " 7", "" }, { "SORT", "l" }, { "SORT", "l", "DESC" },
+    { "SORT", "l", "LIMIT", "1", "3" }, { "SORT", "l", "LIMIT", "-5", "2" }, { "SORT", "l", "LIMIT", "2", "-1" },
+    { "SORT", "l", "LIMIT", "20", "5" }, { "SORT", "l", "LIMIT", "0", "0" }, { "SORT", "l", "ALPHA" },
+    { "SORT", "l", "ALPHA", "DESC", "LIMIT", "0", "4" }, { "SORT", "l", "DESC", "ASC" },
+    { "RPUSH", "bad", "1", "x" }, { "SORT", "bad" }, { "SORT", "bad", "ALPHA" }, { "SORT", "bad", "LIMIT", "0", "1" },
+    { "RPUSH", "w", "1", "nan", "inf" }, { "SORT", "w", "BY", "nosort" }, { "SORT", "w", "ALPHA" }, { "SORT", "w" },
+    { "RPUSH", "w2", "-inf", "inf", "+Infinity", "1.5", "0x1p3", ".5", "5.", "1e1", "-0", "0", "1.0" },
+    { "SORT", "w2" }, { "SORT", "w2", "DESC" },
+    -- (Not "1e400" and the like: Redis 7.0 reads strtod's ERANGE without
+    -- clearing errno first, so after one such value its SORTs of good
+    -- numbers fail too until some call resets errno.)
+    { "RPUSH", "w3", "1 " }, { "SORT", "w3" }, { "RPUSH", "w4", "0b1" }, { "SORT", "w4" },
+    { "RPUSH", "w5", "1_0" }, { "SORT", "w5" }, { "RPUSH", "w6", "-nan" }, { "SORT", "w6" },
+    { "RPUSH", "w7", "  " }, { "SORT", "w7" }, { "RPUSH", "w8", "\t-2" }, { "SORT", "w8" },
+    { "SADD", "s", "5", "3", "9", "a1" }, { "SORT", "s", "ALPHA" }, { "SORT", "s", "ALPHA", "DESC", "LIMIT", "1", "2" },
+    { "SORT", "s" }, { "ZADD", "z", "1", "c", "2", "b", "3", "a" }, { "SORT", "z", "ALPHA" }, { "SORT", "z", "BY", "nosort" },
+    { "SORT", "z", "BY", "nosort", "DESC" }, { "SORT", "z", "BY", "nosort", "LIMIT", "1", "5" },
+    { "SORT", "z", "BY", "nosort", "DESC", "LIMIT", "1", "1" }, { "SORT", "none" }, { "SORT", "none", "LIMIT", "0", "1" },
+    { "SET", "str", "x" }, { "SORT", "str" }, { "HSET", "h", "f", "v" }, { "SORT", "h" },
+  } },
+  { "BY and GET patterns", {
+    { "RPUSH", "ids", "1", "2", "3", "4" }, { "MSET", "w_1", "30", "w_2", "10", "w_3", "20", "n_1", "one", "n_3", "three" },
+    { "HSET", "h_1", "age", "40", "name", "ann" }, { "HSET", "h_2", "age", "20" }, { "HSET", "h_4", "age", "30", "name", "dan" },
+    { "SORT", "ids", "BY", "w_*" }, { "SORT", "ids", "BY", "w_*", "DESC" }, { "SORT", "ids", "BY", "w_*", "GET", "n_*" },
+    { "SORT", "ids", "BY", "w_*", "GET", "#", "GET", "n_*", "GET", "h_*->name" },
+    { "SORT", "ids", "BY", "h_*->age" }, { "SORT", "ids", "BY", "h_*->age", "DESC", "GET", "h_*->name" },
+    { "SORT", "ids", "BY", "n_*", "ALPHA" }, { "SORT", "ids", "BY", "nosort", "GET", "n_*" },
+    { "SORT", "ids", "BY", "nosort", "DESC", "LIMIT", "1", "2", "GET", "#", "GET", "w_*" },
+    { "SORT", "ids", "BY", "w_*", "LIMIT", "1", "2", "GET", "#" }, { "SORT", "ids", "GET", "nostar" },
+    { "SORT", "ids", "GET", "h_*->" }, { "SORT", "ids", "GET", "h_*->nofield" }, { "SORT", "ids", "BY", "h_*->name", "ALPHA" },
+    { "SORT", "ids", "BY", "n_*" }, { "SORT", "ids", "GET" }, { "SORT", "ids", "BY" }, { "SORT", "ids", "LIMIT", "1" },
+    { "SORT", "ids", "LIMIT", "x", "1" }, { "SORT", "ids", "BOGUS" }, { "SET", "x_1", "2" }, { "INCR", "x_1" },
+    { "RPUSH", "x_2", "l" }, { "SORT", "ids", "BY", "x_*", "GET", "x_*" }, { "SETBIT", "b_1", "6", "1" },
+    { "SORT", "ids", "GET", "b_*" }, { "SET", "e_1", "", "EX", "100" }, { "SORT", "ids", "BY", "e_*", "GET", "e_*" },
+    { "SORT", "ids", "BY", "*", "GET", "*" }, { "SORT", "ids", "BY", "w_*->", "GET", "w_*->" },
+  } },
+  { "STORE and SORT_RO", {
+    { "RPUSH", "l", "3", "1", "2" }, { "SORT", "l", "STORE", "d" }, { "LRANGE", "d", "0", "-1" }, { "TYPE", "d" },
+    { "MSET", "k_1", "a", "k_3", "c" }, { "SORT", "l", "GET", "k_*", "GET", "#", "STORE", "d" },
+    { "LRANGE", "d", "0", "-1" }, { "SORT", "l", "LIMIT", "5", "1", "STORE", "d" }, { "EXISTS", "d" },
+    { "SORT", "l", "LIMIT", "5", "1", "STORE", "d" }, { "SET", "d", "string", "EX", "100" }, { "SORT", "l", "STORE", "d" },
+    { "TTL", "d" }, { "SADD", "s", "b", "c", "a" }, { "SORT", "s", "BY", "nosort", "STORE", "d" }, { "LRANGE", "d", "0", "-1" },
+    { "SORT", "s", "STORE", "d", "STORE", "e" }, { "EXISTS", "d" }, { "LRANGE", "e", "0", "-1" },
+    { "SORT", "l", "STORE" }, { "SORT", "l", "DESC", "STORE", "l" }, { "LRANGE", "l", "0", "-1" },
+    { "SORT_RO", "l" }, { "SORT_RO", "l", "BY", "nosort", "DESC", "GET", "k_*" }, { "SORT_RO", "l", "STORE", "d" },
+    { "SORT", "none", "STORE", "d" }, { "EXISTS", "d" },
+    { "COMMAND", "GETKEYS", "SORT", "l", "STORE", "d" }, { "COMMAND", "GETKEYSANDFLAGS", "SORT", "l", "GET", "store", "STORE", "d" },
+    { "COMMAND", "GETKEYS", "SORT", "l", "LIMIT", "0", "1", "BY", "x", "STORE", "d", "STORE", "e" },
+    { "COMMAND", "GETKEYS", "SORT", "l" }, { "COMMAND", "GETKEYS", "SORT_RO", "l", "BY", "x" },
+    { "COMMAND", "GETKEYS", "SORT", "l", "STORE" },
+  } },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -482,6 +537,17 @@ describe("kv's data types against redis-server", function()
     }, {
       { "GET", "b" }, { "BITCOUNT", "b" }, { "GET", "s" }, { "TTL", "s" }, { "GET", "f" }, { "GET", "x" },
       { "GET", "a" }, { "BITCOUNT", "a" }, { "DBSIZE" },
+    })
+  end)
+
+  it("keeps lists SORT stored across restarts", function()
+    survives_restart({
+      { "RPUSH", "l", "3", "1", "2", "20" }, { "SADD", "s", "b", "a", "c" }, { "MSET", "w_1", "9", "w_2", "1" },
+      { "SORT", "l", "STORE", "d1" }, { "SORT", "s", "ALPHA", "STORE", "d2" }, { "SORT", "l", "BY", "w_*", "GET", "#", "GET", "w_*", "STORE", "d3" },
+      { "SORT", "l", "DESC", "LIMIT", "1", "2", "STORE", "l" },
+    }, {
+      { "LRANGE", "d1", "0", "-1" }, { "LRANGE", "d2", "0", "-1" }, { "LRANGE", "d3", "0", "-1" },
+      { "LRANGE", "l", "0", "-1" }, { "DBSIZE" },
     })
   end)
 

@@ -751,6 +751,16 @@ c("smove", 4, "write fast", "1 2 1", "@write @set @fast",
   "Move a member from one set to another",
   { keys = { "RW access delete|index 1|range 0 1 0", "RW insert|index 2|range 0 1 0" },
     args = "source:key#0 destination:key#1 member:string" })
+c("sort", -2, "write denyoom movablekeys", "1 1 1", "@write @set @sortedset @list @slow @dangerous",
+  "generic 1.0.0", "O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).",
+  "Sort the elements in a list, set or sorted set",
+  { keys = { "RO access|index 1|range 0 1 0", "RO access|unknown|unknown|For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of the key we sort", "OW update|unknown|unknown|For the optional STORE keyword. It is marked 'unknown' because the keyword can appear anywhere in the argument array" },
+    args = "key:key#0 [pattern:pattern=BY#1] [offset_count:block=LIMIT{offset:integer count:integer}] [pattern:pattern=GET#1...+] [order:oneof{asc=ASC desc=DESC}] [sorting=ALPHA] [destination:key=STORE#2]" })
+c("sort_ro", -2, "readonly movablekeys", "1 1 1", "@read @set @sortedset @list @slow @dangerous",
+  "generic 7.0.0", "O(N+M*log(M)) where N is the number of elements in the list or set to sort, and M the number of returned elements. When the elements are not sorted, complexity is O(N).",
+  "Sort the elements in a list, set or sorted set. Read-only variant of SORT.",
+  { keys = { "RO access|index 1|range 0 1 0", "RO access|unknown|unknown|For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of the key we sort" },
+    args = "key:key#0 [pattern:pattern=BY#1] [offset_count:block=LIMIT{offset:integer count:integer}] [pattern:pattern=GET#1...+] [order:oneof{asc=ASC desc=DESC}] [sorting=ALPHA]" })
 c("spop", -2, "write fast", "1 1 1", "@write @set @fast",
   "set 1.0.0", "Without the count argument O(1), otherwise O(N) where N is the value of the passed count.",
   "Remove and return one or multiple random members from a set",

@@ -404,6 +404,10 @@ local function keys_of(argv, argc)
   local sub_argv = {}
   for i = 3, argc do sub_argv[i - 2] = argv[i] end
   local found = {}
+  if c.getkeys then
+    for _, kf in ipairs(c.getkeys(sub_argv, sub_argc)) do found[#found + 1] = { sub_argv[kf[1] + 1], kf[2] } end
+    return found
+  end
   for _, spec in ipairs(c.specs) do
     local flags = spec.flags
     if spec.is.variable_flags and c.name == "set" then

@@ -124,6 +124,13 @@ local function push_one(l, v, left)
   account(l, #v + ITEM_BYTES)
 end
 
+-- A new list of the n strings t[1..n], in order (SORT ... STORE).
+function M.from(t, n)
+  local l = new_list()
+  for i = 1, n do push_one(l, t[i], false) end
+  return l
+end
+
 -- LPUSH/RPUSH key element [element ...]
 local function push(left)
   return function(_, argv, argc, out, n)
