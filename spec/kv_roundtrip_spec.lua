@@ -186,6 +186,7 @@ local gens = {
     t[#t + 1] = key()
     return t
   end,
+  function() return { ({ "LPUSHX", "RPUSHX" })[R(2)], key(), value(), value() } end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

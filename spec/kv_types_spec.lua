@@ -284,6 +284,33 @@ families["SORT"] = {
   } },
 }
 
+families["LPUSHX, RPUSHX, TOUCH, LCS, SAVE"] = {
+  { "LPUSHX and RPUSHX", {
+    { "LPUSHX", "l", "a" }, { "EXISTS", "l" }, { "RPUSH", "l", "x" }, { "LPUSHX", "l", "a", "b" },
+    { "RPUSHX", "l", "c", "d" }, { "LRANGE", "l", "0", "-1" }, { "RPUSHX", "none", "a" }, { "SET", "s", "x" },
+    { "LPUSHX", "s", "a" }, { "RPUSHX", "s", "a" }, { "LPUSHX", "l" },
+  } },
+  { "TOUCH", {
+    { "MSET", "a", "1", "b", "2" }, { "TOUCH", "a", "b", "none", "a" }, { "TOUCH", "none" }, { "TOUCH" },
+    { "SET", "gone", "x", "PX", "1" }, { "RPUSH", "l", "x" }, { "TOUCH", "l" },
+  } },
+  { "LCS", {
+    { "MSET", "a", "ohmytext", "b", "mynewtext" }, { "LCS", "a", "b" }, { "LCS", "a", "b", "LEN" },
+    { "LCS", "a", "b", "IDX" }, { "LCS", "a", "b", "IDX", "MINMATCHLEN", "4" }, { "LCS", "a", "b", "IDX", "WITHMATCHLEN" },
+    { "LCS", "a", "b", "IDX", "MINMATCHLEN", "-5", "WITHMATCHLEN" }, { "LCS", "a", "b", "LEN", "IDX" },
+    { "LCS", "a", "b", "MINMATCHLEN" }, { "LCS", "a", "b", "MINMATCHLEN", "x" }, { "LCS", "a", "b", "BOGUS" },
+    { "LCS", "a", "none" }, { "LCS", "none", "none2", "IDX" }, { "RPUSH", "l", "x" }, { "LCS", "a", "l" },
+    { "LCS", "l", "none", "BOGUS" }, { "SET", "n", "12345" }, { "INCR", "n" }, { "SET", "m", "2340" }, { "LCS", "n", "m", "IDX" },
+    { "SET", "x", "abcabcabcxyz" }, { "SET", "y", "xyzabcabcab" }, { "LCS", "x", "y" }, { "LCS", "x", "y", "IDX", "WITHMATCHLEN" },
+    { "LCS", "a", "a", "IDX" }, { "SETBIT", "bm", "1", "1" }, { "SET", "c", "@" }, { "LCS", "bm", "c" },
+    { "SET", "long1", string.rep("ab", 150) }, { "SET", "long2", string.rep("ba", 120) .. "x" }, { "LCS", "long1", "long2", "LEN" },
+  } },
+  { "SAVE", {
+    { "SET", "k", "v" }, { "SAVE" }, { "SAVE", "x" }, { "MULTI" }, { "SAVE" }, { "SET", "a", "b" }, { "EXEC" },
+    { "EXISTS", "a" },
+  } },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -549,6 +576,42 @@ describe("kv's data types against redis-server", function()
       { "LRANGE", "d1", "0", "-1" }, { "LRANGE", "d2", "0", "-1" }, { "LRANGE", "d3", "0", "-1" },
       { "LRANGE", "l", "0", "-1" }, { "DBSIZE" },
     })
+  end)
+
+  it("keeps what LPUSHX and RPUSHX pushed across restarts", function()
+    survives_restart({
+      { "RPUSH", "l", "m" }, { "LPUSHX", "l", "a", "b" }, { "RPUSHX", "l", "c" }, { "LPUSHX", "none", "x" },
+    }, {
+      { "LRANGE", "l", "0", "-1" }, { "DBSIZE" },
+    })
+  end)
+
+  it("answers SAVE once the log is rewritten, which a restart loads", function()
+    local c = kv.client(ports.kv)
+    assert.equal("OK", c:call("FLUSHALL"))
+    local function rewrites()
+      return tonumber(c:call("INFO", "persistence"):match("aof_rewrites:(%d+)"))
+    end
+    local before = rewrites()
+    kv.fill(c, 2000, "save:")
+    assert.equal("OK", c:call("SAVE"))
+    assert.equal(before + 1, rewrites())
+    assert.equal("0", c:call("INFO", "persistence"):match("aof_rewrite_in_progress:(%d+)"))
+    -- A SAVE while a rewrite runs waits for it, then takes its own.
+    assert.equal("Background append only file rewriting started", c:call("BGREWRITEAOF"))
+    assert.equal("OK", c:call("SAVE"))
+    assert.equal(before + 3, rewrites())
+    assert.equal(h.slurp(kv_dir .. "/appendonly.aof"):match("save:2000"), "save:2000")
+    kv_proc.signal("KILL")
+    kv_proc.wait(5)
+    start_kv()
+    c = kv.client(ports.kv)
+    assert.equal(2000, c:call("DBSIZE"))
+    assert.equal("OK", c:call("CONFIG", "SET", "appendonly", "no"))
+    assert.equal("ERR kv's snapshot is its append-only log, which is off (CONFIG SET appendonly yes to keep one)",
+                 c:call("SAVE").err)
+    assert.equal("OK", c:call("CONFIG", "SET", "appendonly", "yes"))
+    kv.wait_rewrites(c, 1)
   end)
 
   it("keeps sorted sets the algebra stored across restarts", function()

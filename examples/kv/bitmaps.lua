@@ -83,11 +83,13 @@ local function popcount(p, count)
 end
 M.popcount = popcount
 
--- The value at k for a bit reader: the value (a string, counter or
--- buffer), false when missing, or nil for another type.
+-- The value at k for a bit reader: a Lua string (a counter's digits) or
+-- a buffer, false when missing, or nil for another type. The caller holds
+-- it in a local while it reads through bytes.ptr.
 local function bits_at(k)
   local v = get(k)
   if v == nil then return false end
+  if type(v) == "number" then return tostring(v) end
   if type(v) == "table" and v.kind ~= "string" then return nil end
   return v
 end
@@ -274,7 +276,7 @@ reg("bitop", function(_, argv, argc, out, n)
   for j = 1, nsrc do
     local v = bits_at(argv[j + 3])
     if v == nil then return put(out, n, WRONGTYPE) end
-    srcs[j] = v   -- (keeps a string's bytes alive while ptrs[j] points at them)
+    srcs[j] = v   -- (keeps the bytes ptrs[j] points at alive)
     if v then
       ptrs[j], lens[j] = bytes.ptr(v)
       if lens[j] > maxlen then maxlen = lens[j] end

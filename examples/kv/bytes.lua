@@ -71,11 +71,11 @@ function M.len(v)
   return #v
 end
 
--- A pointer to the bytes of string value v and their count, for reading
--- (the string or buffer must be kept alive by the caller: it is v).
+-- A pointer to the bytes of v (a Lua string or a buffer) and their
+-- count, for reading while the caller holds v (a counter must be made a
+-- string first, and that string held: the pointer does not keep it).
 function M.ptr(v)
   if type(v) == "table" then return v.buf, v.len end
-  if type(v) == "number" then v = tostring(v) end
   return ffi.cast("const uint8_t *", v), #v
 end
 

@@ -150,6 +150,23 @@ end
 reg("lpush", push(true))
 reg("rpush", push(false))
 
+-- LPUSHX/RPUSHX key element [element ...]: only onto an existing list (a
+-- missing key stays missing: 0); the events are LPUSH's and RPUSH's.
+local function pushx(left)
+  return function(_, argv, argc, out, n)
+    local k = argv[2]
+    local l = list_at(k)
+    if l == nil then return put(out, n, WRONGTYPE) end
+    if not l then return put(out, n, resp.ZERO) end
+    for i = 3, argc do push_one(l, argv[i], left) end
+    R.prop = true
+    R.note("l", left and "lpush" or "rpush", k)
+    return int_into(out, n, l.n)
+  end
+end
+reg("lpushx", pushx(true))
+reg("rpushx", pushx(false))
+
 -- LPOP/RPOP key [count]
 local function popcmd(left)
   return function(_, argv, argc, out, n)

@@ -495,6 +495,16 @@ reg("exists", function(_, argv, argc, out, n)
   return put(out, n, int(count))
 end)
 
+-- TOUCH key [key ...]: how many exist; each counts as an access (LRU,
+-- LFU).
+reg("touch", function(_, argv, argc, out, n)
+  local count = 0
+  for i = 2, argc do
+    if get(argv[i]) ~= nil then count = count + 1 end
+  end
+  return put(out, n, int(count))
+end)
+
 reg("type", function(_, argv, _, out, n)
   local v = get(argv[2])
   return put(out, n, v == nil and "+none\r\n" or resp.simple(store.type_of(v)))
