@@ -404,14 +404,15 @@ describe("kv's data types against redis-server", function()
   end
 
   setup(function()
-    ports.redis = h.free_port()
-    redis_pid, redis_log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no")
-      :format(ports.redis))
-    h.wait_port(ports.redis, redis_log)
-    -- Its own directory for the whole file (h.tmpdir's goes after each test).
+    -- Its own directory for the whole file (h.tmpdir's goes after each
+    -- test), for kv's log and redis-server's dump.rdb (SAVE writes one).
     kv_dir = os.tmpname()
     os.remove(kv_dir)
     assert(os.execute("mkdir " .. h.shell_quote(kv_dir)) == 0)
+    ports.redis = h.free_port()
+    redis_pid, redis_log = h.spawn(("redis-server --port %d --bind 127.0.0.1 --save '' --appendonly no --dir %s")
+      :format(ports.redis, h.shell_quote(kv_dir)))
+    h.wait_port(ports.redis, redis_log)
     start_kv()
   end)
 
