@@ -187,6 +187,13 @@ local gens = {
     return t
   end,
   function() return { ({ "LPUSHX", "RPUSHX" })[R(2)], key(), value(), value() } end,
+  function()
+    local t = { "PFADD", key() }
+    for _ = 1, R(40) - 1 do t[#t + 1] = "e" .. R(3000) end
+    return t
+  end,
+  function() return { "PFMERGE", key(), key(), key() } end,
+  function() return { "PFCOUNT", key() } end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

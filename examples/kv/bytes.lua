@@ -95,6 +95,24 @@ function M.grow(b, len)
   b.len = len
 end
 
+-- Makes room for cap bytes in b, its length unchanged (a command that
+-- will insert bytes, as HLL's sparse form does).
+function M.reserve(b, cap)
+  if cap <= b.cap then return end
+  local buf = u8(cap)
+  copy(buf, b.buf, b.len)
+  store.account(b, cap - b.cap)
+  b.buf, b.cap = buf, cap
+end
+
+-- Puts new bytes in b: buf, len of them used, cap allocated (zeros past
+-- len), as a change of representation does (HLL's sparse to dense).
+function M.swap(b, buf, len, cap)
+  store.account(b, cap - b.cap)
+  b.buf, b.len, b.cap = buf, len, cap
+  b.ones = nil
+end
+
 -- Writes string s into b at byte off, growing b (SETRANGE, APPEND).
 -- Returns false when the heap cannot take the grown buffer (b is
 -- unchanged then), else true.

@@ -562,6 +562,21 @@ c("pexpiretime", 2, "readonly fast", "1 1 1", "@keyspace @read @fast",
   "Get the expiration Unix timestamp for a key in milliseconds",
   { keys = { "RO access|index 1|range 0 1 0" },
     args = "key:key#0" })
+c("pfadd", -2, "write denyoom fast", "1 1 1", "@write @hyperloglog @fast",
+  "hyperloglog 2.8.9", "O(1) to add every element.",
+  "Adds the specified elements to the specified HyperLogLog.",
+  { keys = { "RW insert|index 1|range 0 1 0" },
+    args = "key:key#0 [element:string...]" })
+c("pfcount", -2, "readonly", "1 -1 1", "@read @hyperloglog @slow",
+  "hyperloglog 2.8.9", "O(1) with a very small average constant time when called with a single key. O(N) with N being the number of keys, and much bigger constant times, when called with multiple keys.",
+  "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).",
+  { keys = { "RW access|index 1|range -1 1 0|RW because it may change the internal representation of the key, and propagate to replicas" },
+    args = "key:key#0..." })
+c("pfmerge", -2, "write denyoom", "1 -1 1", "@write @hyperloglog @slow",
+  "hyperloglog 2.8.9", "O(N) to merge N HyperLogLogs, but with high constant times.",
+  "Merge N different HyperLogLogs into a single one.",
+  { keys = { "RW access insert|index 1|range 0 1 0", "RO access|index 2|range -1 1 0" },
+    args = "destkey:key#0 sourcekey:key#1..." })
 c("ping", -1, "fast", "0 0 0", "@fast @connection",
   "connection 1.0.0", "O(1)",
   "Ping the server",
