@@ -194,6 +194,13 @@ local gens = {
   end,
   function() return { "PFMERGE", key(), key(), key() } end,
   function() return { "PFCOUNT", key() } end,
+  function()
+    return { "GEOADD", key(), tostring(R(360) - 181 + R(99) / 100), tostring(R(170) - 86 + R(99) / 100), "g" .. R(5) }
+  end,
+  function()
+    return { "GEOSEARCHSTORE", key(), key(), "FROMLONLAT", tostring(R(360) - 181), "0", "BYRADIUS", "5000", "km",
+             ({ "ASC", "DESC", "STOREDIST" })[R(3)] }
+  end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,

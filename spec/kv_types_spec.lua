@@ -367,6 +367,85 @@ families["HyperLogLog"] = {
   } },
 }
 
+-- GEOADD of n points spread over the map by a fixed rule (a ring of
+-- cities' worth of points, near the poles and the antimeridian too).
+local function geo_points(key, n)
+  local cmd = { "GEOADD", key }
+  for i = 1, n do
+    local lon = ((i * 37) % 360) - 180 + (i % 7) * 0.013
+    local lat = ((i * 23) % 170) - 85 + (i % 5) * 0.011
+    cmd[#cmd + 1] = ("%.6f"):format(lon)
+    cmd[#cmd + 1] = ("%.6f"):format(lat)
+    cmd[#cmd + 1] = "p" .. i
+  end
+  return cmd
+end
+
+families["GEO"] = {
+  { "GEOADD, GEODIST, GEOPOS, GEOHASH", {
+    { "GEOADD", "Sicily", "13.361389", "38.115556", "Palermo", "15.087269", "37.502669", "Catania" },
+    { "GEODIST", "Sicily", "Palermo", "Catania" }, { "GEODIST", "Sicily", "Palermo", "Catania", "km" },
+    { "GEODIST", "Sicily", "Palermo", "Catania", "MI" }, { "GEODIST", "Sicily", "Palermo", "Catania", "ft" },
+    { "GEODIST", "Sicily", "Palermo", "nope" }, { "GEODIST", "none", "a", "b" }, { "GEODIST", "Sicily", "a", "b", "yd" },
+    { "GEODIST", "Sicily", "a", "b", "m", "x" }, { "GEOPOS", "Sicily", "Palermo", "nope", "Catania" },
+    { "GEOPOS", "none", "a" }, { "GEOHASH", "Sicily", "Palermo", "Catania", "nope" }, { "GEOHASH", "none", "a" },
+    { "ZRANGE", "Sicily", "0", "-1", "WITHSCORES" }, { "TYPE", "Sicily" },
+    { "GEOADD", "Sicily", "XX", "CH", "13.4", "38.2", "Palermo", "1", "1", "Nowhere" }, { "ZCARD", "Sicily" },
+    { "GEOADD", "Sicily", "NX", "0", "0", "Palermo", "1", "1", "Zero" }, { "GEOPOS", "Sicily", "Palermo", "Zero" },
+    { "GEOADD", "Sicily", "NX", "XX", "0", "0", "a" }, { "GEOADD", "Sicily", "GT", "0", "0", "a" },
+    { "GEOADD", "Sicily", "181", "0", "a" }, { "GEOADD", "Sicily", "0", "85.06", "a" }, { "GEOADD", "Sicily", "x", "0", "a" },
+    { "GEOADD", "Sicily", "0", "0", "a", "1" }, { "GEOADD", "Sicily", "0", "0" }, { "SET", "s", "x" },
+    { "GEOADD", "s", "0", "0", "a" }, { "GEOPOS", "s", "a" }, { "GEODIST", "s", "a", "b" },
+    { "GEOADD", "edge", "-180", "-85.05112878", "sw", "180", "85.05112878", "ne", "0", "0", "origin", "-0.0001", "0.0001", "near" },
+    { "GEOPOS", "edge", "sw", "ne", "origin", "near" }, { "GEOHASH", "edge", "sw", "ne", "origin", "near" },
+    { "GEODIST", "edge", "sw", "ne" }, { "GEODIST", "edge", "origin", "near", "m" }, { "ZADD", "edge", "1.9", "odd" },
+    { "GEOPOS", "edge", "odd" }, { "GEOHASH", "edge", "odd" },
+  } },
+  { "GEORADIUS and GEORADIUSBYMEMBER", {
+    geo_points("g", 300), { "GEORADIUS", "g", "10", "20", "2000", "km" },
+    { "GEORADIUS", "g", "10", "20", "2000", "km", "ASC", "WITHDIST" }, { "GEORADIUS", "g", "10", "20", "3000", "mi", "DESC", "COUNT", "3" },
+    { "GEORADIUS", "g", "10", "20", "3000", "km", "COUNT", "2", "WITHCOORD", "WITHHASH" },
+    { "GEORADIUS", "g", "10", "20", "3000", "km", "COUNT", "2", "ANY" },
+    { "GEORADIUS", "g", "170", "80", "1500", "km", "WITHDIST" }, { "GEORADIUS", "g", "-179.9", "-60", "900", "km" },
+    { "GEORADIUS", "g", "0", "0", "6000", "km" }, { "GEORADIUS", "g", "0", "0", "20000", "km", "COUNT", "4", "ASC" },
+    { "GEORADIUS", "g", "0", "0", "0", "m" }, { "GEORADIUSBYMEMBER", "g", "p7", "2500", "km", "WITHDIST", "ASC" },
+    { "GEORADIUSBYMEMBER", "g", "p7", "0", "km" }, { "GEORADIUSBYMEMBER", "g", "nope", "10", "km" },
+    { "GEORADIUSBYMEMBER", "none", "nope", "x", "y", "WITHDIST" }, { "GEORADIUS", "none", "0", "0", "1", "km" },
+    { "GEORADIUS", "g", "0", "0", "-1", "km" }, { "GEORADIUS", "g", "0", "0", "x", "km" }, { "GEORADIUS", "g", "0", "0", "1", "yd" },
+    { "GEORADIUS", "g", "0", "0", "1", "km", "COUNT", "0" }, { "GEORADIUS", "g", "0", "0", "1", "km", "COUNT", "x" },
+    { "GEORADIUS", "g", "0", "0", "1", "km", "ANY" }, { "GEORADIUS", "g", "0", "0", "1", "km", "BOGUS" },
+    { "GEORADIUS", "g", "0", "0", "1", "km", "COUNT" }, { "GEORADIUS", "g", "200", "0", "1", "km" },
+    { "GEORADIUS", "g", "10", "20", "2000", "km", "STORE", "d" }, { "ZRANGE", "d", "0", "-1", "WITHSCORES" },
+    { "GEORADIUS", "g", "10", "20", "2000", "km", "STOREDIST", "d", "COUNT", "3" }, { "ZRANGE", "d", "0", "-1", "WITHSCORES" },
+    { "GEORADIUS", "g", "10", "20", "1", "m", "STORE", "d" }, { "EXISTS", "d" }, { "GEORADIUS", "g", "0", "0", "1", "km", "STORE", "d", "WITHDIST" },
+    { "GEORADIUS_RO", "g", "10", "20", "2000", "km", "ASC" }, { "GEORADIUS_RO", "g", "10", "20", "2000", "km", "STORE", "d" },
+    { "GEORADIUSBYMEMBER_RO", "g", "p7", "2500", "km", "ASC" }, { "GEORADIUSBYMEMBER", "none", "a", "1", "km", "STORE", "d" },
+    { "SET", "s", "x" }, { "GEORADIUS", "s", "0", "0", "1", "km" }, { "GEORADIUS", "g", "0", "0", "1", "km", "STORE", "s" },
+  } },
+  { "GEOSEARCH and GEOSEARCHSTORE", {
+    geo_points("g", 300), { "GEOSEARCH", "g", "FROMLONLAT", "10", "20", "BYRADIUS", "2000", "km" },
+    { "GEOSEARCH", "g", "FROMMEMBER", "p9", "BYBOX", "4000", "3000", "km", "ASC", "WITHDIST", "WITHCOORD" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "-170", "-75", "BYBOX", "3000", "900", "km" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "100", "70", "BYBOX", "6000", "2000", "km", "DESC", "COUNT", "5" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "100", "-70", "BYBOX", "6000", "2000", "km", "COUNT", "5", "ANY" },
+    { "GEOSEARCH", "g", "FROMMEMBER", "p9", "BYRADIUS", "10", "km" }, { "GEOSEARCH", "g", "FROMMEMBER", "nope", "BYRADIUS", "10", "km" },
+    { "GEOSEARCH", "none", "FROMMEMBER", "nope", "BYRADIUS", "10", "km" }, { "GEOSEARCH", "g", "BYRADIUS", "10", "km" },
+    { "geosearch", "g", "FROMLONLAT", "0", "0" }, { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "FROMMEMBER", "p1", "BYRADIUS", "1", "m" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "1", "m", "BYBOX", "1", "1", "m" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYBOX", "-1", "1", "m" }, { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYBOX", "x", "1", "m" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYBOX", "1", "x", "m" }, { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYBOX", "1", "1", "yd" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "1", "m", "STORE", "d" },
+    { "GEOSEARCH", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "1", "m", "STOREDIST" },
+    { "GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "10", "20", "BYRADIUS", "2000", "km" }, { "ZRANGE", "d", "0", "-1", "WITHSCORES" },
+    { "GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "10", "20", "BYRADIUS", "2000", "km", "STOREDIST", "COUNT", "2", "DESC" },
+    { "ZRANGE", "d", "0", "-1", "WITHSCORES" }, { "GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "10", "20", "BYRADIUS", "1", "m" },
+    { "EXISTS", "d" }, { "GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "10", "20", "BYRADIUS", "1", "m", "WITHDIST" },
+    { "GEOSEARCHSTORE", "d", "none", "FROMLONLAT", "10", "20", "BYRADIUS", "1", "m" },
+    { "COMMAND", "GETKEYS", "GEORADIUS", "g", "0", "0", "1", "km", "STORE", "d" },
+    { "COMMAND", "GETKEYS", "GEORADIUS", "g", "0", "0", "1", "km", "STOREDIST", "d", "STORE", "e" },
+  } },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -695,6 +774,16 @@ describe("kv's data types against redis-server", function()
       assert.equal(r:call("PFCOUNT", "card" .. count), got)
       assert(math.abs(got - count) / count < 0.0081 * 3, ("%d counted as %d"):format(count, got))
     end
+  end)
+
+  it("keeps GEO points and the searches it stored across restarts", function()
+    survives_restart({
+      geo_points("g", 100), { "GEORADIUS", "g", "10", "20", "3000", "km", "STORE", "r" },
+      { "GEOSEARCHSTORE", "s", "g", "FROMMEMBER", "p3", "BYBOX", "5000", "5000", "km", "STOREDIST" },
+    }, {
+      { "GEOPOS", "g", "p1", "p50" }, { "ZRANGE", "r", "0", "-1", "WITHSCORES" }, { "ZRANGE", "s", "0", "-1", "WITHSCORES" },
+      { "DBSIZE" },
+    })
   end)
 
   it("keeps sorted sets the algebra stored across restarts", function()
