@@ -82,21 +82,30 @@ local function card(v)
   return v and v.n or 0
 end
 
--- Calls fn(member, score) for each member of source value v (a set's
--- score is 1), in the zset's order, until fn returns true.
-local function each(v, fn)
+-- Walking a source value v in its order (a set's scores are 1): the
+-- first position and the member and score there, then the next from a
+-- position (a skiplist node, or a set's index); nil past the end. A loop
+-- over these compiles, where a callback per member would be a closure
+-- per source, which the JIT does not compile.
+local function first_of(v)
   if v.kind == "zset" then
     local x = v.zl.head[1]
-    while x do
-      if fn(x.m, x.s) then return end
-      x = x[1]
-    end
-  else
-    local a = v.a
-    for j = 1, v.n do
-      if fn(a[j], 1) then return end
-    end
+    if x then return x, x.m, x.s end
+    return nil
   end
+  if v.n > 0 then return 1, v.a[1], 1 end
+  return nil
+end
+
+local function next_of(v, pos)
+  if v.kind == "zset" then
+    local x = pos[1]
+    if x then return x, x.m, x.s end
+    return nil
+  end
+  pos = pos + 1
+  if pos <= v.n then return pos, v.a[pos], 1 end
+  return nil
 end
 
 -- The score of member m in source value v, or nil.
@@ -189,25 +198,30 @@ local function inter(src, how, cardinality, limit)
   local ms, ss, m = {}, {}, 0
   local first = src[1]
   if card(first.v) == 0 then return ms, ss, 0 end
-  local nsrc = #src
-  each(first.v, function(x, score0)
+  local nsrc, fv = #src, first.v
+  local pos, x, score0 = first_of(fv)
+  while pos do
     local score = first.w * score0
     if score ~= score then score = 0 end
     local j = 2
     while j <= nsrc do
       local s = src[j]
       local value
-      if s.v == first.v then value = score0 else value = score_in(s.v, x) end
+      if s.v == fv then value = score0 else value = score_in(s.v, x) end
       if value == nil then break end
       score = aggregate(how, score, value * s.w)
       j = j + 1
     end
     if j > nsrc then
       m = m + 1
-      if cardinality then return limit > 0 and m >= limit end
-      ms[m], ss[m] = x, score
+      if cardinality then
+        if limit > 0 and m >= limit then break end
+      else
+        ms[m], ss[m] = x, score
+      end
     end
-  end)
+    pos, x, score0 = next_of(fv, pos)
+  end
   return ms, ss, m
 end
 
@@ -218,8 +232,9 @@ local function union(src, how)
   for i = 1, #src do
     local s = src[i]
     if card(s.v) > 0 then
-      local w = s.w
-      each(s.v, function(x, score0)
+      local w, v = s.w, s.v
+      local pos, x, score0 = first_of(v)
+      while pos do
         local score = w * score0
         if score ~= score then score = 0 end
         local cur = acc[x]
@@ -230,7 +245,8 @@ local function union(src, how)
         else
           acc[x] = aggregate(how, cur, score)
         end
-      end)
+        pos, x, score0 = next_of(v, pos)
+      end
     end
   end
   local ss = tnew(m, 0)
@@ -247,14 +263,22 @@ local function diff(src)
   for i = 2, #src do
     if src[i].v == first then return ms, ss, 0 end   -- the same key again: nothing left
   end
-  each(first, function(x, score)
+  local pos, x, score = first_of(first)
+  while pos do
+    local keep = true
     for i = 2, #src do
       local v = src[i].v
-      if v and score_in(v, x) ~= nil then return end
+      if v and score_in(v, x) ~= nil then
+        keep = false
+        break
+      end
     end
-    m = m + 1
-    ms[m], ss[m] = x, score
-  end)
+    if keep then
+      m = m + 1
+      ms[m], ss[m] = x, score
+    end
+    pos, x, score = next_of(first, pos)
+  end
   return ms, ss, m
 end
 
