@@ -201,6 +201,24 @@ local gens = {
     return { "GEOSEARCHSTORE", key(), key(), "FROMLONLAT", tostring(R(360) - 181), "0", "BYRADIUS", "5000", "km",
              ({ "ASC", "DESC", "STOREDIST" })[R(3)] }
   end,
+  function()
+    local t = { "XADD", key() }
+    local r = R(4)
+    if r == 1 then
+      t[#t + 1] = "MAXLEN"
+      t[#t + 1] = ({ "~", "=" })[R(2)]
+      t[#t + 1] = tostring(R(5))
+    elseif r == 2 then
+      t[#t + 1] = "MINID"
+      t[#t + 1] = tostring(R(50))
+    end
+    t[#t + 1] = ({ "*", tostring(R(100)) .. "-*", tostring(R(100)) .. "-" .. R(3) })[R(3)]
+    t[#t + 1] = "f" .. R(3)
+    t[#t + 1] = value()
+    return t
+  end,
+  function() return { "XDEL", key(), R(100) .. "-" .. R(3), R(100) .. "-0" } end,
+  function() return { "XTRIM", key(), ({ "MAXLEN", "MINID" })[R(2)], ({ "~", "=" })[R(2)], tostring(R(40)) } end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,
@@ -232,6 +250,9 @@ local function dump(c)
       table.sort(v)
     elseif kind == "zset" then
       v = c:call("ZRANGE", k, 0, -1, "WITHSCORES")
+    elseif kind == "stream" then
+      local info = c:call("XINFO", "STREAM", k)
+      v = { c:call("XRANGE", k, "-", "+"), info[8], info[10], info[12], info[14] }
     elseif kind == "hash" then
       local all, pairs_ = c:call("HGETALL", k), {}
       for i = 1, #all, 2 do pairs_[#pairs_ + 1] = all[i] .. "=" .. all[i + 1] end

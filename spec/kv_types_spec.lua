@@ -446,6 +446,80 @@ families["GEO"] = {
   } },
 }
 
+-- XADD of count entries ms-1.. with a field each.
+local function xadds(key, from, count, field)
+  local cmds = {}
+  for i = from, from + count - 1 do cmds[#cmds + 1] = { "XADD", key, i .. "-1", field or "f", "v" .. i } end
+  return cmds
+end
+
+families["streams"] = {
+  { "XADD, XRANGE, XREVRANGE, XLEN", {
+    { "XADD", "s", "1-1", "a", "1", "b", "2" }, { "XADD", "s", "1-2", "a", "3" }, { "XADD", "s", "2-*", "c", "4" },
+    { "XADD", "s", "2-*", "d", "5" }, { "XADD", "s", "5", "e", "6" }, { "XLEN", "s" }, { "XRANGE", "s", "-", "+" },
+    { "XRANGE", "s", "1", "2" }, { "XRANGE", "s", "(1-1", "(5-0" }, { "XRANGE", "s", "1-2", "+", "COUNT", "2" },
+    { "XRANGE", "s", "-", "+", "COUNT", "0" }, { "XRANGE", "s", "-", "+", "COUNT", "-5" }, { "XREVRANGE", "s", "+", "-" },
+    { "XREVRANGE", "s", "+", "-", "COUNT", "2" }, { "XREVRANGE", "s", "2", "1-2" }, { "XRANGE", "s", "5", "1" },
+    { "XRANGE", "none", "-", "+" }, { "XLEN", "none" }, { "XADD", "s", "1-1", "x", "y" }, { "XADD", "s", "5-0", "x", "y" },
+    { "XADD", "s", "4-*", "x", "y" }, { "XADD", "s", "0-0", "x", "y" }, { "XADD", "t", "0-0", "x", "y" }, { "EXISTS", "t" },
+    { "XADD", "s", "6-1", "x" }, { "XADD", "s", "6-1" }, { "XADD", "s", "6-1", "x", "y", "z" }, { "XADD", "s", "-", "x", "y" },
+    { "XADD", "s", "+", "x", "y" }, { "XADD", "s", "abc", "x", "y" }, { "XADD", "s", "NOMKSTREAM", "7-1", "x", "y" },
+    { "XADD", "none", "NOMKSTREAM", "7-1", "x", "y" }, { "EXISTS", "none" }, { "SET", "str", "x" },
+    { "XADD", "str", "1-1", "x", "y" }, { "XRANGE", "str", "-", "+" }, { "XLEN", "str" }, { "TYPE", "s" },
+    { "XRANGE", "s", "(-", "+" }, { "XRANGE", "s", "-", "(+" }, { "XRANGE", "s", "x", "+" }, { "XRANGE", "s", "-", "+", "BOGUS" },
+    { "XRANGE", "s", "-", "+", "COUNT" }, { "XRANGE", "s", "-", "+", "COUNT", "x" },
+    { "XADD", "m", "18446744073709551615-18446744073709551614", "a", "b" }, { "XADD", "m", "18446744073709551615-*", "a", "b" },
+    { "XADD", "m", "*", "a", "b" }, { "XRANGE", "m", "(18446744073709551615-18446744073709551615", "+" },
+    { "XRANGE", "m", "-", "(0-0" }, { "XRANGE", "m", "18446744073709551615", "+" },
+  } },
+  { "IDs as string2ull reads them", {
+    { "XADD", "s", "007-1", "a", "b" }, { "XADD", "s", "+8-1", "a", "b" }, { "XADD", "s", " 9-1", "a", "b" },
+    { "XADD", "s", "10-+2", "a", "b" }, { "XADD", "s", "11-02", "a", "b" }, { "XADD", "s", "12--1", "a", "b" },
+    { "XADD", "s", "-13-1", "a", "b" }, { "XADD", "s", "18446744073709551616-1", "a", "b" }, { "XADD", "s", "14-1x", "a", "b" },
+    { "XADD", "s", "15-", "a", "b" }, { "XADD", "s", "-0", "a", "b" }, { "XADD", "s", "16-*x", "a", "b" },
+    { "XRANGE", "s", "-", "+" }, { "XRANGE", "s", "9", "10" }, { "XRANGE", "s", "((9", "+" }, { "XRANGE", "s", "(", "+" },
+  } },
+  { "XDEL, XTRIM and the counters XINFO STREAM shows", join(xadds("s", 1, 250), {
+    { "XDEL", "s", "5-1", "6-1", "999-1", "5-1" }, { "XDEL", "s", "x" }, { "XDEL", "none", "x" }, { "XLEN", "s" },
+    { "XINFO", "STREAM", "s" }, { "XDEL", "s", "1-1" }, { "XINFO", "STREAM", "s" },
+    { "XTRIM", "s", "MAXLEN", "~", "200" }, { "XINFO", "STREAM", "s" }, { "XTRIM", "s", "MAXLEN", "=", "200" },
+    { "XLEN", "s" }, { "XINFO", "STREAM", "s" }, { "XTRIM", "s", "MINID", "~", "120" }, { "XINFO", "STREAM", "s" },
+    { "XTRIM", "s", "MINID", "130" }, { "XRANGE", "s", "-", "+", "COUNT", "2" }, { "XTRIM", "s", "MAXLEN", "~", "10", "LIMIT", "50" },
+    { "XLEN", "s" }, { "XTRIM", "s", "MAXLEN", "~", "10", "LIMIT", "0" }, { "XLEN", "s" }, { "XINFO", "STREAM", "s" },
+    { "XTRIM", "s", "MAXLEN", "10", "LIMIT", "5" }, { "XTRIM", "s", "LIMIT", "5" }, { "XTRIM", "s", "MAXLEN", "-1" },
+    { "XTRIM", "s", "MAXLEN", "1", "MINID", "1" }, { "XTRIM", "s", "MINID", "x" }, { "XTRIM", "s", "BOGUS" },
+    { "XTRIM", "none", "BOGUS" }, { "XTRIM", "s", "MAXLEN", "0" }, { "XINFO", "STREAM", "s" }, { "XADD", "s", "290-*", "a", "b" },
+    { "XADD", "s", "300-1", "a", "b" }, { "XDEL", "s", "300-1" }, { "XINFO", "STREAM", "s" },
+    { "XINFO", "STREAM", "none" }, { "XINFO", "STREAM", "s", "x" }, { "XINFO", "HELP" }, { "XINFO", "BOGUS" },
+  }) },
+  { "XADD with MAXLEN and MINID", join(xadds("s", 1, 120), {
+    { "XADD", "s", "MAXLEN", "~", "50", "200-1", "a", "b" }, { "XINFO", "STREAM", "s" },
+    { "XADD", "s", "MAXLEN", "50", "201-1", "a", "b" }, { "XLEN", "s" }, { "XRANGE", "s", "-", "+", "COUNT", "1" },
+    { "XADD", "s", "MINID", "=", "190", "202-1", "a", "b" }, { "XRANGE", "s", "-", "+" },
+    { "XADD", "s", "MAXLEN", "~", "1", "LIMIT", "2", "203-1", "a", "b" }, { "XLEN", "s" },
+    { "XADD", "s", "MAXLEN", "1", "LIMIT", "2", "204-1", "a", "b" }, { "XADD", "s", "LIMIT", "2", "204-1", "a", "b" },
+    { "XADD", "s", "MAXLEN", "0", "205-1", "a", "b" }, { "XINFO", "STREAM", "s" }, { "XADD", "s", "MAXLEN", "x", "206-1", "a", "b" },
+  }) },
+  { "XREAD", join(xadds("a", 1, 5), xadds("b", 3, 3), {
+    { "XREAD", "STREAMS", "a", "b", "0", "0" }, { "XREAD", "COUNT", "2", "STREAMS", "a", "b", "2-1", "0-0" },
+    { "XREAD", "STREAMS", "a", "b", "$", "$" }, { "XREAD", "STREAMS", "a", "none", "4", "0" }, { "XREAD", "STREAMS", "a", "5-1" },
+    { "XREAD", "COUNT", "-1", "STREAMS", "a", "0" }, { "XREAD", "BLOCK", "10", "STREAMS", "a", "3-1" },
+    { "XREAD", "STREAMS", "a", "b", "0" }, { "XREAD", "STREAMS", "a", ">" }, { "XREAD", "STREAMS", "a", "x" },
+    { "XREAD", "a", "0" }, { "XREAD", "COUNT", "x", "STREAMS", "a", "0" }, { "XREAD", "BLOCK", "x", "STREAMS", "a", "0" },
+    { "XREAD", "BLOCK", "-1", "STREAMS", "a", "0" }, { "SET", "str", "x" }, { "XREAD", "STREAMS", "str", "0" },
+    { "XREAD", "STREAMS", "a", "str", "0", "0" }, { "XREAD", "STREAMS", "a", "a", "1-1", "3-1" },
+    { "COMMAND", "GETKEYS", "XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0" },
+    { "MULTI" }, { "XREAD", "BLOCK", "0", "STREAMS", "a", "$" }, { "EXEC" },
+  }) },
+  { "XSETID", join(xadds("s", 1, 3), {
+    { "XSETID", "s", "2-1" }, { "XSETID", "s", "10-1" }, { "XINFO", "STREAM", "s" }, { "XADD", "s", "5-1", "a", "b" },
+    { "XADD", "s", "30-*", "a", "b" }, { "XSETID", "s", "20-1", "ENTRIESADDED", "2" }, { "XSETID", "s", "20-1", "ENTRIESADDED", "100", "MAXDELETEDID", "15-1" },
+    { "XINFO", "STREAM", "s" }, { "XSETID", "s", "21-1", "MAXDELETEDID", "30-1" }, { "XSETID", "s", "21-1", "MAXDELETEDID", "10-1" },
+    { "XSETID", "s", "20-1", "ENTRIESADDED", "-1" }, { "XSETID", "s", "x" }, { "XSETID", "s", "+" }, { "XSETID", "none", "1-1" },
+    { "XSETID", "s", "22-1", "BOGUS" }, { "XDEL", "s", "1-1" }, { "XSETID", "s", "22-1" }, { "XINFO", "STREAM", "s" },
+  }) },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -652,6 +726,38 @@ describe("kv's data types against redis-server", function()
     end)
   end)
 
+  it("wakes XREAD BLOCK on XADD, each reader after its own ID, after EXEC, and ends it on CLIENT UNBLOCK", function()
+    both(function(port)
+      local c = kv.client(port)
+      local out = {}
+      c:call("XADD", "s", "1-1", "a", "1")
+      local w1 = block(port, "XREAD", "BLOCK", "0", "STREAMS", "s", "$")
+      local w2 = block(port, "XREAD", "BLOCK", "0", "COUNT", "1", "STREAMS", "other", "s", "0", "5-0")
+      out[#out + 1] = blocked(c, 2)
+      out[#out + 1] = c:call("XADD", "s", "2-1", "b", "2")
+      out[#out + 1] = result(w1)
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("XADD", "s", "6-1", "c", "3")
+      out[#out + 1] = result(w2)
+      -- A new key: woken by the XADD that makes it.
+      w1 = block(port, "XREAD", "BLOCK", "0", "STREAMS", "new", "0")
+      out[#out + 1] = blocked(c, 1)
+      c:call("MULTI")
+      c:call("XADD", "new", "1-1", "x", "y")
+      c:call("XADD", "new", "2-1", "x", "z")
+      out[#out + 1] = c:call("EXEC")
+      out[#out + 1] = result(w1)
+      -- Timeouts and CLIENT UNBLOCK.
+      w1 = block(port, "XREAD", "BLOCK", "50", "STREAMS", "s", "$")
+      out[#out + 1] = result(w1)
+      local w3, id = block(port, "XREAD", "BLOCK", "0", "STREAMS", "s", "$")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("CLIENT", "UNBLOCK", tostring(id))
+      out[#out + 1] = result(w3)
+      return out
+    end)
+  end)
+
   -- -- Restarts ---------------------------------------------------------------------
 
   -- Reads keys with their readers (command lists with "$k" for the key).
@@ -784,6 +890,18 @@ describe("kv's data types against redis-server", function()
       { "GEOPOS", "g", "p1", "p50" }, { "ZRANGE", "r", "0", "-1", "WITHSCORES" }, { "ZRANGE", "s", "0", "-1", "WITHSCORES" },
       { "DBSIZE" },
     })
+  end)
+
+  it("keeps streams across restarts, their counters too", function()
+    local writes = xadds("s", 1, 250)
+    for _, cmd in ipairs {
+      { "XDEL", "s", "3-1", "150-1" }, { "XTRIM", "s", "MAXLEN", "~", "200" }, { "XADD", "s", "MAXLEN", "~", "100", "300-1", "a", "b" },
+      { "XADD", "e", "1-1", "a", "b" }, { "XDEL", "e", "1-1" }, { "XSETID", "e", "7-7", "ENTRIESADDED", "9", "MAXDELETEDID", "5-5" },
+      { "XADD", "t", "1-1", "f", "v" }, { "EXPIRE", "t", "1000" },
+    } do writes[#writes + 1] = cmd end
+    local readers = { { "XRANGE", "s", "-", "+" }, { "XRANGE", "e", "-", "+" }, { "TTL", "t" }, { "DBSIZE" } }
+    for _, k in ipairs { "s", "e", "t" } do readers[#readers + 1] = { "XINFO", "STREAM", k } end
+    survives_restart(writes, readers)
   end)
 
   it("keeps sorted sets the algebra stored across restarts", function()

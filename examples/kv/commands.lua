@@ -13,7 +13,8 @@
 --   keys "range LAST STEP LIMIT" or "keynum INDEX FIRST STEP" (as Redis's
 --   key specs).
 -- args: the arguments, space-separated; one is name:type, or name=TOKEN
---   for a pure token, then =TOKEN (its token), #I (key spec index),
+--   for a pure token, then =TOKEN (its token, up to the next of these
+--   marks: "=" "~" "*" are tokens too), #I (key spec index),
 --   {...} (the arguments of a oneof or block), @VERSION (since),
 --   !VERSION (deprecated since), ... (multiple), + (multiple_token);
 --   [...] around it makes it optional. A name may hold ":" (ip:port):
@@ -942,6 +943,65 @@ c("watch", -2, "noscript loading stale fast allow_busy", "1 -1 1", "@fast @trans
   "Watch the given keys to determine execution of the MULTI/EXEC block",
   { keys = { "RO|index 1|range -1 1 0" },
     args = "key:key#0..." })
+c("xadd", -5, "write denyoom fast", "1 1 1", "@write @stream @fast",
+  "stream 5.0.0", "O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.",
+  "Appends a new entry to a stream",
+  { tips = "nondeterministic_output",
+    keys = { "RW update|index 1|range 0 1 0|UPDATE instead of INSERT because of the optional trimming feature" },
+    args = "key:key#0 [nomkstream=NOMKSTREAM@6.2.0] [trim:block{strategy:oneof{maxlen=MAXLEN minid=MINID@6.2.0} [operator:oneof{equal== approximately=~}] threshold:string [count:integer=LIMIT@6.2.0]}] id_or_auto:oneof{auto_id=* id:string} field_value:block{field:string value:string}...",
+    history = { "6.2.0 Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option.", "7.0.0 Added support for the `<ms>-*` explicit ID form." } })
+c("xdel", -3, "write fast", "1 1 1", "@write @stream @fast",
+  "stream 5.0.0", "O(1) for each single item to delete in the stream, regardless of the stream size.",
+  "Removes the specified entries from the stream. Returns the number of items actually deleted, that may be different from the number of IDs passed in case certain IDs do not exist.",
+  { keys = { "RW delete|index 1|range 0 1 0" },
+    args = "key:key#0 id:string..." })
+c("xinfo", -2, "", "0 0 0", "@slow",
+  "stream 5.0.0", "Depends on subcommand.",
+  "A container for stream introspection commands")
+c("xinfo|help", 2, "loading stale", "0 0 0", "@stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Show helpful text about the different subcommands")
+c("xinfo|stream", -3, "readonly", "2 2 1", "@read @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Get information about a stream",
+  { keys = { "RO access|index 2|range 0 1 0" },
+    args = "key:key#0 [full:block=FULL{[count:integer=COUNT]}]",
+    history = { "6.0.0 Added the `FULL` modifier.", "7.0.0 Added the `max-deleted-entry-id`, `entries-added`, `recorded-first-entry-id`, `entries-read` and `lag` fields" } })
+c("xlen", 2, "readonly fast", "1 1 1", "@read @stream @fast",
+  "stream 5.0.0", "O(1)",
+  "Return the number of entries in a stream",
+  { keys = { "RO|index 1|range 0 1 0" },
+    args = "key:key#0" })
+c("xrange", -4, "readonly", "1 1 1", "@read @stream @slow",
+  "stream 5.0.0", "O(N) with N being the number of elements being returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
+  "Return a range of elements in a stream, with IDs matching the specified IDs interval",
+  { keys = { "RO access|index 1|range 0 1 0" },
+    args = "key:key#0 start:string end:string [count:integer=COUNT]",
+    history = { "6.2.0 Added exclusive ranges." } })
+c("xread", -4, "readonly blocking movablekeys", "0 0 0", "@read @stream @slow @blocking",
+  "stream 5.0.0", "For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1). Note that when the BLOCK option is used, XADD will pay O(M) time in order to serve the M clients blocked on the stream getting new data.",
+  "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
+  { keys = { "RO access|keyword STREAMS 1|range -1 1 2" },
+    args = "[count:integer=COUNT] [milliseconds:integer=BLOCK] streams:block=STREAMS{key:key#0... id:string...}" })
+c("xrevrange", -4, "readonly", "1 1 1", "@read @stream @slow",
+  "stream 5.0.0", "O(N) with N being the number of elements returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
+  "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE",
+  { keys = { "RO access|index 1|range 0 1 0" },
+    args = "key:key#0 end:string start:string [count:integer=COUNT]",
+    history = { "6.2.0 Added exclusive ranges." } })
+c("xsetid", -3, "write denyoom fast", "1 1 1", "@write @stream @fast",
+  "stream 5.0.0", "O(1)",
+  "An internal command for replicating stream values",
+  { keys = { "RW update|index 1|range 0 1 0" },
+    args = "key:key#0 last-id:string [entries_added:integer=ENTRIESADDED@7.0.0] [max_deleted_entry_id:string=MAXDELETEDID@7.0.0]",
+    history = { "7.0.0 Added the `entries_added` and `max_deleted_entry_id` arguments." } })
+c("xtrim", -4, "write", "1 1 1", "@write @stream @slow",
+  "stream 5.0.0", "O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.",
+  "Trims the stream to (approximately if '~' is passed) a certain size",
+  { tips = "nondeterministic_output",
+    keys = { "RW delete|index 1|range 0 1 0" },
+    args = "key:key#0 trim:block{strategy:oneof{maxlen=MAXLEN minid=MINID@6.2.0} [operator:oneof{equal== approximately=~}] threshold:string [count:integer=LIMIT@6.2.0]}",
+    history = { "6.2.0 Added the `MINID` trimming strategy and the `LIMIT` option." } })
 c("zadd", -4, "write denyoom fast", "1 1 1", "@write @sortedset @fast",
   "sorted-set 1.2.0", "O(log(N)) for each item added, where N is the number of elements in the sorted set.",
   "Add one or more members to a sorted set, or update its score if it already exists",

@@ -52,7 +52,8 @@ local function parse_args(s)
       a.name, a.type = head, "pure-token"
     end
     if s:sub(i, i) == "=" then
-      local tok = s:match("^=([%w_-]+)", i)
+      -- A token runs to the next mark (it may be "=", "~" or "*": XADD's).
+      local tok = s:match("^=([^%s#{}@!%]%.%+]+)", i)
       a.token = tok
       i = i + 1 + #tok
     end
