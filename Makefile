@@ -83,22 +83,27 @@ LIB := $(B)/libcohost.a
 # lua_* API and the hooks to C modules the scripts load (LuaSocket's
 # core.so); -fexceptions lets LuaJIT's unwinder run host cleanups.
 HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c host/utf8.c \
-            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/refs.c \
+            host/vm/task.c host/vm/ljvm.c host/vm/cstack.c host/vm/lua_alloc.c host/vm/heap.c host/vm/refs.c \
+            host/vm/vmhook.c host/vm/inspect.c host/vm/acct.c \
             host/net/addr.c host/net/stream.c host/net/tls.c host/net/listener.c \
             host/net/listen.c host/net/keepalive.c host/net/proxy.c host/net/activation.c host/net/pg.c \
             host/http/parse.c host/http/conn.c host/http/response.c host/http/sendfile.c \
             host/http/url.c host/http/metrics.c host/http/h2.c host/http/h2_writer.c host/http/h2_response.c host/http/h2_client.c \
-            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c \
-            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c \
+            host/proc/master.c host/proc/master_listen.c host/proc/watchdog.c host/proc/notify.c host/proc/profile.c \
+            host/stats/stats.c host/stats/stats_procs.c host/stats/metrics.c host/stats/debug.c \
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
-             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c
+             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c host/lib_debug.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 # libpq (Debian's libpq-dev) for cohost.postgres: net/pg.c and its binding.
 PQ_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+# jemalloc's position-independent static archive (libjemalloc-dev), and
+# the copy with renamed symbols that host/vm/heap.c uses.
+JEMALLOC_PIC := $(shell pkg-config --variable=libdir jemalloc 2>/dev/null || echo /usr/lib/$$(gcc -print-multiarch))/libjemalloc_pic.a
+JEMALLOC_LUA := $(B)/jemalloc_lua.a
 HOST := $(B)/cohost
 
 # C tests: one binary per spec/c/test_<mod>.c, cmocka from Debian.
@@ -207,8 +212,15 @@ $(B)/host/http/%.o: host/http/%.c | $(B)/layers/http/.made
 
 $(B)/host/net/pg.o $(B)/host/lib_postgres.o: CFLAGS += $(PQ_CFLAGS)
 
-$(HOST): $(HOST_OBJ) $(LIB)
-	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
+$(HOST): $(HOST_OBJ) $(LIB) $(JEMALLOC_LUA)
+	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(JEMALLOC_LUA) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
+
+# The Lua heaps' allocator (host/vm/heap.c): Debian's static jemalloc
+# (libjemalloc-dev) with its public names renamed, so that it serves the
+# Lua heaps alone; linked as is, it would replace malloc process-wide.
+$(JEMALLOC_LUA): $(JEMALLOC_PIC) host/vm/jemalloc.syms
+	@mkdir -p $(@D)
+	objcopy --redefine-syms=host/vm/jemalloc.syms $(JEMALLOC_PIC) $@
 
 $(LIB): $(RUNTIME_OBJ)
 	@rm -f $@

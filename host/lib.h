@@ -24,6 +24,7 @@ int luaopen_cohost_core_shdict(lua_State *L);   /* lib_shdict.c */
 int luaopen_cohost_core_bus(lua_State *L);      /* lib_bus.c */
 int luaopen_cohost_core_metrics(lua_State *L);  /* lib_metrics.c */
 int luaopen_cohost_core_postgres(lua_State *L); /* lib_postgres.c */
+int luaopen_cohost_core_debug(lua_State *L);    /* lib_debug.c */
 
 struct ch_worker;
 

@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "vm/acct.h"
 #include "vm/refs.h"
 #include "vm/task.h"
 #include "http/conn.h"
@@ -96,6 +97,19 @@ static struct ch_http_req *check_rq(lua_State *L, int idx)
   if (!ok) luaL_argerror(L, idx, "not a request or response");
   if (!box->rq) luaL_error(L, "request is finished (req and res work only while its handler runs)");
   return box->rq;
+}
+
+/* The value of rq's header lname (lower case) with its length, or NULL. */
+static const char *header_of(const struct ch_http_req *rq, const char *lname, size_t *len)
+{
+  const struct ch_http_head *h = &rq->h;
+  const char *base = ch_http_req_base(rq);
+  for (int i = 0; i < h->nheaders; i++)
+    if (ch_http_name_is(base, h->name[i], lname)) {
+      *len = h->value[i].len;
+      return base + h->value[i].off;
+    }
+  return NULL;
 }
 
 /* Raises the quiet error for a client gone away, "cancelled" for a
@@ -535,7 +549,12 @@ static int res_hijack(lua_State *L)
   SSL *ssl;
   const char *pre;
   size_t n;
+  size_t un;
+  const char *up = header_of(rq, "upgrade", &un);
+  int websocket = up && un == 9 && strncasecmp(up, "websocket", 9) == 0;
   int fd = ch_http_hijack(rq, &ssl, &pre, &n);
+  struct ch_task *t = ch_task_current();
+  if (t && websocket) t->kind = CH_TASK_WEBSOCKET;
   ch_socket_push_conn(L, fd, ssl, pre, n);
   lua_pushvalue(L, -1);
   lua_setfield(L, 1, "_hijacked");   /* closed when the handler returns */
@@ -601,6 +620,61 @@ static int l_route_id(lua_State *L)
   return 1;
 }
 
+/* What the handler's task is, for task dumps: an HTTP/2 stream whose
+** Content-Type is application/grpc (and its +proto, +json) is a gRPC
+** call. A look at the headers of HTTP/2 streams only. */
+static int kind_of(const struct ch_http_req *rq)
+{
+  if (!rq->h2) return CH_TASK_HTTP;
+  size_t n;
+  const char *ct = header_of(rq, "content-type", &n);
+  return ct && n >= 16 && strncasecmp(ct, "application/grpc", 16) == 0 ? CH_TASK_GRPC : CH_TASK_HTTP2;
+}
+
+/* -- Slow requests ---------------------------------------------------------- */
+
+/* A spare record per worker thread: one request watched at a time is the
+** common case, and the record is 2.5 KiB. */
+static __thread struct ch_task_acct *acct_spare;
+
+/* Starts measuring handler task t for a threshold of ms; NULL when memory
+** is short (the request is then not watched). A park of an eighth of the
+** threshold or more gets its traceback taken. */
+static __attribute__((noinline)) struct ch_task_acct *slow_begin(struct ch_task *t, int ms)
+{
+  struct ch_task_acct *a = acct_spare;
+  if (a) acct_spare = NULL;
+  else if (!(a = malloc(sizeof *a))) return NULL;
+  if (!ch_task_ext(t)) {
+    free(a);
+    return NULL;
+  }
+  ch_acct_begin(t, a, (uint64_t)ms * 1000000u / 8);
+  return a;
+}
+
+/* After the handler: logs rq if it took ms or more, with where its time
+** went, and gives a back. */
+static __attribute__((noinline)) void slow_end(struct ch_http_req *rq, struct ch_task *t,
+                                               struct ch_task_acct *a, int ms)
+{
+  ch_acct_end(t);
+  uint64_t took = ch_now_ns() - rq->start_ns;
+  if (took >= (uint64_t)ms * 1000000u) {
+    const struct ch_http_head *h = &rq->h;
+    const char *base = ch_http_req_base(rq);
+    char split[512];
+    ch_acct_format(a, split, sizeof split);
+    const char *route = ch_http_metrics_route_name(rq->route);
+    ch_log(CH_LOG_WARN, "slow request: %.*s %.*s%s%s took %.1f ms (over %d ms): handler %s%s%s",
+           (int)h->method.len, base + h->method.off, h->target.len > 300 ? 300 : (int)h->target.len,
+           base + h->target.off, route[0] ? " route " : "", route, took / 1e6, ms, split,
+           a->trace[0] ? "; at the longest park:\n" : "", a->trace);
+  }
+  if (!acct_spare) acct_spare = a;
+  else free(a);
+}
+
 /* Yields. The server's run callback: handler(req, res) for request rq on
 ** a task. Everything that needs Lua happens here, before any later wait:
 ** once the handler has returned, the server touches the Lua thread no
@@ -615,6 +689,9 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
     rq->failed = 1;
     return;
   }
+  t->kind = (uint8_t)kind_of(rq);
+  t->fd = rq->c->s.fd;
+  t->start_ns = rq->start_ns;
   lua_State *T = t->T;
   ch_refs_flush(T);
   /* Slot 1 keeps res past the call (ch_task_run keeps what lies below the
@@ -653,6 +730,8 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
     nargs++;
   }
+  int slow_ms = srv->slow_ms;
+  struct ch_task_acct *acct = slow_ms > 0 ? slow_begin(t, slow_ms) : NULL;
   ch_task_run(t, nargs);
   if (track_current) {
     lua_getfield(T, LUA_REGISTRYINDEX, CURRENT_KEY);
@@ -667,6 +746,7 @@ static void run_handler(struct ch_http_server *srv, struct ch_http_req *rq)
   ** on the stack: the settop below drops it. */
   lua_rawgeti(T, 1, 1);
   rq->route = (int)lua_tointeger(T, -1);
+  if (acct) slow_end(rq, t, acct, slow_ms);
   rq->failed = t->status != CH_TASK_DONE;
   if (rq->failed && srv->debug && t->nresults > 0 && lua_isstring(T, 2))
     snprintf(rq->err, sizeof rq->err, "%s", lua_tostring(T, 2));   /* the error, above res */
@@ -737,6 +817,14 @@ static int l_server(lua_State *L)
   s->http2 = lua_isnil(L, -1) || lua_toboolean(L, -1);
   lua_pop(L, 1);
   s->h2_max_streams = (uint32_t)opt_int(L, 2, "http2_max_concurrent_streams", 128);
+  lua_getfield(L, 2, "slow_request_ms");
+  lua_Number slow = lua_isnil(L, -1) ? -1 : lua_isnumber(L, -1) ? lua_tonumber(L, -1) : -2;
+  lua_pop(L, 1);
+  if (!(slow == -1 || (slow >= 0 && slow <= INT_MAX))) {
+    free(s);
+    return luaL_error(L, "bad slow_request_ms: milliseconds (0: off) expected");
+  }
+  s->slow_ms = slow < 0 ? ch_opts.slow_request_ms : (int)slow;   /* the flag's, unless set */
   lua_getfield(L, 2, "debug");
   s->debug = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -818,6 +906,48 @@ static int l_listen(lua_State *L)
   return n;
 }
 
+/* -- HTML ----------------------------------------------------------------- */
+
+/* Bytes each byte adds when escaped: & < > " ' become &amp; &lt; &gt;
+** &quot; &#39; (OWASP's five: enough inside elements and quoted
+** attributes). */
+static const uint8_t html_extra[256] = {
+  ['&'] = 4, ['<'] = 3, ['>'] = 3, ['"'] = 5, ['\''] = 4,
+};
+
+/* escape_html(s) -> s HTML-escaped. A string with nothing to escape (most
+** text) comes back as it is, with no copy; Lua's gsub makes a new string
+** either way, and its pattern was the most of TechEmpower's fortunes in
+** Lua (docs/benchmarks.md). */
+static int l_escape_html(lua_State *L)
+{
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  size_t extra = 0;
+  for (size_t i = 0; i < n; i++) extra += html_extra[(unsigned char)s[i]];
+  if (!extra) {
+    lua_settop(L, 1);
+    if (lua_type(L, 1) != LUA_TSTRING) lua_pushlstring(L, s, n);   /* a number's text */
+    return 1;
+  }
+  if (extra > SIZE_MAX - n) return luaL_error(L, "escape_html: string too long");
+  char small[4096];
+  char *out = n + extra <= sizeof small ? small : malloc(n + extra);
+  if (!out) return luaL_error(L, "not enough memory");
+  char *o = out;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!html_extra[c]) { *o++ = (char)c; continue; }
+    const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '"' ? "&quot;" : "&#39;";
+    size_t el = (size_t)html_extra[c] + 1;
+    memcpy(o, e, el);
+    o += el;
+  }
+  lua_pushlstring(L, out, n + extra);
+  if (out != small) free(out);
+  return 1;
+}
+
 static const luaL_Reg req_methods[] = {
   { "body", req_body },
   { "read", req_read },
@@ -843,6 +973,7 @@ static const luaL_Reg res_methods[] = {
 
 static const luaL_Reg funcs[] = {
   { "track_current", l_track_current },
+  { "escape_html", l_escape_html },
   { "route_id", l_route_id },
   { "current", l_current },
   { "server", l_server },

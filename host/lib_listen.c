@@ -82,6 +82,9 @@ static __attribute__((noinline)) int conn_open(struct conn *c, struct ch_task **
     ch_listener_conn_end(l);
     return -1;
   }
+  t->kind = CH_TASK_TCP;
+  t->fd = c->fd;
+  t->start_ns = ch_now_ns();
   lua_State *T = t->T;
   ch_refs_flush(T);
   lua_rawgeti(T, LUA_REGISTRYINDEX, c->handler->ref);

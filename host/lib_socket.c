@@ -229,6 +229,11 @@ static struct ch_socket *push_tcp(lua_State *L)
 void ch_socket_finalize(struct ch_socket *u)
 {
   ch_stream_close(&u->s, 1);
+  if (u->pool) {
+    /* Its place in the pool goes to a queued connect (backlog). */
+    ch_keepalive_drop(u->pool);
+    u->pool = NULL;
+  }
   free(u->key);
   u->key = NULL;
   free(u->peer);
@@ -603,7 +608,7 @@ static int tcp_connect(lua_State *L)
   size_t hlen;
   const char *host = luaL_checklstring(L, 2, &hlen);
   const char *pool = NULL;
-  int pool_size = 0;
+  int pool_size = 0, backlog = -1;
   if (lua_type(L, n) == LUA_TTABLE) {
     lua_getfield(L, n, "pool_size");
     if (lua_isnumber(L, -1)) {
@@ -615,10 +620,14 @@ static int tcp_connect(lua_State *L)
       return luaL_argerror(L, n, lua_pushfstring(L, "bad \"pool_size\" option type: %s",
                                                  luaL_typename(L, -1)));
     }
-    lua_getfield(L, n, "backlog");   /* accepted and ignored: no connect queue */
-    if (lua_isnumber(L, -1) && lua_tointeger(L, -1) < 0)
-      return luaL_argerror(L, n, lua_pushfstring(L, "bad \"backlog\" option value: %d",
-                                                 (int)lua_tointeger(L, -1)));
+    lua_getfield(L, n, "backlog");
+    if (lua_isnumber(L, -1)) {
+      lua_Integer b = lua_tointeger(L, -1);
+      if (b < 0 || b > INT_MAX)
+        return luaL_argerror(L, n, lua_pushfstring(L, "bad \"backlog\" option value: %d", (int)b));
+      backlog = (int)b;
+      if (!pool_size) pool_size = POOL_SIZE;   /* lua_socket_pool_size, as in OpenResty */
+    }
     lua_getfield(L, n, "pool");
     switch (lua_type(L, -1)) {
     case LUA_TNUMBER:
@@ -653,17 +662,36 @@ static int tcp_connect(lua_State *L)
   ch_socket_finalize(u);   /* reconnecting closes the old connection, as in OpenResty */
   u->downstream = 0;
   u->reused = 0;
-  u->pool_size = pool_size;
   /* The key: opts.pool, else "host:port", else "unix:/path". */
   if (!pool && !is_unix) pool = lua_pushfstring(L, "%s:%d", host, port);
   if (!(u->key = strdup(pool ? pool : host))) return fail(L, "no memory");
-  SSL *ssl = NULL;
-  int fd = ch_keepalive_take(u->key, &u->reused, &ssl);
-  if (fd >= 0) {
-    ch_stream_init(&u->s, fd, ssl);
-    u->reused++;
-    lua_pushinteger(L, 1);
-    return 1;
+  /* A pool that exists, or that pool_size or backlog makes, counts the
+  ** connection from here until it is closed or put back; with a backlog
+  ** the connect may wait here for one of its pool_size connections. */
+  struct ch_keepalive *kp = ch_keepalive_get(u->key, pool_size, backlog);
+  if (!kp && pool_size) {
+    ch_socket_finalize(u);
+    return fail(L, "no memory");
+  }
+  if (kp) {
+    SSL *ssl = NULL;
+    int fd, r;
+    {
+      BUSY(&u->connecting);
+      r = ch_keepalive_take(kp, u->connect_ms, &fd, &u->reused, &ssl);
+    }
+    if (r < 0) {
+      ch_socket_finalize(u);
+      check_cancel(L, r);
+      return fail(L, r == -EAGAIN ? "too many waiting connect operations" : "timeout");
+    }
+    u->pool = kp;   /* counted: ch_socket_finalize gives its place back */
+    if (fd >= 0) {
+      ch_stream_init(&u->s, fd, ssl);
+      u->reused++;
+      lua_pushinteger(L, 1);
+      return 1;
+    }
   }
   union ch_addr a;
   socklen_t alen;
@@ -721,8 +749,7 @@ static int tcp_setkeepalive(lua_State *L)
   if (!u->key) return fail(L, "key not found");   /* accepted sockets have none */
   lua_Integer idle = n >= 2 && !lua_isnil(L, 2) ? luaL_checkinteger(L, 2) : KEEPALIVE_MS;
   if (idle < 0 || idle > INT_MAX) return luaL_argerror(L, 2, "bad timeout value");
-  lua_Integer size = n >= 3 && !lua_isnil(L, 3) ? luaL_checkinteger(L, 3)
-                   : u->pool_size ? u->pool_size : POOL_SIZE;
+  lua_Integer size = n >= 3 && !lua_isnil(L, 3) ? luaL_checkinteger(L, 3) : POOL_SIZE;
   if (size <= 0 || size > INT_MAX)
     return luaL_argerror(L, n, lua_pushfstring(L, "bad \"pool_size\" option value: %d", (int)size));
   struct ch_worker *w = ch_worker_self;
@@ -734,10 +761,13 @@ static int tcp_setkeepalive(lua_State *L)
     lua_pushinteger(L, 1);
     return 1;
   }
-  /* The pool owns the fd and the SSL from here on, whatever happens. */
-  int r = ch_keepalive_put(u->key, (int)size, (int)idle, u->s.fd, u->s.ssl, u->reused);
+  /* The pool owns the fd and the SSL from here on, whatever happens, and
+  ** a counted connection stays counted there (as idle). size only makes
+  ** a pool that is gone. */
+  int r = ch_keepalive_put(u->key, u->pool, (int)size, (int)idle, u->s.fd, u->s.ssl, u->reused);
   u->s.fd = -1;
   u->s.ssl = NULL;
+  u->pool = NULL;
   ch_socket_finalize(u);
   if (r < 0) return fail(L, "no memory");
   lua_pushinteger(L, 1);

@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 
 #include "net/addr.h"
+#include "net/keepalive.h"
 #include "net/stream.h"
 
 /* A TCP cosocket: the cohost.tcp userdata. */
@@ -23,7 +24,8 @@ struct ch_socket {
   int send_ms;
   int read_ms;
   int reused;               /* times this connection came from a pool */
-  int pool_size;            /* opts.pool_size of the last connect; 0: default */
+  struct ch_keepalive *pool; /* the pool counting this connection (connect
+                            ** found or made one), or NULL */
   char *key;                /* pool key of the connection (malloc), or NULL */
   union ch_addr *peer;      /* the client a PROXY header named (malloc):
                             ** getpeername's answer; NULL: the socket's */

@@ -267,6 +267,7 @@ static void drain_run(struct ch_worker *w, int phase)
     ch_log(CH_LOG_ERR, "shutdown: no memory for the on_shutdown task");
     return;
   }
+  t->start_ns = ch_now_ns();
   lua_State *T = t->T;
   lua_getfield(T, LUA_REGISTRYINDEX, DRAIN_KEY);
   lua_pushinteger(T, phase);

@@ -83,6 +83,8 @@ static int spawn(lua_State *L, int daemon)
   struct ch_task *t = ch_task_new(w, daemon ? "timer" : "thread");
   if (!t) return luaL_error(L, "no memory");
   t->daemon = (uint8_t)daemon;
+  t->kind = daemon ? CH_TASK_TIMER : CH_TASK_SPAWNED;
+  t->start_ns = ch_now_ns();
   lua_xmove(L, t->T, nargs + 1);
   if (w->stopping && daemon) t->status = CH_TASK_KILLED;
   t->nargs = nargs;
@@ -165,12 +167,16 @@ static int l_wait(lua_State *L)
     for (int i = 1; i <= n; i++) {
       struct ch_task *t = check_handle(L, i)->t;
       if (!t) continue;
-      if (!t->joiners && !(t->joiners = calloc(1, sizeof *t->joiners))) break;
-      qs[nq++] = t->joiners;
+      struct ch_task_ext *ext = ch_task_ext(t);
+      if (!ext) break;
+      qs[nq++] = &ext->joiners;
     }
     /* No memory for a queue or the waiters' nodes: poll at 1 ms rather
     ** than fail. */
+    struct ch_task *me = ch_task_current();
+    if (me) me->on = CH_TASK_ON_THREAD;
     int r = nq == live ? ch_waitq_wait_any(qs, nq, -1) : -ENOMEM;
+    if (me) me->on = CH_TASK_ON_NOTHING;
     if (r == -ENOMEM) r = ch_park(1);
     if (r == -ECANCELED) ch_task_check_cancel(L);
   }
@@ -262,16 +268,32 @@ static int l_getpriority(lua_State *L)
 
 /* A Lua face on the runtime's wait queue (ch_waitq), which keeps its
 ** nodes in the waiting coroutines' own structs: nothing is allocated per
-** wait, and nothing lies on a parked stack. */
-static struct ch_waitq *check_waitq(lua_State *L, int i)
+** wait, and nothing lies on a parked stack. The queue knows what it was
+** made for, which a task dump says of a task parked on it. */
+struct waitq {
+  struct ch_waitq q;
+  uint8_t on;                   /* enum ch_task_on */
+};
+
+static struct waitq *check_waitq(lua_State *L, int i)
 {
   return luaL_checkudata(L, i, WAITQ_MT);
 }
 
+/* waitq([kind]) -> a wait queue; kind ("semaphore", "channel",
+** "broadcast", "pool", "dns", "postgres") names what a task parked on it
+** waits for in task dumps; another or none says "queue". */
 static int l_waitq(lua_State *L)
 {
-  struct ch_waitq *q = lua_newuserdata(L, sizeof *q);
-  *q = (struct ch_waitq){ NULL, NULL };
+  static const char *const kinds[] = { "", "queue", "semaphore", "channel", "broadcast", "pool",
+                                       "dns", "postgres", NULL };
+  const char *kind = luaL_optstring(L, 1, "queue");
+  int on = CH_TASK_ON_QUEUE;
+  for (int i = 1; kinds[i]; i++)
+    if (strcmp(kind, kinds[i]) == 0) on = i;
+  struct waitq *q = lua_newuserdata(L, sizeof *q);
+  q->q = (struct ch_waitq){ NULL, NULL };
+  q->on = (uint8_t)on;
   luaL_getmetatable(L, WAITQ_MT);
   lua_setmetatable(L, -2);
   return 1;
@@ -281,13 +303,16 @@ static int l_waitq(lua_State *L)
 ** referenced from this coroutine's Lua stack while it waits. */
 static int waitq_wait(lua_State *L)
 {
-  struct ch_waitq *q = check_waitq(L, 1);
+  struct waitq *q = check_waitq(L, 1);
   lua_Number s = luaL_optnumber(L, 2, -1);
   struct ch_coro *c = ch_current();
   if (!c) return luaL_error(L, "wait outside a coroutine");
   ch_task_check_cancel(L);
   if (!ch_task_may_park(c)) return luaL_error(L, "cannot wait here (finalizer or FFI callback)");
-  int r = ch_waitq_wait(q, s < 0 ? -1 : (int64_t)ceil(s * 1000));
+  struct ch_task *t = ch_task_current();
+  if (t) t->on = q->on;
+  int r = ch_waitq_wait(&q->q, s < 0 ? -1 : (int64_t)ceil(s * 1000));
+  if (t) t->on = CH_TASK_ON_NOTHING;
   if (r == 0) { lua_pushboolean(L, 1); return 1; }
   if (r == -ECANCELED) ch_task_check_cancel(L);
   lua_pushnil(L);
@@ -300,14 +325,14 @@ static int waitq_wait(lua_State *L)
 ** returns what woke it, and the next one gets the signal). */
 static int waitq_signal(lua_State *L)
 {
-  lua_pushboolean(L, ch_waitq_wake_one(check_waitq(L, 1)));
+  lua_pushboolean(L, ch_waitq_wake_one(&check_waitq(L, 1)->q));
   return 1;
 }
 
 /* q:broadcast() wakes all; returns how many. */
 static int waitq_broadcast(lua_State *L)
 {
-  lua_pushinteger(L, ch_waitq_wake_all(check_waitq(L, 1)));
+  lua_pushinteger(L, ch_waitq_wake_all(&check_waitq(L, 1)->q));
   return 1;
 }
 

@@ -28,6 +28,7 @@
 #include "vm/task.h"
 #include "vm/cstack.h"
 #include "vm/lua_alloc.h"
+#include "vm/heap.h"
 #include "lib.h"
 #include "proc/watchdog.h"
 #include "net/activation.h"
@@ -37,6 +38,7 @@
 #include "proc/master.h"
 #include "stats/stats.h"
 #include "stats/stats_procs.h"
+#include "stats/debug.h"
 #include "shdict/store.h"
 #include "testmode.h"
 
@@ -98,6 +100,7 @@ static const luaL_Reg preloads[] = {
   { "cohost.core.bus", luaopen_cohost_core_bus },
   { "cohost.core.metrics", luaopen_cohost_core_metrics },
   { "cohost.core.postgres", luaopen_cohost_core_postgres },
+  { "cohost.core.debug", luaopen_cohost_core_debug },
   { NULL, NULL }
 };
 
@@ -138,6 +141,10 @@ static void usage(FILE *f)
     "                             first (default 1000000 and 1000; 0 US: no time limit)\n"
     "      --status-addr ADDR     serve GET /status (JSON) and /metrics (Prometheus)\n"
     "                             on ADDR, e.g. 127.0.0.1:9100 (default: off)\n"
+    "      --debug-endpoints      serve /debug/tasks and /debug/profile on --status-addr\n"
+    "                             off loopback too (on loopback they are always on)\n"
+    "      --slow-request-ms N    log HTTP requests slower than N ms, with where their\n"
+    "                             time went (default 0 = off): docs/debugging.md\n"
     "      --lua-memory-limit SIZE  Lua heap cap per worker, K/M/G suffix (default 1G;\n"
     "                             0 = none); past it allocations fail: docs/limits.md\n"
     "      --cpu-watchdog S       stop a coroutine that runs S seconds without yielding;\n"
@@ -356,6 +363,11 @@ static int parse_args(int argc, char **argv, int *check)
       ch_opts.fair_usec = parse_uint(value(argc, argv, &i, "--fair-usec"), "--fair-usec", 10000000);
     } else if (is(a, "--status-addr")) {
       status_addr = value(argc, argv, &i, "--status-addr");
+    } else if (!strcmp(a, "--debug-endpoints")) {
+      ch_opts.debug_endpoints = 1;
+    } else if (is(a, "--slow-request-ms")) {
+      ch_opts.slow_request_ms = (int)parse_uint(value(argc, argv, &i, "--slow-request-ms"), "--slow-request-ms",
+                                                 86400000);
     } else if (is(a, "--lua-memory-limit")) {
       if (ch_lua_alloc_set_limit(value(argc, argv, &i, "--lua-memory-limit")) < 0) die("bad value for %s", "--lua-memory-limit");
     } else if (is(a, "--cpu-watchdog")) {
@@ -468,7 +480,7 @@ static void set_arg(lua_State *L)
 
 static lua_State *new_state(void)
 {
-  lua_State *L = luaL_newstate();
+  lua_State *L = ch_heap_newstate();
   if (!L || ch_lua_alloc_wrap(L) < 0) return NULL;
   luaL_openlibs(L);
   const char *why = NULL;
@@ -490,6 +502,8 @@ static void main_task(void *p)
   struct ch_worker *w = p;
   struct ch_task *t = ch_task_new(w, "main");
   if (!t) { exit_code = 1; return; }
+  t->kind = CH_TASK_MAIN;
+  t->start_ns = ch_now_ns();
   lua_State *T = t->T;
   /* One function runs every -e chunk, then the script with its args
   ** (from stdin: the source read at start, which every worker runs). */
@@ -588,6 +602,7 @@ static void catch_signals(void)
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGQUIT, &sa, NULL);
   sigaction(SIGUSR1, &sa, NULL);   /* reopen the log files, not die */
+  sigaction(SIGUSR2, &sa, NULL);   /* dump the tasks to the log */
   sa.sa_handler = on_sigpipe;
   sigaction(SIGPIPE, &sa, NULL);
   if (ch_opts.processes) {
@@ -621,6 +636,10 @@ static void *signal_main(void *p)
     if (sig == SIGUSR1) {   /* logrotate's postrotate, as for nginx */
       ch_log_reopen();
       ch_log(CH_LOG_NOTICE, "SIGUSR1: log files reopened");
+      continue;
+    }
+    if (sig == SIGUSR2) {   /* every task, with its traceback, to the log */
+      ch_debug_log_tasks();
       continue;
     }
     if (sig == SIGQUIT) {
@@ -725,6 +744,8 @@ int main(int argc, char **argv)
     int r = ch_stats_procs_create(ch_opts.processes, ch_opts.threads);
     if (r < 0)
       fprintf(stderr, "cohost: statistics stay per process: %s\n", strerror(-r));
+    if ((r = ch_debug_procs_create(ch_opts.processes)) < 0)
+      fprintf(stderr, "cohost: task dumps and profiles stay per process: %s\n", strerror(-r));
   }
   if (ch_opts.processes) ch_opts.process = ch_master_run();   /* returns in a worker */
 

@@ -22,6 +22,7 @@
 
 #include "log.h"
 #include "worker.h"
+#include "vm/heap.h"
 #include "vm/task.h"
 #include "http/conn.h"
 #include "net/keepalive.h"
@@ -29,6 +30,7 @@
 #include "stats/stats.h"
 #include "stats/stats_procs.h"
 #include "proc/watchdog.h"
+#include "stats/debug.h"
 
 __thread struct ch_worker *ch_worker_self;
 
@@ -73,6 +75,15 @@ static void io_backend(void)
            strerror(-why));
 }
 
+/* The idle trim's host part (runtime/sched.c runs it first, in the loop,
+** a second after a burst has ended): the Lua heap's garbage and free
+** pages, which nothing else would give back with no new traffic. */
+static void worker_idle(void)
+{
+  struct ch_worker *w = ch_worker_self;
+  if (w && w->L) ch_heap_trim(w->L);
+}
+
 static void *worker_main(void *p)
 {
   struct ch_worker *w = p;
@@ -97,11 +108,14 @@ static void *worker_main(void *p)
   io_backend();
   w->L = new_state();
   if (!w->L) fatal("cannot create a Lua state", w->id);
+  ch_sched_set_idle_hook(worker_idle);
   ch_stats_worker_start(w);
   ch_stats_procs_worker_start(w);
   ch_watchdog_worker_start(w);
+  ch_debug_worker_start(w);
   if (ch_spawn(start, w) < 0) fatal("cannot spawn the main task", w->id);
   int r = ch_run();
+  ch_debug_worker_stop(w);
   ch_watchdog_worker_stop(w);
   ch_stats_procs_worker_stop(w);
   ch_stats_worker_stop(w);

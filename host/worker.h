@@ -70,6 +70,10 @@ struct ch_options {
   const int *cpus;              /* --cpu-affinity: worker i runs on
                                 ** cpus[i % ncpus]; NULL: not pinned */
   int ncpus;
+  int slow_request_ms;          /* --slow-request-ms: log HTTP requests
+                                ** slower than this; 0: none */
+  int debug_endpoints;          /* --debug-endpoints: the debug endpoints
+                                ** on a status listener off loopback too */
 };
 
 extern struct ch_options ch_opts;

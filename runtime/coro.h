@@ -41,8 +41,11 @@ struct ch_coro {
   uint8_t saved_delta;      /* COPY: saved is a delta against a reference
                             ** image (coro.c), not the bytes themselves */
   uint8_t weak;             /* does not keep ch_run running
-                            ** (ch_coro_set_weak); in the padding before
-                            ** wake_value */
+                            ** (ch_coro_set_weak) */
+  uint8_t wait;             /* CH_WAIT_*: what the current park waits for,
+                            ** noted where it parks; CH_WAIT_NONE once it
+                            ** runs again. With weak, in the padding
+                            ** before wake_value */
   int wake_value;           /* what ch_park returns */
   uint32_t cancel_hits;     /* waits that returned -ECANCELED */
   struct ch_stack stack;    /* owned; in COPY mode a copy of the shared
@@ -66,6 +69,8 @@ struct ch_coro {
   uint32_t saved_len;       /* COPY: bytes of stack saved; 0 while on the
                             ** stack */
   uint32_t saved_cap;       /* COPY: bytes allocated at saved */
+  int wait_fd;              /* the fd of a CH_WAIT_READ, _WRITE or _POLL
+                            ** park; in the struct's tail padding */
 };
 
 _Static_assert(offsetof(struct ch_coro, timer) + offsetof(struct ch_timer, heap_index)
@@ -79,6 +84,14 @@ _Static_assert(offsetof(struct ch_coro, stack) + offsetof(struct ch_stack, base)
                CH_CORO_OFS_STACK_BASE, "CH_CORO_OFS_STACK_BASE");
 _Static_assert(offsetof(struct ch_coro, stack) + offsetof(struct ch_stack, size) ==
                CH_CORO_OFS_STACK_SIZE, "CH_CORO_OFS_STACK_SIZE");
+
+/* Notes what c is about to park on (ch_coro_info): two stores, on lines
+** the park touches anyway. */
+static inline void ch_coro_note_wait(struct ch_coro *c, int wait, int fd)
+{
+  c->wait = (uint8_t)wait;
+  c->wait_fd = fd;
+}
 
 /* Allocates a NEW coroutine with a stack from s's pool. Returns NULL and
 ** sets *err to -errno on failure. */

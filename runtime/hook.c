@@ -669,6 +669,7 @@ static int park_ns(uint64_t ns)
     ch_yield();
     return 0;
   }
+  ch_coro_note_wait(ch_running, CH_WAIT_SLEEP, -1);
   int r = ch_sched_park(ch_now_ns() + ns, 0, CH_CORO_SLEEPING);
   return r == -ETIMEDOUT || r == -ECANCELED ? 0 : r;
 }

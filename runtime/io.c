@@ -231,6 +231,14 @@ int ch_io_input_known_empty(int fd)
   return f && f->kind != CH_FD_WAITFIRST && input_known_empty(f);
 }
 
+int ch_io_input_quiet(int fd)
+{
+  struct ch_fd *f = ch_fd_peek(fd);
+  /* Epoll reports nothing of an fd it does not watch: then nothing is
+  ** known, and the caller looks. */
+  return f && f->kind != CH_FD_WAITFIRST && f->registered && input_known_empty(f);
+}
+
 int ch_io_wait(int fd, int events, int64_t timeout_ms)
 {
   if (fd < 0) return -EBADF;

@@ -20,6 +20,9 @@
 #define EV_WAKEUP UINT64_MAX   /* epoll data of the eventfd */
 #define MAX_EVENTS 256         /* events taken per epoll_wait */
 
+_Static_assert(CH_WAIT_READ == POLLIN && CH_WAIT_WRITE == POLLOUT &&
+               CH_WAIT_POLL == (POLLIN | POLLOUT), "an fd's park notes its poll events");
+
 /* -- The instance --------------------------------------------------------- */
 
 int ch_poll_init(struct ch_poll *p)
@@ -151,6 +154,7 @@ static __attribute__((noinline)) int wait_link(int fd, int events)
     w->notify = NULL;
     link_waiter(i ? &f->writers : &f->readers, w);
   }
+  ch_coro_note_wait(self, events & (POLLIN | POLLOUT), fd);   /* CH_WAIT_READ, _WRITE, _POLL */
   return 0;
 }
 
@@ -206,6 +210,7 @@ static int wait_linked(struct ch_sched *s, struct ch_coro *self, struct ch_waite
     w[i].revents = 0;
     link_waiter(list_of(f, &w[i]), &w[i]);
   }
+  ch_coro_note_wait(self, CH_WAIT_POLL, n > 0 ? w[0].fd : -1);
   int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
   for (int i = 0; i < n; i++) {
     struct ch_fd *f = ch_fd_peek(w[i].fd);

@@ -122,7 +122,10 @@ int ch_pool_call(void (*fn)(void *), void *arg)
   pthread_mutex_unlock(&lock);
   /* Uncancellable: fn may be writing to what arg points to until finish
   ** runs, and finish unparks this very coroutine. */
-  while (!j->done) ch_sched_park(0, 1, CH_CORO_WAITING);
+  while (!j->done) {
+    ch_coro_note_wait(self, CH_WAIT_POOL, -1);
+    ch_sched_park(0, 1, CH_CORO_WAITING);
+  }
   free(j);
   return 0;
 }

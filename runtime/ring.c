@@ -255,18 +255,23 @@ static int64_t deadline_of(int64_t timeout_ms, uint64_t *deadline_ns, uint64_t *
 ** completion: the buffer is the caller's (or the ring's, to hand back),
 ** and the operation may have finished meanwhile. Returns 0 with w->res
 ** and w->flags set, or the park's -ETIMEDOUT/-ECANCELED when the kernel
-** cancelled the operation before it did anything. */
+** cancelled the operation before it did anything. wait (CH_WAIT_READ or
+** _WRITE) says what the park is for (ch_coro_info). */
 static int post_and_park(struct ch_ring *r, struct io_uring_sqe *e, struct pending *w,
-                         uint64_t deadline)
+                         uint64_t deadline, int wait)
 {
   io_uring_sqe_set_data(e, w);
   r->inflight++;
   r->posted++;
   ch_fd_peek(w->fd)->ring_ops++;
+  ch_coro_note_wait(w->coro, wait, w->fd);
   int woke = ch_sched_park(deadline, 0, CH_CORO_WAITING);
   if (w->done) return 0;
   cancel(r, w);
-  while (!w->done) ch_sched_park(0, 1, CH_CORO_WAITING);
+  while (!w->done) {
+    ch_coro_note_wait(w->coro, wait, w->fd);
+    ch_sched_park(0, 1, CH_CORO_WAITING);
+  }
   if (w->res == -ECANCELED) return woke < 0 ? woke : -ECANCELED;
   return 0;
 }
@@ -301,7 +306,9 @@ ssize_t ch_ring_run(struct ch_sched *s, struct ch_io_op *op, int64_t timeout_ms,
   op->form(op, &a);
   struct pending w = { .coro = self, .fd = op->fd, .gen = ch_fd_peek(op->fd)->gen };
   prep(e, op->fd, &a, &w);
-  int r2 = post_and_park(r, e, &w, deadline);
+  int input = a.kind == CH_RING_READ || a.kind == CH_RING_RECV || a.kind == CH_RING_READV ||
+              a.kind == CH_RING_ACCEPT;
+  int r2 = post_and_park(r, e, &w, deadline, input ? CH_WAIT_READ : CH_WAIT_WRITE);
   if (r2 < 0) return r2;
   return result_of(&w);
 }
@@ -362,7 +369,7 @@ int ch_ring_recv_buf(struct ch_sched *s, int fd, int64_t timeout_ms, uint64_t *d
   e->flags |= IOSQE_BUFFER_SELECT;
   e->buf_group = BGID;
   *w = (struct pending){ .coro = self, .fd = fd, .gen = ch_fd_peek(fd)->gen };
-  int res = post_and_park(r, e, w, deadline);
+  int res = post_and_park(r, e, w, deadline, CH_WAIT_READ);
   if (res == 0) res = recv_result(s, r, w, b);
   if (w != &local) free(w);
   return res;

@@ -97,6 +97,7 @@ static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 
 static int (*yield_check)(struct ch_coro *);
 static void (*resume_hook)(struct ch_coro *);
+static void (*park_hook)(struct ch_coro *);
 
 struct ch_post {
   void (*fn)(void *);
@@ -534,6 +535,15 @@ int ch_sched_set_fairness(unsigned switches, unsigned usec)
   return 0;
 }
 
+int ch_sched_set_idle_hook(void (*fn)(void))
+{
+  int err = 0;
+  struct ch_sched *s = ch_sched_get(&err);
+  if (!s) return err;
+  s->idle_hook = fn;
+  return 0;
+}
+
 int ch_self(void)
 {
   struct ch_coro *c = ch_current();
@@ -590,15 +600,18 @@ int ch_sched_park(uint64_t deadline_ns, int uncancellable, int state)
   self->state = (uint8_t)state;
   if (state == CH_CORO_SLEEPING) s->nsleeping++;
   else s->nwaiting++;
+  if (park_hook) park_hook(self);
   switch_out_inline(s, self);
   assert(self->state == CH_CORO_RUNNING);
   self->deadline = 0;
+  self->wait = CH_WAIT_NONE;
   if (self->wake_value == -ECANCELED) self->cancel_hits++;
   return self->wake_value;
 }
 
 int ch_park(int64_t timeout_ms)
 {
+  if (ch_running) ch_coro_note_wait(ch_running, CH_WAIT_PARK, -1);
   return ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
 }
 
@@ -638,6 +651,7 @@ int ch_sleep_ms(int64_t ms)
     ch_yield();
     return ch_current()->cancelled ? -ECANCELED : 0;
   }
+  ch_coro_note_wait(ch_running, CH_WAIT_SLEEP, -1);
   int r = ch_sched_park(ch_sched_deadline(ms), 0, CH_CORO_SLEEPING);
   return r == -ETIMEDOUT ? 0 : r;
 }
@@ -704,6 +718,25 @@ int ch_sched_io_backend(int *why)
 
 void ch_set_yield_check(int (*check)(struct ch_coro *c)) { yield_check = check; }
 void ch_set_resume_hook(void (*hook)(struct ch_coro *c)) { resume_hook = hook; }
+void ch_set_park_hook(void (*hook)(struct ch_coro *c)) { park_hook = hook; }
+
+void ch_coro_info(const struct ch_coro *c, struct ch_coro_info *out)
+{
+  out->wait = CH_WAIT_NONE;
+  out->fd = -1;
+  out->deadline_ns = 0;
+  switch (c->state) {
+  case CH_CORO_RUNNING: out->state = CH_INFO_RUNNING; return;
+  case CH_CORO_NEW:
+  case CH_CORO_READY: out->state = CH_INFO_READY; return;
+  case CH_CORO_EXITED: out->state = CH_INFO_ENDED; return;
+  default: break;
+  }
+  out->state = CH_INFO_PARKED;
+  out->wait = c->wait;
+  out->deadline_ns = c->deadline;
+  if (c->wait == CH_WAIT_READ || c->wait == CH_WAIT_WRITE || c->wait == CH_WAIT_POLL) out->fd = c->wait_fd;
+}
 
 /* -- Cross-thread posts --------------------------------------------------- */
 
@@ -835,6 +868,10 @@ static void trim_idle(struct ch_sched *s, uint64_t now)
 {
   if (moved(s, now) || s->idle_trimmed || now - s->idle_since_ns < CH_STACK_TRIM_NS) return;
   s->idle_trimmed = 1;
+  /* The host's part first (cohost collects its Lua heap there): what it
+  ** frees is in the heap malloc_trim walks next. An fd its finalizers
+  ** close starts another spell, and one more trim a second later. */
+  if (s->idle_hook) s->idle_hook();
   ch_stack_trim_idle(&s->stacks);
   malloc_trim(0);
 }

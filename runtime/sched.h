@@ -75,6 +75,7 @@ struct ch_sched {
                                 ** loop last looked (trim_idle) */
   uint64_t idle_since_ns;       /* when that sum last moved */
   uint8_t idle_trimmed;         /* trim_idle ran since then */
+  void (*idle_hook)(void);      /* runs first in trim_idle; NULL: none */
   size_t stack_size;            /* for new coroutines, bytes */
   uint64_t id;                  /* unique per process, never reused */
   struct ch_poll poll;          /* the readiness backend (poll.c) */

@@ -49,6 +49,7 @@ int ch_waitq_wait(struct ch_waitq *q, int64_t timeout_ms)
   if (!self) return -EINVAL;
   struct ch_waiter *w = &self->wnodes[0];
   link_node(q, w, self);
+  ch_coro_note_wait(self, CH_WAIT_QUEUE, -1);
   int r = ch_sched_park(timeout_ms < 0 ? 0 : ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
   /* Still queued: the timeout, a cancellation (maybe before the park, which
   ** then returned at once) or a direct ch_unpark woke it, not a wake. */
@@ -68,6 +69,7 @@ int ch_waitq_wait_any(struct ch_waitq *const *qs, int n, int64_t timeout_ms)
   struct ch_waiter *nodes = self->wnodes;
   if (n > 2 && !(nodes = malloc((size_t)n * sizeof *nodes))) return -ENOMEM;
   for (int i = 0; i < n; i++) link_node(qs[i], &nodes[i], self);
+  ch_coro_note_wait(self, CH_WAIT_QUEUE, -1);
   int r = ch_sched_park(ch_sched_deadline(timeout_ms), 0, CH_CORO_WAITING);
   for (int i = 0; i < n; i++)
     if (nodes[i].coro) unlink_node(qs[i], &nodes[i]);

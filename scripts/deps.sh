@@ -9,12 +9,12 @@ set -euo pipefail
 what=${1:-test}
 
 build=(gcc make libc6-dev pkg-config libluajit2-5.1-dev lua-cjson libhttp-parser-dev libssl-dev
-       liburing-dev libnghttp2-dev libpq-dev)
+       liburing-dev libnghttp2-dev libpq-dev libjemalloc-dev)
 test=(clang valgrind libcmocka-dev libhiredis-dev redis-server libssl-dev lua-busted lua-socket
       procps python3 python3-websockets curl libpcre2-dev memcached
       lua-nginx-redis lua-nginx-memcached lua-nginx-websocket lua-nginx-dns
       lua-nginx-string lua-resty-lrucache lua-nginx-cookie lua-nginx-redis-connector
-      lua-resty-core redis-sentinel
+      lua-resty-core redis-sentinel lua-messagepack
       lua-sql-postgres lua-sql-sqlite3 lua-filesystem postgresql chromium
       wrk slowhttptest gnuplot-nox haproxy systemd nghttp2-client python3-h2 nginx
       python3-grpcio protobuf-compiler protobuf-compiler-grpc libprotobuf-dev python3-protobuf)

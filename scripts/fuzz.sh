@@ -115,9 +115,11 @@ EOF
       extra=; [ "$src" = host/main.c ] && extra=-Dmain=ch_fuzz_host_main
       exec "$0" "$@" $extra -c "$src" -o "$o"' "$CLANG" "${flags[@]}"
   fi
+  # The Lua heaps' allocator (host/vm/heap.c), made by the Makefile.
+  make -s --no-print-directory SAN="$(cat build/.san 2>/dev/null || true)" build/jemalloc_lua.a
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE "${SANFLAGS[@]}" $LUAJIT_CFLAGS -rdynamic \
-    -DFUZZ_ROOT="\"$root\"" "${@:2}" spec/fuzz/fuzz_http_conn.c "${objs[@]}" \
-    -Wl,--wrap=luaL_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 \
+    -DFUZZ_ROOT="\"$root\"" "${@:2}" spec/fuzz/fuzz_http_conn.c "${objs[@]}" build/jemalloc_lua.a \
+    -Wl,--wrap=lua_newstate $LUAJIT_LIBS -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 \
     -ldl -lpthread -lm -o "$out/fuzz_$name"
 }
 build_http_conn() { build_conn http_conn; }

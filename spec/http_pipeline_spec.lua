@@ -101,6 +101,56 @@ describe("http pipelining", function()
   end)
 end)
 
+-- Responses to pipelined requests are held back and written in one go
+-- (host/http/conn.c, "Held output"); these hold what that must not change.
+describe("http pipelining, answers held for one write", function()
+  it("sends an answer while a later pipelined request's handler waits", function()
+    local go = cohost.semaphore.new(0)
+    defer(function() go:post(10) end)
+    local port = h.http_serve(function(req, res)
+      if req.path == "/slow" then go:wait(10) end
+      res:send(req.path)
+    end)
+    local s = h.dial(port, 5000)
+    assert(s:send("GET /fast HTTP/1.1\r\nHost: t\r\n\r\nGET /slow HTTP/1.1\r\nHost: t\r\n\r\n"))
+    -- /slow waits until /fast's answer is here: held for the batch, it
+    -- would never come.
+    assert.equal("/fast", assert(h.receive_response(s)).body)
+    go:post()
+    assert.equal("/slow", assert(h.receive_response(s)).body)
+    s:close()
+  end)
+
+  it("sends every answer of a batch to a client that half-closed after sending it", function()
+    local port = h.http_serve(function(req, res) res:send(req.path) end)
+    local s = h.dial(port, 5000)
+    local batch = {}
+    for i = 1, 40 do batch[i] = ("GET /%d HTTP/1.1\r\nHost: t\r\n\r\n"):format(i) end
+    assert(s:send(table.concat(batch)))
+    assert(s:shutdown("send"))
+    local all = assert(s:receive("*a"))
+    local got = bodies(all)
+    assert.equal(40, #got)
+    for i = 1, 40 do assert.equal("/" .. i, got[i]) end
+  end)
+
+  it("writes the answers before a hijacked connection's own bytes", function()
+    local port = h.http_serve(function(req, res)
+      if req.path ~= "/up" then return res:send(req.path) end
+      local sock = res:hijack()
+      sock:send("RAW")
+      sock:close()
+    end)
+    local s = h.dial(port, 5000)
+    assert(s:send("GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\nGET /up HTTP/1.1\r\nHost: t\r\n\r\n"))
+    local all = assert(s:receive("*a"))
+    local last = all:find("RAW", 1, true)
+    assert.truthy(last, all)
+    assert.equal(#all - 2, last)
+    assert.same({ "/a", "/b" }, bodies(all:sub(1, last - 1)))
+  end)
+end)
+
 -- A cohost child serving echo (Python runs through os.execute, which
 -- blocks this worker: the server cannot live in this process).
 local function child_server()

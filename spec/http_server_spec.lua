@@ -1488,3 +1488,20 @@ describe("http server extras", function()
     end
   end)
 end)
+
+describe("http.escape_html", function()
+  it("writes & < > \" ' as entities and leaves the rest", function()
+    assert.equal("&lt;script&gt;alert(&quot;x&quot;);&lt;/script&gt; &amp; it&#39;s",
+                 http.escape_html([[<script>alert("x");</script> & it's]]))
+    assert.equal("フレームワーク\0&amp;", http.escape_html("フレームワーク\0&"))
+    assert.equal(("&lt;"):rep(3000), http.escape_html(("<"):rep(3000)))   -- past the stack buffer
+  end)
+
+  it("gives back a string with nothing to escape as it is, a number as its text", function()
+    local s = "A computer scientist is someone who fixes things"
+    assert.equal(s, http.escape_html(s))
+    assert.equal("", http.escape_html(""))
+    assert.equal("42", http.escape_html(42))
+    assert.has_error(function() http.escape_html({}) end)
+  end)
+end)

@@ -216,6 +216,39 @@ describe("kv's large values", function()
   end)
 end)
 
+describe("kv over its Lua memory limit", function()
+  -- LRANGE builds its reply in a loop the JIT compiled on an earlier
+  -- LRANGE; a refusal there crashed the server (segfault in LuaJIT's
+  -- lj_err_mem) by the third or fourth request.
+  it("answers LRANGE of a list too big for the heap with the list or -ERR, again and again, and serves on", function()
+    local p = start({ cohost = "--lua-memory-limit 16m", args = "--appendonly no" })
+    local c = client(p.port, 30000)
+    for b = 0, 99 do
+      local args = { "RPUSH", "l" }
+      for i = 1, 1000 do args[i + 2] = tostring(b * 1000 + i) end
+      assert(c.sock:send(encode(args)))
+    end
+    for b = 1, 100 do assert.equal(b * 1000, c:read()) end
+    local refused = 0
+    for _ = 1, 8 do
+      local d = client(p.port, 30000)
+      local r = assert(d:call("LRANGE", "l", "0", "-1"))
+      d.sock:close()
+      if r.err then
+        refused = refused + 1
+        assert.matches("^ERR not enough memory %(command 'lrange'", r.err)
+      else
+        assert.equal(100000, #r)
+        assert.equal("100000", r[100000])
+      end
+    end
+    assert.is_true(refused > 0)
+    assert.equal(100000, c:call("LLEN", "l"))
+    assert.equal("PONG", client(p.port):call("PING"))
+    assert.is_nil(p.exited())
+  end)
+end)
+
 describe("kv's INFO", function()
   it("has the cpu section monitoring tools read", function()
     local p = start({ args = "--appendonly no" })

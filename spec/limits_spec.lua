@@ -18,7 +18,21 @@ local ffi = require "ffi"
 ffi.cdef "int poll(void *fds, unsigned long n, int timeout)"
 if arg[1] == "jit_off" then jit.off() end
 local function inc(n) return n + 1 end
+-- A loop the JIT compiles on its first calls. Entered again, the trace
+-- runs from the interpreter right after stamp's C call, with no C call
+-- in between (t[1] takes the fast path): LuaJIT's frame pointer
+-- (lua_State.base) still names stamp's frame, whose function slot holds
+-- the loop's index by then. A refusal from the trace crashed the process.
+local function stamp() return os.time() end
+local function fill(n)
+  local t = { 0 }
+  stamp()
+  for i = 1, n do t[i] = i end
+  return t
+end
 local handlers = {
+  ["/jit"] = function() for _ = 1, 30 do fill(2000) end fill(1e9) end,
+  ["/worker"] = function(req, res) res:send(tostring(cohost.worker_id())) end,
   ["/table"] = function() local t = {} for i = 1, 1e9 do t[i] = i end end,
   ["/string"] = function() local s = "x" while true do s = s .. s end end,
   ["/caught"] = function(req, res)
@@ -129,6 +143,90 @@ describe("--lua-memory-limit", function()
     assert.same({ 200, "false not enough memory" }, { get(p.port, "/caught") })
     assert.same({ 200, "ok" }, { get(p.port, "/") })
   end)
+
+  -- The frame LuaJIT raises the error on was stale on a trace, and lay
+  -- past the stack's end at a function entry that grows it: the process
+  -- crashed (segfault), with every other connection of every worker.
+  for _, mode in ipairs { "separate", "copy" } do
+    it("fails a handler whose JIT-compiled loop is refused with a 500, and both workers serve on (" .. mode .. ")", function()
+      local p = start("-w 2 --lua-memory-limit 64m --stack-mode " .. mode)
+      local slow = get_async(p.port, "/slow")   -- parked while /jit fails
+      for _ = 1, 3 do
+        local status, body = get(p.port, "/jit")
+        assert.equal(500, status)
+        assert.matches("not enough memory", body)
+      end
+      assert.same({ 200, "slow 1000" }, { result(slow) })
+      local seen = {}
+      assert.is_true(h.wait_for(function()
+        local status, id = get(p.port, "/worker")
+        assert.equal(200, status)
+        seen[id] = true
+        return seen["0"] and seen["1"]
+      end, 20, 0))
+      assert.is_nil(p.exited())
+    end)
+
+    it("ends a refusal in JIT-compiled code as a memory error, for tables, strings and buffers (" .. mode .. ")", function()
+      local code, out, err = h.run_script([[
+local function stamp() return os.time() end
+local shapes = {
+  array = function(n) local t = { 0 } stamp() for i = 1, n do t[i] = i end return t end,
+  hash = function(n) local t = {} stamp() for i = 1, n do t["k" .. i] = i end return t end,
+  concat = function(n) local s = "" stamp() for i = 1, n do s = s .. "0123456789abcdef" end return s end,
+  buffer = function(n)
+    local b = require("string.buffer").new() stamp()
+    for i = 1, n do b:put("0123456789abcdef", i) end
+    return b
+  end,
+}
+for _, name in ipairs { "array", "hash", "concat", "buffer" } do
+  local f = shapes[name]
+  for _ = 1, 30 do f(2000) end   -- compiles the loop and its side traces
+  local ok, e = pcall(f, 1e9)
+  io.write(name, " ", tostring(ok), " ", tostring(e), "\n")
+  collectgarbage()
+end
+]], "--lua-memory-limit 8m --stack-mode " .. mode)
+      assert.equal(0, code, err)
+      assert.equal("array false not enough memory\nhash false not enough memory\n" ..
+                   "concat false not enough memory\nbuffer false not enough memory\n", out)
+    end)
+
+    -- Its frame is not on the stack yet when the growth is refused: the
+    -- error message went past the stack's end, into the heap, and a later
+    -- collection crashed.
+    it("ends a refused Lua stack growth at a function's entry as a memory error (" .. mode .. ")", function()
+      local code, out, err = h.run_script([[
+local function deep(n)
+  local a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19, a20,
+        b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20,
+        c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20,
+        d1, d2, d3, d4, d5, d6, d7, d8, d9, d10, d11, d12, d13, d14, d15, d16, d17, d18, d19, d20,
+        e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15, e16, e17, e18, e19, e20
+  if n > 0 then return (deep(n - 1)) end
+  return 0
+end
+local function fill_then_recurse()
+  local hold
+  local function grab() while true do hold = { hold } end end
+  pcall(grab)   -- the first refusal opens the reserve
+  pcall(grab)   -- the second comes at its end: the stack cannot grow now
+  local ok, e = pcall(deep, 1e5)
+  hold = nil
+  return ok, e
+end
+local ok, e = fill_then_recurse()
+collectgarbage()
+local t = {}
+for i = 1, 1e4 do t[i] = { i } end
+collectgarbage()
+print(ok, e, #t)
+]], "--lua-memory-limit 8m --stack-mode " .. mode)
+      assert.equal(0, code, err)
+      assert.equal("false\tnot enough memory\t10000\n", out)
+    end)
+  end
 
   it("refuses an 80 MiB string under 64m and allows it with 0 (no limit)", function()
     local capped = start("--lua-memory-limit 64m")

@@ -694,6 +694,133 @@ describe("cohost.tcp keepalive pool", function()
     assert.equal(3, reused)
   end)
 
+  -- connect's backlog (OpenResty 0.10.14): a pool of pool_size
+  -- connections at most, the other connects queued up to backlog.
+  describe("with a backlog", function()
+    -- An echo server counting the connections it accepted.
+    local function counting()
+      local n = { accepted = 0 }
+      local _, port = serve(function(sock)
+        n.accepted = n.accepted + 1
+        echo_lines(sock)
+      end)
+      return n, port
+    end
+
+    local function pooled(port, key, size, backlog, connect_ms)
+      local s = cohost.tcp()
+      if connect_ms then s:settimeouts(connect_ms, 2000, 2000) end
+      local ok, err = s:connect("127.0.0.1", port, { pool = key, pool_size = size, backlog = backlog })
+      if not ok then return nil, err end
+      return s
+    end
+
+    it("opens at most pool_size connections and queues the other connects", function()
+      local n, port = counting()
+      local key = "backlog-" .. port
+      local tasks = {}
+      for i = 1, 10 do
+        tasks[i] = cohost.spawn(function()
+          local s = assert(pooled(port, key, 2, 10))
+          -- A round trip parks the task holding its connection, so all
+          -- ten have connected (or queued) before any gives one back.
+          assert(s:send("x" .. i .. "\n"))
+          assert.equal("x" .. i, s:receive())
+          return s:setkeepalive(0)
+        end)
+      end
+      for i = 1, 10 do
+        local ok, res = cohost.wait(tasks[i])
+        assert.is_true(ok, tostring(res))
+        assert.equal(1, res)
+      end
+      assert.equal(2, n.accepted)
+    end)
+
+    it("fails a connect past the backlog at once, and a queued one gets the next free connection", function()
+      local n, port = counting()
+      local key = "full-" .. port
+      local a = assert(pooled(port, key, 1, 1))
+      local started = false
+      local b = cohost.spawn(function()
+        started = true
+        local s = assert(pooled(port, key, 1, 1))
+        return s:getreusedtimes(), s:close()
+      end)
+      -- Once b ran, it is parked in its connect: queued.
+      assert.is_true(h.eventually(function() return started end, 5))
+      local s, err = pooled(port, key, 1, 1)
+      assert.is_nil(s)
+      assert.equal("too many waiting connect operations", err)
+      assert(a:send("a\n"))
+      assert.equal("a", a:receive())
+      assert.equal(1, a:setkeepalive(0))
+      local ok, reused = cohost.wait(b)
+      assert.is_true(ok)
+      assert.equal(1, reused)
+      assert.equal(1, n.accepted)
+    end)
+
+    it("times a queued connect out after the connect timeout", function()
+      local _, port = counting()
+      local key = "slow-" .. port
+      local a = assert(pooled(port, key, 1, 5))
+      local s, err = pooled(port, key, 1, 5, 50)
+      assert.is_nil(s)
+      assert.equal("timeout", err)
+      a:close()
+      -- The slot a held is free again: a connect gets a new connection.
+      s = assert(pooled(port, key, 1, 5, 2000))
+      assert.equal(0, s:getreusedtimes())
+      s:close()
+    end)
+
+    it("lets a queued connect dial when a connection of the pool closes", function()
+      local n, port = counting()
+      local key = "close-" .. port
+      local a = assert(pooled(port, key, 1, 5))
+      local started = false
+      local b = cohost.spawn(function()
+        started = true
+        local s = assert(pooled(port, key, 1, 5))
+        assert(s:send("b\n"))
+        return s:receive(), s:getreusedtimes(), s:close()
+      end)
+      assert.is_true(h.eventually(function() return started end, 5))
+      a:close()
+      local ok, line, reused = cohost.wait(b)
+      assert.is_true(ok, tostring(line))
+      assert.equal("b", line)
+      assert.equal(0, reused)
+      assert.equal(2, n.accepted)
+    end)
+
+    it("takes a killed task's connect off the queue", function()
+      local _, port = counting()
+      local key = "kill-" .. port
+      local a = assert(pooled(port, key, 1, 1))
+      local started = 0
+      local b = cohost.spawn(function()
+        started = 1
+        return pooled(port, key, 1, 1)
+      end)
+      assert.is_true(h.eventually(function() return started == 1 end, 5))
+      cohost.kill(b)
+      cohost.wait(b)
+      -- b's place in the backlog of 1 is free: c queues, and gets a's.
+      local c = cohost.spawn(function()
+        started = 2
+        local s = assert(pooled(port, key, 1, 1))
+        return s:getreusedtimes(), s:close()
+      end)
+      assert.is_true(h.eventually(function() return started == 2 end, 5))
+      assert.equal(1, a:setkeepalive(0))
+      local ok, reused = cohost.wait(c)
+      assert.is_true(ok, tostring(reused))
+      assert.equal(1, reused)
+    end)
+  end)
+
   it("refuses to pool a socket with unread data", function()
     local hold = holder()
     local s = serve_and_connect(function(sock)

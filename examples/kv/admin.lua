@@ -442,9 +442,11 @@ end, function(text)
   M.percentiles = t
 end)
 
--- busy-reply-threshold (lua-time-limit, its old name): how long a script
--- may run before others get -BUSY. kv has no scripts yet; kept for them.
-int_param("busy-reply-threshold lua-time-limit", 0, LONG_MAX, 5000)
+-- busy-reply-threshold (lua-time-limit, its old name): in ms, how long a
+-- script may run (0: for ever). Redis answers others -BUSY past it; kv
+-- runs a script on the worker's thread and stops it there (scripting.lua).
+M.busy_reply_ms = 5000
+int_param("busy-reply-threshold lua-time-limit", 0, LONG_MAX, 5000, function(v) M.busy_reply_ms = v end)
 
 -- hz: how often a second the background work runs (the expiry sweep,
 -- giving memory back); 1 to 500 (Redis clamps what is set beyond).

@@ -7,10 +7,13 @@ local lower, upper, find, gmatch = string.lower, string.upper, string.find,
   string.gmatch
 local tonumber = tonumber
 
--- Redis's facts about each command (kv/commands.lua): arity, flags, key
--- specs and documentation, by name ("config|get" for a subcommand).
+-- Redis's facts about each command (kv/commands.lua, and
+-- kv/commands_scripting.lua for EVAL, SCRIPT, FUNCTION and FCALL): arity,
+-- flags, key specs and documentation, by name ("config|get" for a
+-- subcommand).
 local meta = {}
 for _, m in ipairs(require "kv.commands") do meta[m.name] = m end
+for _, m in ipairs(require "kv.commands_scripting") do meta[m.name] = m end
 M.meta = meta
 
 -- -- Key specs ----------------------------------------------------------------
@@ -216,6 +219,12 @@ function M.note(class, event, key)
   M.event(class, event, key)
   M.noted = true
 end
+
+-- Set by a handler that counted its own error replies in INFO's
+-- errorstats and its failed calls (EVAL, FCALL: a script's reply may
+-- hold errors anywhere, some counted already by the commands it ran);
+-- read and reset by the dispatcher.
+M.error_counted = false
 
 -- Extra records a command logs after itself (the pops that serve blocked
 -- clients); an array of RESP strings, or nil.

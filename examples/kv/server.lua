@@ -185,8 +185,10 @@ local evict = require "kv.evict"
 local MULTI_REC, EXEC_REC = multi.MULTI_REC, multi.EXEC_REC
 
 -- Logs one record of c's command (a string, or an array of pieces):
--- inside EXEC the transaction's MULTI record goes first, once.
+-- inside EXEC the transaction's MULTI record goes first, once. A script
+-- that called redis.set_repl(redis.REPL_NONE) logs nothing (c.nolog).
 local function log_rec(c, rec)
+  if c.nolog then return end
   if c.in_exec and not c.multi_logged then
     c.multi_logged = true
     aof.feed(MULTI_REC)
@@ -324,7 +326,9 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   c.last_cmd = cmd.name   -- EXEC's, not its last command's
   if c.sock then monitor.ran(c, cmd, argv, argc, now_us() - t0 - c.waited) end
   local first = out[n0 + 1]
-  if n == n0 + 1 and not c.streamed and type(first) == "string" and byte(first, 1) == 45 then
+  if R.error_counted then
+    R.error_counted = false   -- the handler counted its errors (EVAL, FCALL)
+  elseif n == n0 + 1 and not c.streamed and type(first) == "string" and byte(first, 1) == 45 then
     cmd.failed = cmd.failed + 1
     monitor.error(first)
   end

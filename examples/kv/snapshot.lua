@@ -108,6 +108,10 @@ function M.active()
   return snap ~= nil
 end
 
+-- Set by functions.lua: function() -> records that come before the keys
+-- (a FUNCTION LOAD per library), taken with them at the snapshot's start.
+M.head = nil
+
 -- Yields. Takes the snapshot, calling write(recs, n) with each slice of
 -- records (which may yield) and returns the count of keys recorded. The
 -- tail must start being collected before this is called.
@@ -120,6 +124,9 @@ function M.take(write)
     cohost.sleep(0)
   end
   snap = s
+  if M.head then
+    for _, rec in ipairs(M.head()) do add(s, rec) end
+  end
   local ok, err = pcall(function()
     local slot = 1
     while not s.all and slot <= store.slot_count() do

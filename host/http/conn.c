@@ -68,8 +68,11 @@ int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n)
   return snprintf(out, n, "unix:");
 }
 
+static void held_drop(struct ch_http_conn *c);
+
 static void conn_free(struct ch_http_conn *c)
 {
+  if (c->held) held_drop(c);   /* its writes failed, or it was cut short */
   ch_unwatch_fd(&c->watch);
   ch_timer_stop(&c->timer);
   if (c->h2) ch_h2_free(c);   /* an idle HTTP/2 connection: GOAWAY first */
@@ -227,6 +230,146 @@ static void linger_close(struct ch_http_conn *c)
   ch_stream_linger(&c->s, LINGER_MS, DRAIN_MAX);
 }
 
+/* -- Held output: pipelined responses ----------------------------------------- */
+
+/* A client that pipelines (wrk's 16 deep in TechEmpower's plaintext)
+** sends many requests in one packet. Each response written on its own
+** costs a send and a TCP segment, the most of the CPU such a request
+** takes (docs/benchmarks.md); held back while the next request is
+** buffered already, the batch goes out in one. The held bytes of a
+** connection live in a list of this worker's, found by a scan (they are
+** few: one a connection in the middle of a batch), so an idle connection
+** pays one byte (c->held) for it. */
+#define HOLD_MAX 65536            /* held bytes a connection at most: more are
+                                  ** written at once */
+
+struct held {
+  struct held *next;              /* this worker's list */
+  struct ch_http_conn *c;
+  char *p;                        /* the bytes (malloc) */
+  size_t len, cap;
+};
+
+static __thread struct held *helds;       /* connections holding output */
+static __thread struct held *held_spare;  /* one kept with its buffer */
+static __thread struct ch_timer held_timer;
+
+static struct held *held_find(const struct ch_http_conn *c)
+{
+  struct held *h = helds;
+  while (h && h->c != c) h = h->next;
+  return h;
+}
+
+/* Takes c's held bytes off the list: the caller writes or drops them,
+** then gives h back with held_put. */
+static struct held *held_take(struct ch_http_conn *c)
+{
+  struct held **pp = &helds;
+  while (*pp && (*pp)->c != c) pp = &(*pp)->next;
+  struct held *h = *pp;
+  if (h) *pp = h->next;
+  c->held = 0;
+  return h;
+}
+
+static void held_put(struct held *h)
+{
+  h->len = 0;
+  if (!held_spare && h->cap <= HOLD_MAX) {
+    held_spare = h;
+  } else {
+    free(h->p);
+    free(h);
+  }
+}
+
+static void held_drop(struct ch_http_conn *c)
+{
+  struct held *h = held_take(c);
+  if (h) held_put(h);
+}
+
+/* The end of a scheduler turn: the responses held while their batch's
+** later handlers parked go out now. A socket that takes only part keeps
+** the rest for the connection's next write, or another try in 10 ms. */
+static void held_expired(struct ch_timer *t)
+{
+  (void)t;
+  for (struct held *h = helds, *next; h; h = next) {
+    next = h->next;
+    ch_http_conn_push(h->c);
+  }
+  if (helds) ch_timer_start(&held_timer, 10, held_expired);
+}
+
+int ch_http_conn_hold(struct ch_http_req *rq, const char *p, size_t n)
+{
+  struct ch_http_conn *c = rq->c;
+  /* Only a plain connection that keeps, with the next request here (the
+  ** bytes after this message's end) and no write of its own parked:
+  ** TLS writes want SSL_write's retries of the same bytes. */
+  if (c->s.ssl || !rq->keep || !rq->h.body_done || c->pos >= ch_stream_avail(&c->s))
+    return 0;
+  struct held *h = c->held ? held_find(c) : NULL;
+  if (!h) {
+    if ((h = held_spare)) held_spare = NULL;
+    else if (!(h = calloc(1, sizeof *h))) return 0;
+    h->c = c;
+    h->next = helds;
+    helds = h;
+    c->held = 1;
+    if (!held_timer.heap_index && ch_timer_start(&held_timer, 0, held_expired) < 0) {
+      held_drop(c);
+      return 0;
+    }
+  }
+  if (h->len + n > HOLD_MAX) return 0;   /* the caller's write takes all */
+  if (h->len + n > h->cap) {
+    char *q = ch_buf_grow(h->p, 1, &h->cap, h->len + n, 4096);
+    if (!q) return 0;
+    h->p = q;
+  }
+  memcpy(h->p + h->len, p, n);
+  h->len += n;
+  return 1;
+}
+
+int ch_http_conn_writev(struct ch_http_conn *c, struct iovec *iov, int n, int timeout_ms)
+{
+  if (!c->held) return n ? ch_stream_writev(&c->s, iov, n, timeout_ms) : 0;
+  struct held *h = held_take(c);
+  int r = 0;
+  if (n < 8) {
+    struct iovec all[8];
+    all[0] = (struct iovec){ h->p, h->len };
+    if (n) memcpy(all + 1, iov, (size_t)n * sizeof *iov);   /* iov is NULL when n is 0 */
+    r = ch_stream_writev(&c->s, all, n + 1, timeout_ms);
+  } else {
+    struct iovec one = { h->p, h->len };
+    r = ch_stream_writev(&c->s, &one, 1, timeout_ms);
+    if (r == 0) r = ch_stream_writev(&c->s, iov, n, timeout_ms);
+  }
+  held_put(h);
+  return r;
+}
+
+void ch_http_conn_push(struct ch_http_conn *c)
+{
+  struct held *h = c->held ? held_find(c) : NULL;
+  if (!h) return;
+  /* Outside any coroutine (the timer) or in a call that must not park:
+  ** a plain non-blocking send; the hooks pass it straight through. */
+  ssize_t w = c->s.fd < 0 ? -1 : send(c->s.fd, h->p, h->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (w < 0 || (size_t)w == h->len) {   /* all sent, or the connection broke */
+    held_drop(c);
+    return;
+  }
+  memmove(h->p, h->p + w, h->len - (size_t)w);
+  h->len -= (size_t)w;
+}
+
 /* -- Request bodies ----------------------------------------------------------- */
 
 static void sink_pend(void *ud, const char *p, size_t n)
@@ -258,7 +401,8 @@ int ch_http_body_more(struct ch_http_req *rq, int discard)
   if (h->expect_continue && !rq->continue_sent && !rq->started) {
     static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
     rq->continue_sent = 1;
-    int r = ch_stream_write(&c->s, cont, sizeof cont - 1, c->srv->send_ms);
+    struct iovec iov = { (void *)cont, sizeof cont - 1 };
+    int r = ch_http_conn_writev(c, &iov, 1, c->srv->send_ms);
     if (r < 0) return r;
   }
   uint64_t before = rq->body_total;
@@ -315,6 +459,9 @@ const char *ch_http_body_error(int r)
 int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *n)
 {
   struct ch_http_conn *c = rq->c;
+  /* The answers before this request go first: the new protocol's owner
+  ** writes on the socket directly. */
+  if (c->held) ch_http_conn_writev(c, NULL, 0, c->srv->send_ms);   /* a failure shows on the socket */
   /* Bytes after the request head: the new protocol's first bytes. */
   size_t from = c->pos;
   if (!rq->h.chunked && rq->h.body_left == 0 && from < rq->h.head_len) from = rq->h.head_len;
@@ -595,6 +742,9 @@ static int read_head(struct ch_http_conn *c, struct ch_http_req *rq, int idle_ms
     if (n > 0) continue;
     if (n == -ENOBUFS) return -431;
     if (n != -EAGAIN) return -1;   /* EOF, or an error */
+    /* Nothing more to serve now: what the batch held back goes out
+    ** before the wait (or the idle spell) begins. */
+    if (c->held && ch_http_conn_writev(c, NULL, 0, srv->send_ms) < 0) return -1;
     if (!have) {   /* nothing of a new request: go idle */
       /* ch_stream_fill says -EAGAIN for TLS only after SSL_read found
       ** nothing decrypted either; this states it. */
@@ -672,6 +822,9 @@ static void conn_main(void *arg)
   }
 close:
   rq_drop(rq);
+  /* Answers held back before a close (the client half-closed after its
+  ** batch, or an error): sent if the socket takes them. */
+  if (c->held && c->s.fd >= 0) ch_http_conn_writev(c, NULL, 0, srv->send_ms);
   c->active = 0;
   conn_free(c);
 }

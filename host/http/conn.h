@@ -55,6 +55,9 @@ struct ch_http_server {
                                   ** false: the status endpoint's own) */
   char server_hdr[64];            /* "Server: cohost\r\n" or "" */
   uint8_t http2;                  /* HTTP/2 allowed (opts.http2) */
+  int slow_ms;                    /* log requests slower than this
+                                  ** (opts.slow_request_ms, else
+                                  ** --slow-request-ms); 0: never */
   uint32_t h2_max_streams;        /* concurrent streams per connection */
   /* Yields. Runs the handler on request rq (lib_http.c: everything that
   ** needs Lua happens in it, so the connection never needs the Lua
@@ -93,6 +96,8 @@ struct ch_http_conn {
   uint8_t proxied;                /* its PROXY header was read */
   uint16_t port;
   uint8_t addr[16];
+  uint8_t held;                   /* complete responses are held back
+                                  ** (conn.c's held list has them) */
   uint64_t idle_until;            /* IDLE: when it expires, ns (the timer
                                   ** may fire earlier: conn.c, go_idle);
                                   ** the struct stays one 240-byte malloc
@@ -181,9 +186,28 @@ void ch_http_access_log(struct ch_http_conn *c, struct ch_http_req *rq);
 /* Writes rq's peer as "ip:port", "[ip]:port" or "unix:". */
 int ch_http_peer(const struct ch_http_conn *c, char *out, size_t n);
 
-/* Hands rq's connection over (res:hijack): returns its fd, TLS state and
-** the bytes after the request head (the new protocol's first bytes) at
-** *pre; the connection keeps nothing. */
+/* Yields. Hands rq's connection over (res:hijack), after writing the
+** responses held back: returns its fd, TLS state and the bytes after the
+** request head (the new protocol's first bytes) at *pre; the connection
+** keeps nothing. */
 int ch_http_hijack(struct ch_http_req *rq, SSL **ssl, const char **pre, size_t *n);
+
+/* Holds back the n bytes at p, rq's whole response, instead of writing
+** them, when the client sent the next request already (pipelining) and
+** rq's connection is plain and keeps: the responses of one batch then go
+** out in one write, at the next write on the connection, before it waits
+** for input, or at the end of this turn of the scheduler (a handler that
+** parks does not hold back the answers before it). Returns 1 if held, 0
+** if the caller is to write them. Never yields. */
+int ch_http_conn_hold(struct ch_http_req *rq, const char *p, size_t n);
+
+/* Yields. Writes what c holds back, then iov[0..n) (n may be 0), in one
+** writev if they fit: every HTTP/1 write goes through here. Returns 0 or
+** -errno. */
+int ch_http_conn_writev(struct ch_http_conn *c, struct iovec *iov, int n, int timeout_ms);
+
+/* Writes what c holds back, as far as the socket takes it now; the rest
+** stays held. Never yields. */
+void ch_http_conn_push(struct ch_http_conn *c);
 
 #endif

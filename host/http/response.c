@@ -355,7 +355,7 @@ static int64_t user_clen(const struct ch_http_req *rq)
 /* Yields. Writes the whole of iov[0..n) with the send timeout. */
 static int out(struct ch_http_req *rq, struct iovec *iov, int n)
 {
-  return ch_stream_writev(&rq->c->s, iov, n, rq->c->srv->send_ms);
+  return ch_http_conn_writev(rq->c, iov, n, rq->c->srv->send_ms);
 }
 
 /* Yields. Writes head (if any) and a body piece. */
@@ -424,7 +424,10 @@ int ch_http_response_send(struct ch_http_req *rq, const char *body, size_t n)
       return -ENOMEM;
     }
     rq->finished = 1;
-    r = emit(rq, &head, body, n);
+    /* The whole response in one buffer, the client's next request here
+    ** already: held back for one write with the rest of its batch. */
+    if (n == 0 && ch_http_conn_hold(rq, head.p, head.len)) r = 0;
+    else r = emit(rq, &head, body, n);
     ob_free(&head);
     return r;
   }
@@ -488,7 +491,9 @@ int ch_http_response_reset(struct ch_http_req *rq, uint32_t code)
   char peer[80];
   ch_http_peer(rq->c, peer, sizeof peer);
   ch_log(CH_LOG_INFO, "http: the handler reset its response to %s: connection closed", peer);
-  /* At once: the client sees the end now, not when the handler returns. */
+  /* At once: the client sees the end now, not when the handler returns;
+  ** the answers held back before this one first, as far as they go. */
+  ch_http_conn_push(rq->c);
   if (rq->c->s.fd >= 0) shutdown(rq->c->s.fd, SHUT_RDWR);
   return 0;
 }
@@ -546,5 +551,6 @@ void ch_http_answer_error(struct ch_http_conn *c, int status)
                    "Content-Length: %zu\r\nConnection: close\r\n\r\n%d %s\n",
                    status, r, c->srv->server_hdr, date_line(),
                    strlen(r) + 5, status, r);
-  ch_stream_write(&c->s, b, (size_t)n, c->srv->send_ms);
+  struct iovec iov = { b, (size_t)n };
+  ch_http_conn_writev(c, &iov, 1, c->srv->send_ms);
 }

@@ -19,6 +19,8 @@
 **   SIGTERM to one worker   it drains, and a replacement starts at once;
 **   SIGUSR1                 the master reopens its log file and passes
 **                           SIGUSR1 on to every worker (log rotation).
+**   SIGUSR2                 passed on to every worker, which logs its
+**                           tasks (a task dump).
 **
 ** Each worker keeps a channel to the master (a SOCK_SEQPACKET socketpair)
 ** and writes a one-byte message on it when its script has started
@@ -128,7 +130,7 @@ static void catch_signals(void)
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sa.sa_handler = on_signal;
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
   sa.sa_handler = SIG_IGN;   /* a closed stderr must not kill the master;
                              ** each worker installs its own handler */
@@ -153,10 +155,12 @@ static void become_worker(int wfd, const sigset_t *old_mask)
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = SIG_DFL;   /* until main.c sets its own, in a moment */
-  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1 };
+  static const int sigs[] = { SIGHUP, SIGTERM, SIGINT, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2 };
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
-  sa.sa_handler = SIG_IGN;   /* a log rotation now must not kill it either */
+  sa.sa_handler = SIG_IGN;   /* a log rotation or a task dump now must not
+                             ** kill it either */
   sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGUSR2, &sa, NULL);
   pthread_sigmask(SIG_SETMASK, old_mask, NULL);   /* blocked since the fork */
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -446,6 +450,10 @@ static int on_master_signal(int sig)
     ch_log_reopen();
     ch_log(CH_LOG_NOTICE, "master: SIGUSR1: log files reopened; passing it on to the workers");
     for (int i = 0; i < nkids; i++) kill(kids[i].pid, SIGUSR1);
+    return 0;
+  case SIGUSR2:   /* each worker process logs its own tasks */
+    ch_log(CH_LOG_NOTICE, "master: SIGUSR2: passing it on to the workers (task dumps)");
+    for (int i = 0; i < nkids; i++) kill(kids[i].pid, SIGUSR2);
     return 0;
   default:   /* SIGCHLD: reap() runs every turn */
     return 0;

@@ -12,12 +12,11 @@
 ** (a system call out of the hooks' reach, a lock) is only reported.
 **
 ** Stopping takes two steps. First a signal to the worker's thread, whose
-** handler, if the same coroutine still runs, installs a count hook on the
-** worker's Lua universe (LuaJIT keeps one hook per universe; lua_sethook
-** is the one Lua API call meant for signal handlers, as lua.c's SIGINT
-** handler uses it). The hook raises "cpu watchdog: ..." at the next
-** interpreted instruction, a plain Lua error that the task logs with its
-** traceback. Compiled code never checks hooks, so a JIT-compiled loop
+** handler, if the same coroutine still runs, arms the worker's shared
+** debug hook (host/vm/vmhook.c: LuaJIT keeps one hook per universe, and
+** the profiler wants it too). The hook raises "cpu watchdog: ..." at the
+** next interpreted instruction, a plain Lua error that the task logs with
+** its traceback. Compiled code never checks hooks, so a JIT-compiled loop
 ** runs on: if the switch counter still has not moved as long again, the
 ** watchdog logs and ends the process with CH_WATCHDOG_EXIT.
 ** Nothing else can stop a thread mid-trace safely.
@@ -34,6 +33,7 @@
 
 #include "proc/watchdog.h"
 #include "vm/task.h"
+#include "vm/vmhook.h"
 
 static int limit_ms = CH_WATCHDOG_DEFAULT_MS;
 static char limit_text[32] = "10";   /* limit_ms as seconds, for messages */
@@ -57,10 +57,8 @@ struct slot {
   _Atomic(struct ch_coro *) target;    /* the coroutine to stop */
   _Atomic uint64_t target_switches;    /* the counter it was stuck at */
   /* The worker thread's own: the signal handler and the hook. */
-  struct ch_coro *victim;       /* whom the installed hook is for */
-  uint64_t victim_switches;     /* the switch counter when it went in */
-  lua_Hook old_hook;            /* the hook it displaced, restored after */
-  int old_mask, old_count;
+  struct ch_coro *victim;       /* whom the armed hook is for */
+  uint64_t victim_switches;     /* the switch counter when it was armed */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,20 +87,14 @@ int ch_watchdog_ms(void)
 
 /* -- On the worker's thread ----------------------------------------------- */
 
-/* The count hook: raises the watchdog's error in the coroutine it was
-** installed for, once. Runs between two Lua instructions; never yields. */
-static void on_hook(lua_State *L, lua_Debug *ar)
+/* The hook's work (vmhook.c runs it): raises the watchdog's error in the
+** coroutine it was armed for, once. Runs between two Lua instructions;
+** never yields. */
+static void on_hook(lua_State *L)
 {
-  (void)ar;
   struct slot *s = self;
-  if (!s) {   /* the worker is off watch: just go */
-    lua_sethook(L, NULL, 0, 0);
-    return;
-  }
+  if (!s) return;   /* the worker is off watch */
   struct ch_coro *victim = s->victim;
-  /* The old hook back before victim is cleared: a SIGURG in between would
-  ** otherwise save on_hook as the hook to restore, and it would stay. */
-  lua_sethook(L, s->old_hook, s->old_mask, s->old_count);
   s->victim = NULL;
   /* A switch since the hook went in (the stall ended inside C code)
   ** makes whoever runs now innocent, the victim included. */
@@ -112,9 +104,9 @@ static void on_hook(lua_State *L, lua_Debug *ar)
   lua_error(L);
 }
 
-/* CH_WATCHDOG_SIGNAL's handler: installs the hook if the coroutine the
+/* CH_WATCHDOG_SIGNAL's handler: arms the hook if the coroutine the
 ** watchdog saw stuck is still running, without a switch since. Reads only
-** this thread's scheduler (plain loads) and calls lua_sethook's. */
+** this thread's scheduler (plain loads) and arms (lua_sethook's work). */
 static void on_signal(int sig)
 {
   (void)sig;
@@ -123,12 +115,9 @@ static void on_signal(int sig)
   struct ch_coro *target = s ? atomic_exchange(&s->target, NULL) : NULL;
   if (target && ch_sched_running(s->sched) == target && !s->victim &&
       ch_sched_switches(s->sched) == atomic_load_explicit(&s->target_switches, memory_order_relaxed)) {
-    s->old_hook = lua_gethook(s->L);
-    s->old_mask = lua_gethookmask(s->L);
-    s->old_count = lua_gethookcount(s->L);
     s->victim = target;
     s->victim_switches = ch_sched_switches(s->sched);
-    lua_sethook(s->L, on_hook, LUA_MASKCOUNT, 1);
+    ch_vmhook_arm(s->L, CH_VMHOOK_WATCHDOG);
   }
   errno = saved;
 }
@@ -242,6 +231,7 @@ static int start_thread(void)
 void ch_watchdog_worker_start(struct ch_worker *w)
 {
   if (!limit_ms || !w->sched || !w->L) return;
+  ch_vmhook_set(CH_VMHOOK_WATCHDOG, on_hook);
   struct slot *s = calloc(1, sizeof *s);
   if (!s) {
     ch_log(CH_LOG_ERR, "cpu watchdog: no memory; worker %d is not watched", w->id);
@@ -282,7 +272,7 @@ void ch_watchdog_worker_stop(struct ch_worker *w)
   }
   self = NULL;   /* a signal still pending finds no slot */
   pthread_mutex_unlock(&lock);
-  /* A hook still installed finds no slot either and stays off for good
-  ** once it fires; the state is not used again anyway. */
+  /* A hook still armed finds no slot and does nothing once it fires;
+  ** the state is not used again anyway. */
   free(s);
 }

@@ -159,6 +159,7 @@ int ch_stats_endpoint_start(struct ch_worker *w, const char *addr)
 {
   struct ch_task *t = ch_task_new(w, "status");
   if (!t) return -1;
+  t->start_ns = ch_now_ns();
   lua_State *T = t->T;
   static const char chunk[] = "return require('cohost.status').start(...)";
   if (luaL_loadbuffer(T, chunk, sizeof chunk - 1, "=status")) {

@@ -1,6 +1,7 @@
 /*
 ** LuaJIT VM internals: the offsets of one LuaJIT build, verified by probing
-** at start-up; the classic-C-call marker; the park decision built on them.
+** at start-up; the classic-C-call marker; the park decision built on them;
+** the frame fix-up before the Lua heap cap refuses an allocation.
 **
 ** Why internals at all (issue 3, measured on this LuaJIT): parking a
 ** coroutine inside an FFI call, an FFI callback, a __gc finalizer or a debug
@@ -40,6 +41,8 @@
 ** vmstate and cur_L). ch_ljvm_init probes every one before the host starts. */
 #define CH_LJVM_L_GLREF     0x10   /* lua_State.glref: its global_State */
 /* CH_LJVM_L_BASE 0x20 (the top frame's base) and CH_LJVM_L_TOP 0x28: ljvm.h */
+#define CH_LJVM_L_DUMMY_FFID 0x0a  /* lua_State.dummy_ffid: FF_C */
+#define CH_LJVM_L_MAXSTACK  0x30   /* lua_State.maxstack: last slot a frame may use */
 #define CH_LJVM_L_STACK     0x38   /* lua_State.stack: slot 0 holds L itself */
 #define CH_LJVM_L_CFRAME    0x50   /* lua_State.cframe: innermost VM entry */
 #define CH_LJVM_G_HOOKMASK  0x91   /* global_State.hookmask, uint8_t */
@@ -47,12 +50,18 @@
 #define CH_LJVM_G_WRAPF     0x158  /* global_State.wrapf: the C call wrapper */
 #define CH_LJVM_G_CUR_L     0x170  /* global_State.cur_L: running lua_State */
 #define CH_LJVM_G_JIT_BASE  0x178  /* global_State.jit_base: trace base or NULL */
+#define CH_LJVM_FN_FFID     0x0a   /* GCfunc.ffid: FF_LUA, FF_C or a fast function */
+#define CH_LJVM_FN_PC       0x20   /* GCfuncL.pc: first bytecode, after its GCproto */
+#define CH_LJVM_PT_SIZE     0x68   /* sizeof(GCproto): from pc back to the proto */
+#define CH_LJVM_PT_FRAMESIZE 0x0b  /* GCproto.framesize, uint8_t: slots */
 #define CH_LJVM_CF_L        0x10   /* CFRAME_OFS_L: the cframe's lua_State */
 #define CH_LJVM_CF_PREV     0x20   /* CFRAME_OFS_PREV: the enclosing cframe */
 
 /* Values of that build. */
 #define CH_LJVM_VMST_INTERP  (~0)      /* ~LJ_VMST_INTERP */
 #define CH_LJVM_VMST_C       (~1)      /* ~LJ_VMST_C; >= 0 is a trace number */
+#define CH_LJVM_FF_LUA       0         /* GCfunc.ffid of a Lua function */
+#define CH_LJVM_FF_C         1         /* ... of a classic C function */
 #define CH_LJVM_HOOK_EVENTS  0x0f      /* HOOK_EVENTMASK: lua_sethook's mask */
 #define CH_LJVM_HOOK_ACTIVE  0x10      /* in a hook or finalizer */
 #define CH_LJVM_HOOK_VMEVENT 0x20      /* in a jit.attach handler */
@@ -290,6 +299,60 @@ void ch_ljvm_resumed(struct ch_coro *c)
   ** the parked function raises after others ran Lua, a stale cur_L crashes
   ** the next trace exit. Store what BC_FUNCC's return would store. */
   if (v && (m = v->top)) CH_LJVM_FIELD(gstate(m->L), CH_LJVM_G_CUR_L, lua_State *) = m->L;
+}
+
+void ch_ljvm_fix_frame(lua_State *L)
+{
+  char *g = gstate(L);
+  /* cur_L is the running thread: the VM sets it on every entry, the
+  ** resume hook after a native resume; a trace passes it as the L of every
+  ** C function it calls, the allocator's caller included. */
+  lua_State *cur = CH_LJVM_FIELD(g, CH_LJVM_G_CUR_L, lua_State *);
+  if (!cur) return;
+  uint64_t *base = CH_LJVM_FIELD(g, CH_LJVM_G_JIT_BASE, uint64_t *);
+  if (base) CH_LJVM_FIELD(cur, CH_LJVM_L_BASE, uint64_t *) = base;
+  else base = CH_LJVM_FIELD(cur, CH_LJVM_L_BASE, uint64_t *);
+  /* The frame's function: a Lua function (ffid 0) whose frame does not
+  ** fit below maxstack is one being entered (curr_topL past maxstack). A
+  ** thread's lowest frame has the thread in slot 0, no function. Such a
+  ** frame exists only while its entry grows the stack (the interpreter's
+  ** stack check, lj_dispatch_call's call_init): the error raised there
+  ** unwinds that very frame, so the dummy never runs. The recorder, which
+  ** swallows its errors, runs only once the frame fits. */
+  if (base[-2] >> CH_LJVM_TAG_SHIFT != CH_LJVM_TFUNC) return;
+  const char *fn = (const char *)(uintptr_t)(base[-2] & CH_LJVM_PTR_MASK);
+  if (CH_LJVM_FIELD(fn, CH_LJVM_FN_FFID, uint8_t) != CH_LJVM_FF_LUA) return;
+  const char *pc = CH_LJVM_FIELD(fn, CH_LJVM_FN_PC, const char *);
+  uint8_t framesize = CH_LJVM_FIELD(pc - CH_LJVM_PT_SIZE, CH_LJVM_PT_FRAMESIZE, uint8_t);
+  if (base + framesize <= CH_LJVM_FIELD(cur, CH_LJVM_L_MAXSTACK, uint64_t *)) return;
+  /* setframe_gc(base - 2, cur, LJ_TTHREAD): the thread's dummy_ffid reads
+  ** as a C function's, so lj_err_mem leaves top at base. */
+  base[-2] = CH_LJVM_TTHREAD << CH_LJVM_TAG_SHIFT | (uintptr_t)cur;
+  CH_LJVM_FIELD(cur, CH_LJVM_L_TOP, uint64_t *) = base;
+}
+
+lua_State *ch_ljvm_innermost(const struct ch_ljvm_coro *v)
+{
+  return v->top ? v->top->L : v->L;
+}
+
+int ch_ljvm_trace_now(lua_State *L)
+{
+  int32_t st = CH_LJVM_FIELD(gstate(L), CH_LJVM_G_VMSTATE, volatile int32_t);
+  return st >= 0 ? st : -1;
+}
+
+int ch_ljvm_push_bottom(lua_State *L, lua_State *T, int idx)
+{
+  /* LJ_FR2: slot 0 holds T, slot 1 is the dummy frame's link, index 1 of
+  ** the bottom level is slot 2 (lua_newthread's base). */
+  const uint64_t *stack = CH_LJVM_FIELD(T, CH_LJVM_L_STACK, const uint64_t *);
+  const uint64_t *top = CH_LJVM_FIELD(T, CH_LJVM_L_TOP, const uint64_t *);
+  const uint64_t *slot = stack + 1 + idx;
+  lua_pushnil(L);
+  if (idx < 1 || slot >= top) return 0;
+  CH_LJVM_FIELD(L, CH_LJVM_L_TOP, uint64_t *)[-1] = *slot;   /* a copy of the TValue */
+  return 1;
 }
 
 /* -- Refusal messages ----------------------------------------------------- */
@@ -565,6 +628,60 @@ static int probe_from_c(lua_State *T, struct probe *p)
   return r;
 }
 
+/* What ch_ljvm_fix_frame reads and writes: a function's ffid and its
+** proto's framesize (against jit.util.funcinfo's stackslots), a thread's
+** dummy_ffid, and maxstack (lua_checkstack grows the stack exactly when
+** asked for the slots left below it). */
+static void probe_frames(lua_State *L, struct probe *p)
+{
+  static const char chunk[] = "local a, b, c, d, e, f, g, h = ... return function() end";
+  if (luaL_loadstring(L, chunk)) {
+    lua_pop(L, 1);
+    mismatch(p, "the frame probe chunk does not compile");
+    return;
+  }
+  const char *fn = lua_topointer(L, -1);
+  const char *pc = CH_LJVM_FIELD(fn, CH_LJVM_FN_PC, const char *);
+  int framesize = CH_LJVM_FIELD(pc - CH_LJVM_PT_SIZE, CH_LJVM_PT_FRAMESIZE, uint8_t);
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "jit.util");
+  int slots = -1;
+  if (!lua_pcall(L, 1, 1, 0)) {
+    lua_getfield(L, -1, "funcinfo");
+    lua_pushvalue(L, -3);
+    if (!lua_pcall(L, 1, 1, 0)) {
+      lua_getfield(L, -1, "stackslots");
+      slots = (int)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 2);
+  if (CH_LJVM_FIELD(fn, CH_LJVM_FN_FFID, uint8_t) != CH_LJVM_FF_LUA)
+    mismatch(p, "GCfunc.ffid (0x0a) is not FF_LUA for a Lua function");
+  if (framesize != slots || slots < 8)
+    mismatch(p, "GCproto.framesize (0x0b, 0x68 before pc at 0x20) is not jit.util's stackslots");
+  lua_pushcfunction(L, probe_call);
+  if (CH_LJVM_FIELD(lua_topointer(L, -1), CH_LJVM_FN_FFID, uint8_t) != CH_LJVM_FF_C)
+    mismatch(p, "GCfunc.ffid (0x0a) is not FF_C for a C function");
+  lua_pop(L, 2);
+  lua_State *T = lua_newthread(L);
+  if (CH_LJVM_FIELD(L, CH_LJVM_L_DUMMY_FFID, uint8_t) != CH_LJVM_FF_C ||
+      CH_LJVM_FIELD(T, CH_LJVM_L_DUMMY_FFID, uint8_t) != CH_LJVM_FF_C)
+    mismatch(p, "lua_State.dummy_ffid (0x0a) is not FF_C");
+  char *max = CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *);
+  char *top = CH_LJVM_FIELD(T, CH_LJVM_L_TOP, char *);
+  char *stack = CH_LJVM_FIELD(T, CH_LJVM_L_STACK, char *);
+  int left = (int)((max - top) / 8);
+  /* The growth is seen in maxstack's distance from the stack, not in its
+  ** address: a grown stack may be reallocated below the old one. */
+  if (top <= stack || max <= top || left > 1024 ||
+      !lua_checkstack(T, left - 1) || CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *) != max ||
+      !lua_checkstack(T, left) ||
+      CH_LJVM_FIELD(T, CH_LJVM_L_MAXSTACK, char *) - CH_LJVM_FIELD(T, CH_LJVM_L_STACK, char *) <= max - stack)
+    mismatch(p, "lua_State.maxstack (0x30) is not where lua_checkstack grows the stack");
+  lua_pop(L, 1);
+}
+
 static int probe_all(lua_State *L, struct probe *p)
 {
   /* The wrapper: luaJIT_setmode stores it in global_State.wrapf. */
@@ -581,6 +698,8 @@ static int probe_all(lua_State *L, struct probe *p)
   int r = probe_from_c(T, p);
   lua_pop(L, 1);
   if (r || p->calls != 2) return mismatch(p, "a probe C call did not run");
+
+  probe_frames(L, p);
 
   /* A count hook: hookmask holds the event mask, HOOK_ACTIVE inside. */
   lua_sethook(L, probe_hook, LUA_MASKCOUNT, 1);

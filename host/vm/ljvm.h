@@ -1,7 +1,8 @@
 /*
 ** What the host needs from LuaJIT's internals: the offsets of this LuaJIT
 ** build (verified at start-up), the "inside a classic C function" marker,
-** and the decision whether a hook may park the running coroutine.
+** the decision whether a hook may park the running coroutine, and the
+** frame fix-up that lets the Lua heap cap refuse an allocation safely.
 **
 ** A hook may park a coroutine only while the VM is running a classic
 ** lua_CFunction (cohost's own bindings, C modules such as LuaSocket):
@@ -140,6 +141,28 @@ static inline const void *ch_ljvm_udata_mt(const void *p)
   return *(const void *const *)((const char *)p - CH_LJVM_UD_MT_BEFORE);
 }
 
+/* Readies L's universe for an out-of-memory error that its allocator is
+** about to cause (lua_alloc.c calls it just before it refuses a growth).
+** This LuaJIT's lj_err_mem puts the error message just above the frame
+** at the running thread's lua_State.base, base + framesize, and two cases
+** make that a write to the wrong place, which crashed the process:
+**   - on a JIT trace, lua_State.base is stale (the trace keeps its base in
+**     a register and in global_State.jit_base): the frame there may be
+**     gone, its function slot holding a number by now. The trace's base
+**     is stored instead.
+**   - a function entry that grows the stack (its frame is not on the
+**     stack yet): base + framesize lies past the end of the stack block.
+**     The frame's function is replaced by the thread itself, a dummy
+**     frame that is no Lua function, so the message goes to base (where
+**     the call's arguments are) and the frame unwinds like any other.
+** Both are what LuaJIT does in lj_err_mem itself from June 2023 ("Fix
+** frame for on-trace out-of-memory error") and February 2024 ("Rework
+** stack overflow handling"); Debian's 2.1-20230119 predates them. Changes
+** nothing in any other state (the interpreter and the exit handler store
+** the base before they call C; a frame being run is on the stack).
+** Only on L's own worker thread; allocates nothing. */
+void ch_ljvm_fix_frame(lua_State *L);
+
 /* Clears v for a coroutine about to run Lua thread L. */
 void ch_ljvm_coro_init(struct ch_ljvm_coro *v, lua_State *L);
 
@@ -181,6 +204,26 @@ int ch_ljvm_may_park(struct ch_coro *c);
 ** Reads the Lua stack, allocates nothing. The text stays valid until the
 ** next call on this thread. */
 const char *ch_ljvm_refusal(struct ch_coro *c);
+
+/* The Lua thread a task runs on now, for a traceback: the thread of its
+** innermost classic C call (a Lua coroutine it resumed, parked inside a
+** binding), else its own v->L. The marks lie on the coroutine's C stack:
+** ask only while that stack is in place (the coroutine runs, or in COPY
+** mode its frames are not saved away: ch_coro_saved_bytes is 0). */
+lua_State *ch_ljvm_innermost(const struct ch_ljvm_coro *v);
+
+/* Pushes onto L a copy of the value at stack index idx (>= 1) of T's
+** bottom level, the one below T's first call (what a host pushed before
+** lua_pcall: lib_http.c keeps res at 1 there), and returns 1; or pushes
+** nil and returns 0 when T's stack does not reach that far. L and T are
+** of one universe; T may be parked (read on its own thread). L must have
+** a free slot: the push allocates nothing. */
+int ch_ljvm_push_bottom(lua_State *L, lua_State *T, int idx);
+
+/* The number of the JIT trace L's universe runs now, or -1 when it runs
+** none (the interpreter, C, the GC). Two loads; async-signal safe (the
+** profiler's signal handler asks). */
+int ch_ljvm_trace_now(lua_State *L);
 
 /* The resume hook (ch_set_resume_hook): makes LuaJIT's current-thread
 ** pointer name the Lua thread c was running when it parked. One store,

@@ -4,11 +4,11 @@
 ** LuaJIT hands every allocation of a universe to one lua_Alloc with the
 ** old and new block sizes, and keeps g->gc.total from the same figures, so
 ** a wrapper that forwards to the original allocator and adds nsize - osize
-** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. Wrapping after
-** luaL_newstate (lua_getallocf/lua_setallocf) keeps LuaJIT's own fast
-** allocator underneath, which lua_newstate with our own would lose.
+** counts exactly what lua_gc(L, LUA_GCCOUNT) reports. It wraps whatever
+** allocator the state was made with (lua_getallocf/lua_setallocf): a
+** worker's is vm/heap.c's.
 **
-** Three rules keep the cap safe:
+** Five rules keep the cap safe:
 **   1. Frees and shrinks always go through: LuaJIT never expects NULL
 **      there (lj_mem_realloc raises only when a growth fails).
 **   2. Only code running inside a task's protected call can be refused.
@@ -28,6 +28,10 @@
 **      starts at twice the heap of the last one, which sits above the limit
 **      once a heap near it was measured, so the failed handler's garbage
 **      would stay until the next refusal, and the next, for good.
+**   5. Before returning NULL, ch_ljvm_fix_frame makes the running frame
+**      one this LuaJIT can raise the error on: on a trace and at a
+**      function entry that grows the Lua stack its lj_err_mem wrote the
+**      message to the wrong place, which crashed the process.
 ** LuaJIT raises a memory error without calling the message handler (see
 ** lj_err_mem), so the task's own log line has no traceback: the refusal
 ** is logged here, naming the task, once per episode.
@@ -120,6 +124,9 @@ static int refuse(struct heap *h, size_t grow)
            "%zu bytes more refused with %zu in use; it fails with \"not enough memory\"",
            running_vm()->name, h->limit >> 20, grow, h->bytes);
   }
+  /* LuaJIT puts the error message above the running frame, which this
+  ** LuaJIT gets wrong on a trace and at a function entry: ljvm.h. */
+  ch_ljvm_fix_frame(running_vm()->L);
   return 1;
 }
 
@@ -154,8 +161,9 @@ void ch_lua_alloc_recover(lua_State *L)
   h->refused = 0;
   /* Protected: LuaJIT passes a __gc finalizer's error on to the caller of
   ** the collection, and no pcall is around here. Costs one mark and sweep
-  ** of the live heap (about 10 ms per 100 MiB of live objects); it runs once
-  ** per task that met a refusal, never per request of a healthy worker. */
+  ** of the live heap (docs/benchmarks.md, "The Lua heap after a burst",
+  ** times one); it runs once per task that met a refusal, never per
+  ** request of a healthy worker. */
   if (lua_cpcall(L, full_gc, NULL) != 0) lua_pop(L, 1);
 }
 

@@ -1,5 +1,5 @@
 /*
-** The Lua heap cap: an allocator wrapped around LuaJIT's own that counts
+** The Lua heap cap: an allocator wrapped around the state's own that counts
 ** every byte of one lua_State universe (the same figure as LuaJIT's
 ** g->gc.total, hence lua_gc(L, LUA_GCCOUNT) and cohost.stats' lua_bytes)
 ** and refuses growth past --lua-memory-limit, which LuaJIT turns into a
@@ -31,7 +31,8 @@ int ch_lua_alloc_set_limit(const char *arg);
 size_t ch_lua_alloc_limit(void);
 
 /* Puts the counting allocator under L's universe. Call on the thread that
-** will own L, right after luaL_newstate, before anything else allocates.
+** will own L, right after it was made (ch_heap_newstate, luaL_newstate),
+** before anything else allocates.
 ** Does nothing when the cap is off. Returns 0, or -1 when no memory is
 ** left for the wrapper's bookkeeping. The wrapper lives as long as the
 ** process (cohost never closes a worker's state). */

@@ -77,7 +77,7 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
     ch_lua_alloc_unrefusable(-1);
   }
   t->w = w;
-  t->name = name;
+  t->fd = -1;
   t->status = CH_TASK_NEW;
   t->refs = 1;   /* the runner's */
   ch_ljvm_coro_init(&t->vm, t->T);
@@ -88,13 +88,27 @@ struct ch_task *ch_task_new(struct ch_worker *w, const char *name)
 
 _Static_assert(sizeof(struct ch_task) <= 120, "a task record is one 128-byte malloc chunk");
 
+struct ch_task_ext *ch_task_ext(struct ch_task *t)
+{
+  if (!t->ext) t->ext = calloc(1, sizeof *t->ext);
+  return t->ext;
+}
+
+const char *ch_task_kind_name(int kind)
+{
+  static const char *const names[CH_TASK_KINDS] = {
+    "other", "main", "http", "http2", "grpc", "websocket", "tcp", "timer", "spawned"
+  };
+  return kind >= 0 && kind < CH_TASK_KINDS ? names[kind] : "other";
+}
+
 static void task_free(struct ch_task *t)
 {
   struct ch_worker *w = t->w;
   unlink_task(w, t);   /* a task that never ran is still linked */
-  free(t->joiners);   /* empty: a waiter holds a reference; spares are
-                      ** zeroed when reused */
-  t->joiners = NULL;
+  free(t->ext);   /* its queue is empty: a waiter holds a reference;
+                  ** spares are zeroed when reused */
+  t->ext = NULL;
   lua_settop(t->T, 0);
   if (w->nidle == w->idle_cap && w->idle_cap < IDLE_MAX) {
     size_t cap = (size_t)w->idle_cap;
@@ -175,7 +189,7 @@ static int on_error(lua_State *L)
 {
   struct ch_task *t = ch_task_current();
   if (t && t->coro && ch_cancelled(t->coro)) {
-    ch_log(CH_LOG_INFO, "%s cancelled", t->name);
+    ch_log(CH_LOG_INFO, "%s cancelled", t->vm.name);
     return 1;
   }
   if (lua_getmetatable(L, 1)) {
@@ -184,7 +198,7 @@ static int on_error(lua_State *L)
     lua_pop(L, 2);
     if (quiet) {
       lua_rawgeti(L, 1, 1);
-      ch_log(CH_LOG_INFO, "%s ended: %s", t ? t->name : "lua", lua_tostring(L, -1));
+      ch_log(CH_LOG_INFO, "%s ended: %s", t ? t->vm.name : "lua", lua_tostring(L, -1));
       lua_pop(L, 1);
       return 1;
     }
@@ -194,7 +208,7 @@ static int on_error(lua_State *L)
     if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
     else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
   }
-  const char *name = t ? t->name : "lua";
+  const char *name = t ? t->vm.name : "lua";
   if (ch_log_is_json()) {   /* the place as fields, the message without it */
     char file[LUA_IDSIZE];
     int line;
@@ -250,7 +264,7 @@ static __attribute__((noinline)) void run_end(struct ch_task *t, int base, int r
   lua_remove(T, base + 1);
   /* LuaJIT calls no message handler for memory errors: say it here. */
   if (r == LUA_ERRMEM)
-    ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->name);
+    ch_log(CH_LOG_ERR, "%s error: not enough memory (no traceback for memory errors)", t->vm.name);
   t->nresults = lua_gettop(T) - base;
   ch_lua_alloc_recover(T);
   /* Killed is killed, even if the function caught every "cancelled"
@@ -261,7 +275,7 @@ static __attribute__((noinline)) void run_end(struct ch_task *t, int base, int r
 static __attribute__((noinline)) void run_done(struct ch_task *t)
 {
   struct ch_coro *c = ch_current();
-  if (t->joiners) ch_waitq_wake_all(t->joiners);
+  if (t->ext) ch_waitq_wake_all(&t->ext->joiners);
   ch_coro_set_udata(c, NULL);
   t->coro = NULL;
   unlink_task(t->w, t);

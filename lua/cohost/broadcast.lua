@@ -193,7 +193,7 @@ function M.subscribe(channel, opts)
   if type(cap) ~= "number" or cap < 1 then error("bad queue: positive number expected", 2) end
   local s = setmetatable({
     channel = channel, cap = cap, items = {}, head = 1, tail = 0,
-    waiting = task.waitq(), reason = nil,
+    waiting = task.waitq("broadcast"), reason = nil,
   }, Sub)
   local set = channels[channel]
   if not set then

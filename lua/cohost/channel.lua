@@ -15,8 +15,8 @@ function M.new(capacity)
     cap = capacity or math.huge,
     head = 1, tail = 0,            -- items live in [head, tail]
     items = {},
-    notempty = task.waitq(),
-    notfull = task.waitq(),
+    notempty = task.waitq("channel"),
+    notfull = task.waitq("channel"),
     closed = false,
   }, Chan)
 end

@@ -492,7 +492,7 @@ local function start(name, qtype, key)
   if e and e.expires > monotonic() then return e end
   local f = inflight[key]
   if not f then
-    f = { q = task.waitq() }
+    f = { q = task.waitq("dns") }
     inflight[key] = f
     task.spawn(fill, f, key, name, qtype, generation)
   end

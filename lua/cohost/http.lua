@@ -98,6 +98,10 @@ end
 M.array = json.array
 M.array_mt = json.array_mt
 
+-- escape_html(s) -> s with & < > " ' as entities; s itself when it has
+-- none (C: lib_http.c).
+M.escape_html = core.escape_html
+
 -- json_encode(value) -> JSON text | nil, err: res:json's encoding.
 function M.json_encode(value)
   return cjson.encode(value)

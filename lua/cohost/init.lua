@@ -56,6 +56,12 @@ M.worker_count = sys.worker_count
 M.worker_cpu = sys.worker_cpu
 M.stats = sys.stats
 
+-- tasks([opts]) -> every task of every worker, with what it waits on and
+-- its traceback (docs/debugging.md); profile.start/stop/run: CPU
+-- profiles (cohost.profile, loaded when first used: a script that never
+-- profiles does not carry it).
+function M.tasks(opts) return require("cohost.debug").tasks(opts) end
+
 -- exit(code): ends the process now. shutdown(): stops the way SIGTERM does.
 M.exit = sys.exit
 M.shutdown = sys.shutdown
@@ -70,6 +76,10 @@ M.timer = require "cohost.timer"
 M.metrics = require "cohost.metrics"
 M.semaphore = require "cohost.semaphore"
 M.channel = require("cohost.channel").new
+
+setmetatable(M, { __index = function(_, k)
+  if k == "profile" then return require "cohost.profile" end
+end })
 
 -- Names in connect/setpeername resolve through cohost.dns (cached with
 -- their TTL, on cosockets: a silent nameserver parks only its callers).

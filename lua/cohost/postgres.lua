@@ -400,7 +400,7 @@ function M.pool(opts)
     opts = opts, size = size, min = min,
     idle = {},                           -- most recently released last
     count = 0,                           -- open or opening
-    free = semaphore.new(size),          -- connections not in use
+    free = semaphore.new(size, "pool"),  -- connections not in use
     acquire_timeout = opts.acquire_timeout or opts.wait_timeout or 10,
     idle_timeout = opts.idle_timeout, max_lifetime = opts.max_lifetime,
     born = setmetatable({}, { __mode = "k" }),   -- conn -> monotonic()
@@ -688,7 +688,7 @@ local function listener_of(pool)
   local l = pool.listener
   if l then return l end
   l = setmetatable({
-    pool = pool, channels = {}, nchannels = 0, changed = task.waitq(),
+    pool = pool, channels = {}, nchannels = 0, changed = task.waitq("postgres"),
     reconnects = 0, lost = 0, dirty = false,
   }, Listener)
   pool.listener = l
@@ -724,7 +724,7 @@ function Pool:listen(channel, opts)
     l.nchannels = l.nchannels + 1
   end
   local sub = setmetatable({
-    listener = l, channel = channel, head = 1, tail = 0, q = task.waitq(),
+    listener = l, channel = channel, head = 1, tail = 0, q = task.waitq("postgres"),
     max = opts and opts.queue or QUEUE_MAX, dropped = 0, gaps = 0,
   }, Sub)
   ch.subs[sub] = true

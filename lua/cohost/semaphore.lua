@@ -1,5 +1,7 @@
 -- cohost.semaphore: ngx.semaphore's API. new(n) -> sema with post(n),
--- wait(timeout) -> true or nil, "timeout", count().
+-- wait(timeout) -> true or nil, "timeout", count(). new(n, "pool") makes
+-- a task parked in its wait show as waiting for a pool in task dumps
+-- (/debug/tasks) rather than for a semaphore.
 local task = require "cohost.core.task"
 local sys = require "cohost.core.sys"
 
@@ -7,10 +9,10 @@ local M = {}
 local Sema = {}
 Sema.__index = Sema
 
-function M.new(n)
+function M.new(n, what)
   n = n or 0
   assert(type(n) == "number" and n >= 0, "bad resource count")
-  return setmetatable({ n = n, q = task.waitq() }, Sema)
+  return setmetatable({ n = n, q = task.waitq(what == "pool" and "pool" or "semaphore") }, Sema)
 end
 
 -- post([n]): adds n resources (default 1) and wakes up to n waiters.

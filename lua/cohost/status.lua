@@ -3,10 +3,14 @@
 -- Prometheus text exposition format 0.0.4. The host starts it on worker 0
 -- once the script's main chunk has run; it serves from worker 0 and asks
 -- the other workers, and under --processes the other worker processes,
--- for fresh figures on each request (see docs/stats.md).
+-- for fresh figures on each request (see docs/stats.md). The debug
+-- endpoints, GET /debug/tasks and /debug/profile (docs/debugging.md), are
+-- served only here, and only when the listener is on loopback or cohost
+-- was started with --debug-endpoints.
 local M = {}
 
 local sys = require "cohost.core.sys"
+local debug_core = require "cohost.core.debug"
 local metrics = require "cohost.metrics"
 local metrics_core = require "cohost.core.metrics"
 local cjson = require("cjson").new()   -- our own settings, not the app's
@@ -133,9 +137,93 @@ function M.metrics(all)
   return concat(out, "\n") .. "\n" .. metrics.render()
 end
 
--- The endpoint's handler: GET (or HEAD) /status, /metrics and /healthz.
+-- Whether a listen address is on loopback: 127.0.0.0/8, ::1, localhost,
+-- or a unix socket (reached only from this machine, by its file's mode).
+function M.loopback(addr)
+  if addr:match("^unix:") then return true end
+  local host = addr:match("^%[(.-)%]:%d+$") or addr:match("^(.*):%d+$") or ""
+  return host == "localhost" or host == "::1" or host:match("^127%.%d+%.%d+%.%d+$") ~= nil
+end
+
+-- Seconds a profile may last, at most.
+M.PROFILE_MAX_SECONDS = 300
+
+local function bad(res, status, msg)
+  res.status = status
+  res:header("Content-Type", "text/plain; charset=utf-8")
+  return res:send(msg .. "\n")
+end
+
+-- GET /debug/tasks[?format=text][&state=S][&min_age=SECONDS][&route=PATTERN]
+local function debug_tasks(req, res)
+  local q = req.query
+  local min_age = q.min_age and tonumber(q.min_age)
+  if q.min_age and not (min_age and min_age >= 0) then return bad(res, 400, "bad min_age: seconds expected") end
+  local text = q.format == "text"
+  if q.format and not text and q.format ~= "json" then return bad(res, 400, "bad format: json or text expected") end
+  local items, workers = debug_core.tasks { state = q.state, route = q.route, min_age = min_age, text = text }
+  if not items then return bad(res, 503, "task dump: " .. tostring(workers)) end
+  if not text then
+    res:header("Content-Type", "application/json")
+    return res:send('{"tasks":[' .. items .. '],"workers":[' .. workers .. ']}')
+  end
+  -- Text: the blocks, then a line per worker that did not answer.
+  local notes = {}
+  for _, w in ipairs(cjson.decode("[" .. workers .. "]")) do
+    if not w.answered then
+      notes[#notes + 1] = w.worker and format("worker %d (process %d) did not answer: a handler holds its thread?\n",
+        w.worker, w.process or 0) or format("process %d did not answer in time\n", w.process or 0)
+    end
+  end
+  res:header("Content-Type", "text/plain; charset=utf-8")
+  return res:send(items .. concat(notes))
+end
+
+-- GET /debug/profile?seconds=N[&hz=99][&format=svg][&by=route]
+local function debug_profile(req, res)
+  local q = req.query
+  local seconds, hz = tonumber(q.seconds or 10), tonumber(q.hz or 99)
+  if not (seconds and seconds > 0 and seconds <= M.PROFILE_MAX_SECONDS) then
+    return bad(res, 400, format("bad seconds: more than 0, at most %d expected", M.PROFILE_MAX_SECONDS))
+  end
+  if not (hz and hz >= 1 and hz <= 1000) then return bad(res, 400, "bad hz: 1 to 1000 expected") end
+  if q.by and q.by ~= "route" then return bad(res, 400, "bad by: only by=route is known") end
+  if q.format and q.format ~= "svg" and q.format ~= "folded" then
+    return bad(res, 400, "bad format: folded or svg expected")
+  end
+  local profile = require "cohost.profile"
+  local folded, info = profile.run(seconds, { hz = hz, by_route = q.by == "route" })
+  if not folded then return bad(res, 503, "profile: " .. tostring(info)) end
+  if q.format == "svg" then
+    res:header("Content-Type", "image/svg+xml")
+    return res:send(profile.svg(folded, {
+      title = "cohost CPU profile" .. (q.by == "route" and ", by route" or ""),
+      subtitle = format("%d samples in %g s at %g Hz, %d worker%s (%s)", info.samples, seconds, hz,
+        #info.workers, #info.workers == 1 and "" or "s", os.date("!%Y-%m-%d %H:%M:%S UTC")),
+    }))
+  end
+  res:header("Content-Type", "text/plain; charset=utf-8")
+  return res:send(folded)
+end
+
+-- The endpoint's handler: GET (or HEAD) /status, /metrics and /healthz;
+-- GET /debug/tasks and /debug/profile where allowed (M.debug).
 local PATHS = { ["/status"] = true, ["/metrics"] = true, ["/healthz"] = true }
+local DEBUG = { ["/debug/tasks"] = debug_tasks, ["/debug/profile"] = debug_profile }
 function M.handler(req, res)
+  local dbg = DEBUG[req.path]
+  if dbg then
+    if not M.debug then
+      return bad(res, 403, "the debug endpoints are off: the status listener is not on loopback; "
+        .. "start cohost with --debug-endpoints to serve them here")
+    end
+    if req.method ~= "GET" then
+      res:header("Allow", "GET")
+      return bad(res, 405, "method not allowed")
+    end
+    res:header("Cache-Control", "no-store")
+    return dbg(req, res)
+  end
   if not PATHS[req.path] then
     res.status = 404
     return res:send("not found\n")
@@ -167,9 +255,12 @@ end
 -- Listens on addr ("host:port") with the handler; raises when it cannot.
 function M.start(addr)
   local http = require "cohost.http"
+  -- Decided before the first request can come.
+  M.debug = debug_core.options().debug_endpoints or M.loopback(addr)
   -- Its own requests (scrapes, health checks) stay out of the app's
-  -- cohost_http_* series.
-  local ok, l, err = pcall(http.listen, addr, M.handler, { metrics = false })
+  -- cohost_http_* series, and out of --slow-request-ms's log (a profile
+  -- takes its seconds by design).
+  local ok, l, err = pcall(http.listen, addr, M.handler, { metrics = false, slow_request_ms = 0 })
   if not ok then l, err = nil, tostring(l):gsub("^.-bad argument #1 to '[^']*' %((.*)%)$", "%1") end
   if not l then error(("--status-addr %s: %s"):format(addr, tostring(err)), 0) end
   M.listener = l

@@ -71,6 +71,15 @@ int ch_coro_priority(const struct ch_coro *c);
 ** 10000000. */
 int ch_sched_set_fairness(unsigned switches, unsigned usec);
 
+/* Installs fn to run when this thread's scheduler trims after a burst: a
+** second with no coroutine spawned or ended and no fd closed (the idle
+** trim, docs/stacks.md). It runs in the loop, never in a coroutine, before
+** the runtime gives its own memory back (the warm stacks beyond the
+** pool's watermark, malloc_trim), so what fn frees goes back with it; at
+** most once per idle spell. fn must not yield. NULL removes it. Returns 0,
+** or -errno if the scheduler cannot be created. */
+int ch_sched_set_idle_hook(void (*fn)(void));
+
 /* Runs this thread's scheduler until no coroutine and no timer is left, or
 ** until ch_stop. Returns 0, -EDEADLK when called from a coroutine, or
 ** -errno if the scheduler cannot be created. May be called again later. */
@@ -148,6 +157,14 @@ int ch_io_wait(int fd, int events, int64_t timeout_ms);
 ** readying a buffer for a read that would not be made. Never yields. */
 int ch_io_input_known_empty(int fd);
 
+/* Non-zero when fd has nothing to read and no EOF, known without a
+** system call: the judgement above, on an fd epoll watches (its waits
+** registered it), so that bytes or an EOF arriving since would have been
+** reported. A socket nobody waits on (an idle pooled connection) is
+** quiet by this only if nothing came since its last read. 0 means
+** unknown: look (a peek). Never yields. */
+int ch_io_input_quiet(int fd);
+
 /* Bytes ch_io_wait_input took for its caller. */
 struct ch_io_input {
   const char *data;        /* the runtime's buffer; valid until
@@ -219,6 +236,38 @@ int ch_park(int64_t timeout_ms);
 ** Returns 0, or -EALREADY if c is not parked (woken before, or running).
 ** Must be called on c's own thread (see ch_post for others). */
 int ch_unpark(struct ch_coro *c, int value);
+
+/* What a parked coroutine waits for, as the runtime noted where it parked
+** it (struct ch_coro_info's wait). The fd waits are poll(2)'s bits, so
+** that an fd's park notes its events as they are. */
+enum {
+  CH_WAIT_NONE = 0,     /* not parked (or parked where nothing was noted) */
+  CH_WAIT_READ = 1,     /* POLLIN: fd to become readable (a read, a
+                        ** receive, an accept) */
+  CH_WAIT_WRITE = 4,    /* POLLOUT: fd to take more (a write, a send, a
+                        ** connect) */
+  CH_WAIT_POLL = 5,     /* both, or several fds (poll, select): fd is the
+                        ** first */
+  CH_WAIT_QUEUE = 8,    /* a wait queue (ch_waitq_wait) */
+  CH_WAIT_SLEEP,        /* its timer alone (ch_sleep_ms, a hooked sleep) */
+  CH_WAIT_POOL,         /* a call on the thread pool (ch_pool_call) */
+  CH_WAIT_PARK          /* ch_park: a ch_unpark by the embedder */
+};
+
+/* What a coroutine is doing, for an inspector (a task dump) running on
+** the coroutine's own thread: nothing here is safe to read from another. */
+struct ch_coro_info {
+  int state;                /* CH_INFO_* */
+  int wait;                 /* CH_WAIT_* while parked, else CH_WAIT_NONE */
+  int fd;                   /* the fd it waits on; -1: none */
+  uint64_t deadline_ns;     /* its park's deadline (ch_now_ns clock); 0: none */
+};
+enum { CH_INFO_RUNNING, CH_INFO_READY, CH_INFO_PARKED, CH_INFO_ENDED };
+
+/* Fills *out for c (READY covers a coroutine spawned that never ran, and
+** one woken that has not run since). Reads a few fields, allocates
+** nothing. */
+void ch_coro_info(const struct ch_coro *c, struct ch_coro_info *out);
 
 /* Cancels c: its current or next wait returns -ECANCELED, and so does
 ** every later one (the flag stays set). A hooked libc call cannot say
@@ -472,6 +521,13 @@ void ch_set_yield_check(int (*check)(struct ch_coro *c));
 /* Called on the resumed coroutine right after every switch back into it,
 ** before control returns to its code. One per process; NULL removes it. */
 void ch_set_resume_hook(void (*hook)(struct ch_coro *c));
+
+/* Called on the running coroutine as it parks, once what it waits for is
+** noted (ch_coro_info) and before it switches away: with the resume hook,
+** the edges of its time parked (the Lua host's slow-request report). One
+** per process; NULL (the default) removes it, and then a park pays one
+** load and one branch for it. */
+void ch_set_park_hook(void (*hook)(struct ch_coro *c));
 
 /* -- Timers -------------------------------------------------------------- */
 

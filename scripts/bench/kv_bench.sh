@@ -19,6 +19,11 @@
 # text lines) and as RESP, ROUNDS times each, interleaved; the table shows
 # the median ops/s and server CPU per request, as above.
 #
+# Then scripting, without a log: EVALSHA of a script loaded with SCRIPT
+# LOAD (SCRIPT_BODY, default one SET of its key), through redis-benchmark,
+# without pipelining and with -P 16, as above (and, as the tests above,
+# always the one key: redis-benchmark without -r).
+#
 # Last, issue 35's data types, without a log: ZUNIONSTORE of two sorted
 # sets of 100 members (50 shared) and SETBIT of bit 8191 of 10,000
 # bitmaps (random keys) with redis-benchmark, without pipelining and with
@@ -28,9 +33,10 @@
 # bitmap, whole and a 64 KiB range, with redis-benchmark. Same table.
 #
 # Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop,sadd,zadd,hset),
-# PIPE_N (the pairs per --pipe run, default 100000), BITS_N (SETBITs per
-# --pipe run, default 200000), PARTS (which set-ups run, default
-# "nolog,everysec,pipe,types"), SERVER_CPU and CLIENT_CPU (default 0 and 1).
+# PIPE_N (the pairs per --pipe run, default 100000), SCRIPT_BODY, BITS_N
+# (SETBITs per --pipe run, default 200000), SECTIONS (default
+# "tests,everysec,pipe,evalsha,types": which set-ups run), SERVER_CPU and
+# CLIENT_CPU (default 0 and 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
@@ -40,8 +46,9 @@ N=${N:-200000}
 ROUNDS=${ROUNDS:-3}
 TESTS=${TESTS:-set,get,incr,lpush,lpop,sadd,zadd,hset}
 PIPE_N=${PIPE_N:-100000}
+SCRIPT_BODY=${SCRIPT_BODY:-"return redis.call('set', KEYS[1], ARGV[1])"}
 BITS_N=${BITS_N:-200000}
-PARTS=${PARTS:-nolog,everysec,pipe,types}
+SECTIONS=${SECTIONS:-tests,everysec,pipe,evalsha,types}
 SRV_CPU=${SERVER_CPU:-0}
 CLI_CPU=${CLIENT_CPU:-1}
 
@@ -123,20 +130,22 @@ echo "kv_bench: redis-benchmark -t $TESTS -n $N -c 50 [-P 16], servers on CPU $S
      "client on CPU $CLI_CPU, median of $ROUNDS"
 echo "kv_bench: $(redis-server --version | cut -d' ' -f1-3), cohost $(build/cohost -v 2>&1 | head -1)"
 
-if [[ ,$PARTS, == *,nolog,* ]]; then
-  kvp=$(free_port); rp=$(free_port)
-  mkdir -p "$work/kv0" "$work/redis0"
-  start_kv "$kvp" "$work/kv0" --appendonly no; kvpid=$spid
-  start_redis "$rp" "$work/redis0" --appendonly no; rpid=$spid
-  run "no-log" "$kvp" "$kvpid" "$rp" "$rpid"
+section() { [[ ",$SECTIONS," == *",$1,"* ]]; }
+
+if section tests; then
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv0" "$work/redis0"
+start_kv "$kvp" "$work/kv0" --appendonly no; kvpid=$spid
+start_redis "$rp" "$work/redis0" --appendonly no; rpid=$spid
+run "no-log" "$kvp" "$kvpid" "$rp" "$rpid"
 fi
 
-if [[ ,$PARTS, == *,everysec,* ]]; then
-  kvp=$(free_port); rp=$(free_port)
-  mkdir -p "$work/kv1" "$work/redis1"
-  start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec; kvpid=$spid
-  start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec; rpid=$spid
-  run "everysec" "$kvp" "$kvpid" "$rp" "$rpid"
+if section everysec; then
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv1" "$work/redis1"
+start_kv "$kvp" "$work/kv1" --appendonly yes --appendfsync everysec; kvpid=$spid
+start_redis "$rp" "$work/redis1" --appendonly yes --appendfsync everysec; rpid=$spid
+run "everysec" "$kvp" "$kvpid" "$rp" "$rpid"
 fi
 
 # pipe PORT PID FILE -> "rps cpu_us_per_request": FILE through redis-cli
@@ -153,32 +162,68 @@ pipe() {
     'BEGIN { printf "%.0f %.3f\n", n / (t1 - t0), c * 1e6 / hz / n }'
 }
 
-if [[ ,$PARTS, == *,pipe,* ]]; then
-  awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%d v\r\nGET key:%d\r\n", i, i }' \
-    >"$work/inline.txt"
-  awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) { k = "key:" i
-    printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", length(k), k, length(k), k } }' \
-    >"$work/resp.txt"
+if section pipe; then
+awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) printf "SET key:%d v\r\nGET key:%d\r\n", i, i }' \
+  >"$work/inline.txt"
+awk -v n="$PIPE_N" 'BEGIN { for (i = 0; i < n; i++) { k = "key:" i
+  printf "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\nv\r\n*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", length(k), k, length(k), k } }' \
+  >"$work/resp.txt"
 
-  kvp=$(free_port); rp=$(free_port)
-  mkdir -p "$work/kv2" "$work/redis2"
-  start_kv "$kvp" "$work/kv2" --appendonly no; kvpid=$spid
-  start_redis "$rp" "$work/redis2" --appendonly no; rpid=$spid
-  printf '%-9s %-6s %-6s %11s %11s %6s %9s %9s\n' "pipe" "$PIPE_N" format "kv ops/s" "redis ops/s" \
-    ratio "kv us/op" "redis us/op"
-  for f in inline resp; do
-    : >"$work/kv.res"; : >"$work/redis.res"
-    for _ in $(seq 1 "$ROUNDS"); do
-      pipe "$kvp" "$kvpid" "$work/$f.txt" >>"$work/kv.res"
-      pipe "$rp" "$rpid" "$work/$f.txt" >>"$work/redis.res"
-    done
-    # shellcheck disable=SC2046  # median takes one value a word
-    k=$(median $(awk '{ print $1 }' "$work/kv.res")); r=$(median $(awk '{ print $1 }' "$work/redis.res"))
-    # shellcheck disable=SC2046
-    kc=$(median $(awk '{ print $2 }' "$work/kv.res")); rc=$(median $(awk '{ print $2 }' "$work/redis.res"))
-    awk -v f="$f" -v n="$PIPE_N" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
-      'BEGIN { printf "%-9s %-6s %-6s %11.0f %11.0f %6.2f %9.2f %9.2f\n", "pipe", n, f, k, r, k / r, kc, rc }'
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv2" "$work/redis2"
+start_kv "$kvp" "$work/kv2" --appendonly no; kvpid=$spid
+start_redis "$rp" "$work/redis2" --appendonly no; rpid=$spid
+printf '%-9s %-6s %-6s %11s %11s %6s %9s %9s\n' "pipe" "$PIPE_N" format "kv ops/s" "redis ops/s" \
+  ratio "kv us/op" "redis us/op"
+for f in inline resp; do
+  : >"$work/kv.res"; : >"$work/redis.res"
+  for _ in $(seq 1 "$ROUNDS"); do
+    pipe "$kvp" "$kvpid" "$work/$f.txt" >>"$work/kv.res"
+    pipe "$rp" "$rpid" "$work/$f.txt" >>"$work/redis.res"
   done
+  # shellcheck disable=SC2046  # median takes one value a word
+  k=$(median $(awk '{ print $1 }' "$work/kv.res")); r=$(median $(awk '{ print $1 }' "$work/redis.res"))
+  # shellcheck disable=SC2046
+  kc=$(median $(awk '{ print $2 }' "$work/kv.res")); rc=$(median $(awk '{ print $2 }' "$work/redis.res"))
+  awk -v f="$f" -v n="$PIPE_N" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
+    'BEGIN { printf "%-9s %-6s %-6s %11.0f %11.0f %6.2f %9.2f %9.2f\n", "pipe", n, f, k, r, k / r, kc, rc }'
+done
+fi
+
+# evalsha PORT PID PIPELINE -> "EVALSHA rps cpu_us_per_request": the
+# script loaded, then called with a key and a value.
+evalsha() {
+  local sha a b rps
+  redis-cli -p "$1" flushall >/dev/null
+  sha=$(redis-cli -p "$1" script load "$SCRIPT_BODY")
+  a=$(cpu_ticks "$2")
+  rps=$(taskset -c "$CLI_CPU" redis-benchmark -p "$1" -n "$N" -c 50 -P "$3" --csv \
+    evalsha "$sha" 1 key:__rand_int__ v 2>/dev/null | awk -F'"' 'NR > 1 && $2 != "" { print $4 }')
+  b=$(cpu_ticks "$2")
+  awk -v r="$rps" -v c=$((b - a)) -v hz="$HZ" -v n="$N" 'BEGIN { printf "EVALSHA %s %.3f\n", r, c * 1e6 / hz / n }'
+}
+
+if section evalsha; then
+kvp=$(free_port); rp=$(free_port)
+mkdir -p "$work/kv3" "$work/redis3"
+start_kv "$kvp" "$work/kv3" --appendonly no; kvpid=$spid
+start_redis "$rp" "$work/redis3" --appendonly no; rpid=$spid
+echo "kv_bench: EVALSHA of: $SCRIPT_BODY"
+for P in 1 16; do
+  : >"$work/kv.res"; : >"$work/redis.res"
+  for _ in $(seq 1 "$ROUNDS"); do
+    evalsha "$kvp" "$kvpid" "$P" >>"$work/kv.res"
+    evalsha "$rp" "$rpid" "$P" >>"$work/redis.res"
+  done
+  printf '%-9s %-6s %-7s %11s %11s %6s %9s %9s\n' "no-log" "-P $P" test "kv ops/s" "redis ops/s" \
+    ratio "kv us/op" "redis us/op"
+  # shellcheck disable=SC2046  # median takes one value a word
+  k=$(median $(awk '{ print $2 }' "$work/kv.res")); r=$(median $(awk '{ print $2 }' "$work/redis.res"))
+  # shellcheck disable=SC2046
+  kc=$(median $(awk '{ print $3 }' "$work/kv.res")); rc=$(median $(awk '{ print $3 }' "$work/redis.res"))
+  awk -v p="-P $P" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
+    'BEGIN { printf "%-9s %-6s %-7s %11.0f %11.0f %6.2f %9.2f %9.2f\n", "no-log", p, "EVALSHA", k, r, k / r, kc, rc }'
+done
 fi
 
 # -- Issue 35's data types -----------------------------------------------------
@@ -228,13 +273,13 @@ types_row() {
     'BEGIN { printf "%-23s %11.0f %11.0f %6.2f %9.2f %9.2f\n", l, k, r, k / r, kc, rc }'
 }
 
-if [[ ,$PARTS, == *,types,* ]]; then
+if section types; then
   awk -v n="$BITS_N" 'BEGIN { srand(35); for (i = 0; i < n; i++) { o = int(rand() * 8388608)
     printf "*4\r\n$6\r\nSETBIT\r\n$4\r\nbits\r\n$%d\r\n%d\r\n$1\r\n1\r\n", length(o ""), o } }' >"$work/setbit.txt"
   kvp=$(free_port); rp=$(free_port)
-  mkdir -p "$work/kv3" "$work/redis3"
-  start_kv "$kvp" "$work/kv3" --appendonly no; kvpid=$spid
-  start_redis "$rp" "$work/redis3" --appendonly no; rpid=$spid
+  mkdir -p "$work/kv4" "$work/redis4"
+  start_kv "$kvp" "$work/kv4" --appendonly no; kvpid=$spid
+  start_redis "$rp" "$work/redis4" --appendonly no; rpid=$spid
   types_data "$kvp"; types_data "$rp"
   printf '%-23s %11s %11s %6s %9s %9s\n' "types (no log)" "kv ops/s" "redis ops/s" ratio "kv us/op" "redis us/op"
   for P in 1 16; do

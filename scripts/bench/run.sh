@@ -28,6 +28,10 @@
 #   grpc.sh       gRPC unary echo against C++ grpc++ and Python grpcio with
 #                 h2load (grpc), and cohost.protobuf's codec against
 #                 python3-protobuf's (protobuf)
+#   kv.sh         examples/kv against redis-server (kv)
+#   techempower.sh  TechEmpower's six tests against nginx+lua+pgmoon, on
+#                 a PostgreSQL of its own (techempower; PGMOON_DIR names
+#                 pgmoon, else the peer rows say "peer absent")
 #
 # Peers (section echo and idle): the C servers in build/bench/, cohost's
 # Lua echo (build/cohost examples/echo.lua), nginx with OpenResty's Lua
@@ -50,7 +54,7 @@
 #                        1000 and 10000)
 #   BENCH_SECTIONS="..." sections to run, in order, separated by spaces or
 #                        commas (default: switch spawn echo idle http
-#                        idle_http http2 grpc protobuf prio kv)
+#                        idle_http http2 grpc protobuf prio kv techempower)
 #   BENCH_ECHO_CONNS     connection counts for echo (default "50 1000 10000")
 #   BENCH_ECHO_SECS, BENCH_ECHO_REPS   seconds per echo run, runs per peer
 #   BENCH_ECHO_PEERS     echo servers, in table order (default "lua lua_uring
@@ -110,7 +114,7 @@ rm -f "$LOGS"/*.log
 base_check || exit 1
 
 QUICK=${BENCH_QUICK:-0}
-SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http http2 grpc protobuf prio kv"}
+SECTIONS=${BENCH_SECTIONS:-"switch spawn echo idle http idle_http http2 grpc protobuf prio kv techempower"}
 COHOST_PEERS="lua lua_copy cohost cohost_copy"  # peers that run $COHOST: base twins
 # shellcheck disable=SC2086  # word lists
 ECHO_PEERS=$(with_base "$COHOST_PEERS" ${BENCH_ECHO_PEERS:-lua lua_uring ch epoll uring nginx tarantool})  # table order

@@ -504,6 +504,126 @@ static void test_resume_hook_runs_on_every_switch_back(void **state) {
   assert_true(resumes >= 5 && resumes <= 6);
 }
 
+/* -- What a parked coroutine waits for ------------------------------------- */
+
+/* In COPY mode a parked coroutine's stack is not its own: globals. */
+static int info_fds[2];
+static struct ch_waitq info_q;
+static struct ch_coro_info info_seen[6];
+static int park_hooks, park_hook_wait;
+
+static void info_reader(void *arg) {
+  (void)arg;
+  char c;
+  ch_io_read(info_fds[0], &c, 1, -1);   /* parks: nothing written yet */
+}
+
+static void info_sleeper(void *arg) { (void)arg; ch_sleep_ms(5000); }
+static void info_queued(void *arg) { (void)arg; ch_waitq_wait(&info_q, -1); }
+static void info_parked(void *arg) { (void)arg; ch_park(-1); }
+
+static struct ch_coro *info_coros[4];
+static void (*const info_fns[4])(void *) = { info_reader, info_sleeper, info_queued, info_parked };
+
+/* Looks at itself: the running one. */
+static void info_self(void *arg) {
+  (void)arg;
+  ch_coro_info(ch_current(), &info_seen[4]);
+}
+
+/* Runs after the four parked; looks at each, then frees them. */
+static void info_look(void *arg) {
+  struct ch_coro **cs = arg;
+  for (int i = 0; i < 4; i++) ch_coro_info(cs[i], &info_seen[i]);
+  char c = 'x';
+  CHECK(write(info_fds[1], &c, 1) == 1);
+  ch_cancel(cs[1]);
+  ch_waitq_wake_all(&info_q);
+  ch_unpark(cs[3], 0);
+  ch_coro_info(cs[3], &info_seen[5]);   /* woken, not run yet */
+}
+
+/* Notes its coroutine, then parks as info_fns[i] does. */
+static void record_self_then(void *arg) {
+  int i = (int)(intptr_t)arg;
+  info_coros[i] = ch_current();
+  info_fns[i](NULL);
+}
+
+static void on_park(struct ch_coro *c) {
+  struct ch_coro_info in;
+  ch_coro_info(c, &in);
+  park_hooks++;
+  park_hook_wait = in.wait;
+}
+
+static void test_info_says_what_each_parked_coroutine_waits_for(void **state) {
+  (void)state;
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, info_fds), 0);
+  memset(&info_q, 0, sizeof info_q);
+  park_hooks = 0;
+  ch_set_park_hook(on_park);
+  assert_true(ch_spawn(info_self, NULL) > 0);
+  for (int i = 0; i < 4; i++) assert_true(ch_spawn(record_self_then, (void *)(intptr_t)i) > 0);
+  assert_true(ch_spawn(info_look, info_coros) > 0);
+  th_run();
+  ch_set_park_hook(NULL);
+  close(info_fds[0]);
+  close(info_fds[1]);
+  assert_int_equal(info_seen[4].state, CH_INFO_RUNNING);
+  assert_int_equal(info_seen[4].wait, CH_WAIT_NONE);
+  assert_int_equal(info_seen[0].state, CH_INFO_PARKED);
+  assert_int_equal(info_seen[0].wait, CH_WAIT_READ);
+  assert_int_equal(info_seen[0].fd, info_fds[0]);
+  assert_int_equal(info_seen[1].wait, CH_WAIT_SLEEP);
+  assert_int_equal(info_seen[1].fd, -1);
+  assert_true(info_seen[1].deadline_ns > ch_now_ns());   /* 5 s out, cancelled early */
+  assert_int_equal(info_seen[2].wait, CH_WAIT_QUEUE);
+  assert_int_equal(info_seen[3].wait, CH_WAIT_PARK);
+  assert_int_equal(info_seen[5].state, CH_INFO_READY);
+  assert_int_equal(info_seen[5].wait, CH_WAIT_NONE);
+  /* The hook saw every park, each after its wait was noted. */
+  assert_true(park_hooks >= 4);
+  assert_int_not_equal(park_hook_wait, CH_WAIT_NONE);
+}
+
+/* -- Idle hook --------------------------------------------------------------- */
+
+/* What the idle hook saw: how often it ran, whether in a coroutine, and
+** how many of the burst had ended by then. */
+static int idle_runs, idle_in_coro, idle_seen_ended, burst_ended;
+
+static void on_idle(void) {
+  idle_runs++;
+  if (ch_current()) idle_in_coro = 1;
+  idle_seen_ended = burst_ended;
+}
+
+static void end_at_once(void *arg) {
+  (void)arg;
+  burst_ended++;
+}
+
+/* Spawns a burst that ends at once, then sleeps (a wake-up does not count
+** as activity) until the hook ran, 10 s at most. */
+static void burst_then_sleep(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 20; i++) assert_true(ch_spawn(end_at_once, NULL) > 0);
+  for (int i = 0; i < 100 && !idle_runs; i++) ch_sleep_ms(100);
+}
+
+static void test_idle_hook_runs_once_in_the_loop_after_a_burst_ends(void **state) {
+  (void)state;
+  idle_runs = idle_in_coro = idle_seen_ended = burst_ended = 0;
+  assert_int_equal(ch_sched_set_idle_hook(on_idle), 0);
+  assert_true(ch_spawn(burst_then_sleep, NULL) > 0);
+  th_run();
+  assert_int_equal(ch_sched_set_idle_hook(NULL), 0);
+  assert_int_equal(idle_runs, 1);
+  assert_int_equal(idle_in_coro, 0);
+  assert_int_equal(idle_seen_ended, 20);
+}
+
 /* -- Stack size -------------------------------------------------------------- */
 
 /* Touches every page of a use-byte frame from the top down, the way deep
@@ -570,6 +690,8 @@ int main(void) {
     TH_TEST(test_run_returns_when_only_weak_coroutines_are_left),
     TH_TEST(test_a_weak_coroutine_made_strong_again_keeps_run_running),
     TH_TEST(test_resume_hook_runs_on_every_switch_back),
+    TH_TEST(test_info_says_what_each_parked_coroutine_waits_for),
+    TH_TEST(test_idle_hook_runs_once_in_the_loop_after_a_burst_ends),
     TH_TEST(test_default_stack_lets_a_coroutine_use_200_kib),
     TH_TEST(test_set_stack_size_lets_a_coroutine_use_900_kib_of_1_mib),
   };

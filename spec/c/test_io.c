@@ -615,10 +615,57 @@ static void test_io_connect_to_a_full_unix_backlog_retries_until_its_timeout(voi
   unlink(path);
 }
 
+/* ch_io_input_quiet: unknown (0) for an fd epoll does not watch, even
+** after a read said EAGAIN; quiet after a wait registered it and a short
+** read emptied it; not quiet once bytes or an EOF came (epoll counted
+** them while the coroutine slept), though nothing read them. */
+struct quiet { int fd, peer; int unwatched, drained, after_data, drained_again, after_eof; };
+
+static void quiet_sender(void *arg) {
+  int fd = *(int *)arg;
+  ch_sleep_ms(20);
+  CHECK_EQ(write(fd, "ab", 2), 2);
+}
+
+static void quiet_main(void *arg) {
+  struct quiet *q = arg;
+  char buf[16];
+  CHECK_EQ(ch_io_read(q->fd, buf, sizeof buf, 0), -EAGAIN);   /* never waited */
+  q->unwatched = ch_io_input_quiet(q->fd);
+  CHECK_EQ(ch_spawn(quiet_sender, &q->peer) > 0, 1);
+  CHECK_EQ(ch_io_read(q->fd, buf, sizeof buf, 5000), 2);      /* waits: registered; short */
+  q->drained = ch_io_input_quiet(q->fd);
+  CHECK_EQ(write(q->peer, "c", 1), 1);
+  ch_sleep_ms(20);                                             /* epoll reports it */
+  q->after_data = ch_io_input_quiet(q->fd);
+  CHECK_EQ(ch_io_read(q->fd, buf, sizeof buf, 5000), 1);
+  q->drained_again = ch_io_input_quiet(q->fd);
+  CHECK_EQ(shutdown(q->peer, SHUT_WR), 0);
+  ch_sleep_ms(20);
+  q->after_eof = ch_io_input_quiet(q->fd);
+}
+
+static void test_io_input_quiet_knows_only_what_epoll_reported(void **state) {
+  (void)state;
+  int sv[2];
+  th_socketpair(sv);
+  struct quiet q = { sv[0], sv[1], -1, -1, -1, -1, -1 };
+  assert_true(ch_spawn(quiet_main, &q) > 0);
+  th_run();
+  assert_int_equal(q.unwatched, 0);
+  assert_int_equal(q.drained, 1);
+  assert_int_equal(q.after_data, 0);
+  assert_int_equal(q.drained_again, 1);
+  assert_int_equal(q.after_eof, 0);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
     TH_TEST(test_io_wait_returns_pollout_at_once_on_a_writable_socket),
+    TH_TEST(test_io_input_quiet_knows_only_what_epoll_reported),
     TH_TEST(test_io_wait_returns_pollin_when_data_arrives),
     TH_TEST(test_io_wait_returns_at_once_when_the_fd_is_already_ready),
     TH_TEST(test_io_wait_returns_etimedout_after_the_timeout),

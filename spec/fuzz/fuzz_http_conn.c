@@ -29,7 +29,8 @@
 **     the worker the same number of live coroutines and connections
 **     (polled for up to 2 s: the server finishes asynchronously).
 ** Lua coverage: the same line hook as fuzz_lua.c, installed on every
-** lua_State the host creates (the link wraps luaL_newstate).
+** lua_State the host creates (the link wraps lua_newstate, which
+** host/vm/heap.c's ch_heap_newstate calls).
 ** FUZZ_DEBUG=1 prints the response stream of each input.
 **
 ** Built with -DFUZZ_H2 (scripts/fuzz.sh's h2_conn), the server allows
@@ -75,8 +76,8 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int ch_fuzz_host_main(int argc, char **argv);
-lua_State *__real_luaL_newstate(void);
-lua_State *__wrap_luaL_newstate(void);
+lua_State *__real_lua_newstate(lua_Alloc f, void *ud);
+lua_State *__wrap_lua_newstate(lua_Alloc f, void *ud);
 
 #define MARKER      "~|~"
 #define MARKER_LEN  3
@@ -124,9 +125,9 @@ static void line_hook(lua_State *l, lua_Debug *ar)
   prev_loc = loc >> 1;
 }
 
-lua_State *__wrap_luaL_newstate(void)
+lua_State *__wrap_lua_newstate(lua_Alloc f, void *ud)
 {
-  lua_State *L = __real_luaL_newstate();
+  lua_State *L = __real_lua_newstate(f, ud);
   if (L && !getenv("FUZZ_JIT")) lua_sethook(L, line_hook, LUA_MASKLINE, 0);
   return L;
 }

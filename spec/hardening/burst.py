@@ -11,10 +11,16 @@ that the server must forget once they are gone, from a process of its own
         completes N TLS handshakes and sends nothing, prints "open COUNT",
         then reads each until the server closes it (its header timeout)
         and prints "closed".
+    burst.py ws PORT N HOLD
+        opens N WebSocket connections to /ws, waits for each one's 101,
+        prints "open COUNT", holds them HOLD seconds, closes them all (no
+        close frame: the TCP connection goes) and prints "closed".
 
 Only socket and ssl from Python's standard library: a plain client, as a
 scanner or a crowd of stalled browsers would be.
 """
+import base64
+import os
 import resource
 import socket
 import ssl
@@ -79,6 +85,36 @@ elif kind == "tls":
                 pass
         except (ssl.SSLError, OSError):
             pass
+        s.close()
+elif kind == "ws":
+    hold = float(sys.argv[4])
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
+            s.sendall(b"GET /ws HTTP/1.1\r\nHost: example\r\nUpgrade: websocket\r\n"
+                      b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                      b"Sec-WebSocket-Key: " + base64.b64encode(os.urandom(16)) + b"\r\n\r\n")
+            socks.append(s)
+        except OSError:
+            pass
+    # Every request first, then the answers: the server upgrades them all
+    # at once.
+    upgraded = []
+    for s in socks:
+        d = b""
+        try:
+            while b"\r\n\r\n" not in d:
+                more = s.recv(4096)
+                if not more:
+                    break
+                d += more
+        except OSError:
+            pass
+        if d.startswith(b"HTTP/1.1 101"):
+            upgraded.append(s)
+    print("open", len(upgraded), flush=True)
+    time.sleep(hold)
+    for s in socks:
         s.close()
 else:
     sys.exit("unknown kind " + kind)

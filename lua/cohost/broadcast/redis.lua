@@ -272,7 +272,7 @@ local subscribed = {}       -- channel -> the last of them was a SUBSCRIBE
 local last = {}             -- wanted channel -> origin -> SEQ of the last message delivered
 local outq = {}             -- commands for conn, not written yet
 local writing = false
-local changed = task.waitq()    -- a SUBSCRIBE answered, or the connection came or went
+local changed = task.waitq("broadcast")    -- a SUBSCRIBE answered, or the connection came or went
 local gap_logged
 
 -- The writer task: writes outq on conn, whichever conn is current (the

@@ -38,17 +38,31 @@ local function current()
 end
 M.current = current
 
--- Per-request state, weak by req: ctx, the body read, the ngx.header
--- mirror, a 101 head held back for ngx.req.socket(true), user variables.
-local states = setmetatable({}, { __mode = "k" })
+-- Per-request state: ctx, the body read, the ngx.header mirror (made on
+-- the first set), a 101 head held back for ngx.req.socket(true), user
+-- variables. Kept on req under a key no handler can name: it goes with
+-- req, where an entry in a weak table keyed by req cost the collector
+-- work on every request.
+local STATE = {}
 
 local function state(req)
-  local st = states[req]
+  local st = req[STATE]
   if not st then
-    st = { headers = {}, order = {} }
-    states[req] = st
+    st = {}
+    req[STATE] = st
   end
   return st
+end
+
+-- st.headers: lower-case name -> value as set, and in its array part the
+-- names in the order they were first set (the 101 head's order).
+local function headers_of(st)
+  local hs = st.headers
+  if not hs then
+    hs = {}
+    st.headers = hs
+  end
+  return hs
 end
 
 -- need(api) -> req, res, state; raises outside a request.
@@ -112,6 +126,10 @@ end
 local function output(api, newline, ...)
   local _, res, st = need(api)
   if st.eof then return nil, "response already finished (ngx.eof)" end
+  if not newline and select("#", ...) == 1 and type((...)) == "string" then
+    res:write((...))   -- the usual ngx.print(body): no table to flatten into
+    return 1
+  end
   local out = {}
   for i = 1, select("#", ...) do flatten(out, (select(i, ...))) end
   if newline then out[#out + 1] = "\n" end
@@ -255,11 +273,29 @@ local CANONICAL = {
   ["server"] = "Server", ["date"] = "Date",
 }
 
+-- The name a key of ngx.header goes out as, and its lower-case form:
+-- worked out once per key a program uses (a gsub and two lowers on every
+-- set cost more than the rest of it), up to NAMES_MAX keys.
+local NAMES_MAX = 512
+local out_name, out_key, nnames = {}, {}, 0
+
+local function names_of(k)
+  local name = out_name[k]
+  if name then return name, out_key[k] end
+  name = header_name(k)
+  name = CANONICAL[lower(name)] or name
+  local key = lower(name)
+  if nnames < NAMES_MAX and type(k) == "string" then
+    out_name[k], out_key[k], nnames = name, key, nnames + 1
+  end
+  return name, key
+end
+
 M.header = setmetatable({}, {
   __index = function(_, k)
     local _, res, st = need("ngx.header")
-    local name = lower(header_name(k))
-    local v = st.headers[name]
+    local _, name = names_of(k)
+    local v = st.headers and st.headers[name]
     if v ~= nil then return v end
     return res:get_header(name)
   end,
@@ -269,8 +305,7 @@ M.header = setmetatable({}, {
       sys.log(1, "attempt to set ngx.header.", k, " after sending out response headers")
       return
     end
-    local name = header_name(k)
-    name = CANONICAL[lower(name)] or name
+    local name, key = names_of(k)
     if type(v) == "number" then v = tostring(v) end
     if type(v) == "table" then
       local copy = {}
@@ -279,9 +314,9 @@ M.header = setmetatable({}, {
       if #v == 0 then v = nil end
     end
     res:header(name, v)
-    local key = lower(name)
-    if st.headers[key] == nil and v ~= nil then st.order[#st.order + 1] = name end
-    st.headers[key] = v
+    local hs = headers_of(st)
+    if hs[key] == nil and v ~= nil then hs[#hs + 1] = name end
+    hs[key] = v
   end,
 })
 
@@ -517,9 +552,10 @@ function BodySock:close() return 1 end
 -- on a hijacked connection, with "Connection: upgrade" as nginx adds it.
 local function write_pending(sock, st)
   local lines = { "HTTP/1.1 101 Switching Protocols\r\n" }
-  if st.headers.connection == nil then lines[2] = "Connection: upgrade\r\n" end
-  for _, name in ipairs(st.order) do
-    local v = st.headers[lower(name)]
+  local hs = headers_of(st)
+  if hs.connection == nil then lines[2] = "Connection: upgrade\r\n" end
+  for _, name in ipairs(hs) do
+    local v = hs[lower(name)]
     if type(v) == "table" then
       for _, item in ipairs(v) do lines[#lines + 1] = name .. ": " .. item .. "\r\n" end
     elseif v ~= nil then
