@@ -943,6 +943,11 @@ c("watch", -2, "noscript loading stale fast allow_busy", "1 -1 1", "@fast @trans
   "Watch the given keys to determine execution of the MULTI/EXEC block",
   { keys = { "RO|index 1|range -1 1 0" },
     args = "key:key#0..." })
+c("xack", -4, "write fast", "1 1 1", "@write @stream @fast",
+  "stream 5.0.0", "O(1) for each message ID processed.",
+  "Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL.",
+  { keys = { "RW update|index 1|range 0 1 0" },
+    args = "key:key#0 group:string id:string..." })
 c("xadd", -5, "write denyoom fast", "1 1 1", "@write @stream @fast",
   "stream 5.0.0", "O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.",
   "Appends a new entry to a stream",
@@ -950,14 +955,72 @@ c("xadd", -5, "write denyoom fast", "1 1 1", "@write @stream @fast",
     keys = { "RW update|index 1|range 0 1 0|UPDATE instead of INSERT because of the optional trimming feature" },
     args = "key:key#0 [nomkstream=NOMKSTREAM@6.2.0] [trim:block{strategy:oneof{maxlen=MAXLEN minid=MINID@6.2.0} [operator:oneof{equal== approximately=~}] threshold:string [count:integer=LIMIT@6.2.0]}] id_or_auto:oneof{auto_id=* id:string} field_value:block{field:string value:string}...",
     history = { "6.2.0 Added the `NOMKSTREAM` option, `MINID` trimming strategy and the `LIMIT` option.", "7.0.0 Added support for the `<ms>-*` explicit ID form." } })
+c("xautoclaim", -6, "write fast", "1 1 1", "@write @stream @fast",
+  "stream 6.2.0", "O(1) if COUNT is small.",
+  "Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer.",
+  { tips = "nondeterministic_output",
+    keys = { "RW delete|index 1|range 0 1 0" },
+    args = "key:key#0 group:string consumer:string min-idle-time:string start:string [count:integer=COUNT] [justid=JUSTID]",
+    history = { "7.0.0 Added an element to the reply array, containing deleted entries the command cleared from the PEL" } })
+c("xclaim", -6, "write fast", "1 1 1", "@write @stream @fast",
+  "stream 5.0.0", "O(log N) with N being the number of messages in the PEL of the consumer group.",
+  "Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer.",
+  { tips = "nondeterministic_output",
+    keys = { "RW update|index 1|range 0 1 0" },
+    args = "key:key#0 group:string consumer:string min-idle-time:string id:string... [ms:integer=IDLE] [unix-time-milliseconds:unix-time=TIME] [count:integer=RETRYCOUNT] [force=FORCE] [justid=JUSTID] [id:string=LASTID]" })
 c("xdel", -3, "write fast", "1 1 1", "@write @stream @fast",
   "stream 5.0.0", "O(1) for each single item to delete in the stream, regardless of the stream size.",
   "Removes the specified entries from the stream. Returns the number of items actually deleted, that may be different from the number of IDs passed in case certain IDs do not exist.",
   { keys = { "RW delete|index 1|range 0 1 0" },
     args = "key:key#0 id:string..." })
+c("xgroup", -2, "", "0 0 0", "@slow",
+  "stream 5.0.0", "Depends on subcommand.",
+  "A container for consumer groups commands")
+c("xgroup|create", -5, "write denyoom", "2 2 1", "@write @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Create a consumer group.",
+  { keys = { "RW insert|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string id:oneof{id:string new_id=$} [mkstream=MKSTREAM] [entries_read:integer=ENTRIESREAD]",
+    history = { "7.0.0 Added the `entries_read` named argument." } })
+c("xgroup|createconsumer", 5, "write denyoom", "2 2 1", "@write @stream @slow",
+  "stream 6.2.0", "O(1)",
+  "Create a consumer in a consumer group.",
+  { keys = { "RW insert|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string consumername:string" })
+c("xgroup|delconsumer", 5, "write", "2 2 1", "@write @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Delete a consumer from a consumer group.",
+  { keys = { "RW delete|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string consumername:string" })
+c("xgroup|destroy", 4, "write", "2 2 1", "@write @stream @slow",
+  "stream 5.0.0", "O(N) where N is the number of entries in the group's pending entries list (PEL).",
+  "Destroy a consumer group.",
+  { keys = { "RW delete|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string" })
+c("xgroup|help", 2, "loading stale", "0 0 0", "@stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Show helpful text about the different subcommands")
+c("xgroup|setid", -5, "write", "2 2 1", "@write @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "Set a consumer group to an arbitrary last delivered ID value.",
+  { keys = { "RW update|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string id:oneof{id:string new_id=$} [entries_read:integer=ENTRIESREAD]",
+    history = { "7.0.0 Added the optional `entries_read` argument." } })
 c("xinfo", -2, "", "0 0 0", "@slow",
   "stream 5.0.0", "Depends on subcommand.",
   "A container for stream introspection commands")
+c("xinfo|consumers", 4, "readonly", "2 2 1", "@read @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "List the consumers in a consumer group",
+  { tips = "nondeterministic_output",
+    keys = { "RO access|index 2|range 0 1 0" },
+    args = "key:key#0 groupname:string" })
+c("xinfo|groups", 3, "readonly", "2 2 1", "@read @stream @slow",
+  "stream 5.0.0", "O(1)",
+  "List the consumer groups of a stream",
+  { keys = { "RO access|index 2|range 0 1 0" },
+    args = "key:key#0",
+    history = { "7.0.0 Added the `entries-read` and `lag` fields" } })
 c("xinfo|help", 2, "loading stale", "0 0 0", "@stream @slow",
   "stream 5.0.0", "O(1)",
   "Show helpful text about the different subcommands")
@@ -972,6 +1035,13 @@ c("xlen", 2, "readonly fast", "1 1 1", "@read @stream @fast",
   "Return the number of entries in a stream",
   { keys = { "RO|index 1|range 0 1 0" },
     args = "key:key#0" })
+c("xpending", -3, "readonly", "1 1 1", "@read @stream @slow",
+  "stream 5.0.0", "O(N) with N being the number of elements returned, so asking for a small fixed number of entries per call is O(1). O(M), where M is the total number of entries scanned when used with the IDLE filter. When the command returns just the summary and the list of consumers is small, it runs in O(1) time; otherwise, an additional O(N) time for iterating every consumer.",
+  "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.",
+  { tips = "nondeterministic_output",
+    keys = { "RO access|index 1|range 0 1 0" },
+    args = "key:key#0 group:string [filters:block{[min-idle-time:integer=IDLE@6.2.0] start:string end:string count:integer [consumer:string]}]",
+    history = { "6.2.0 Added the `IDLE` option and exclusive range intervals." } })
 c("xrange", -4, "readonly", "1 1 1", "@read @stream @slow",
   "stream 5.0.0", "O(N) with N being the number of elements being returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
   "Return a range of elements in a stream, with IDs matching the specified IDs interval",
@@ -983,6 +1053,11 @@ c("xread", -4, "readonly blocking movablekeys", "0 0 0", "@read @stream @slow @b
   "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
   { keys = { "RO access|keyword STREAMS 1|range -1 1 2" },
     args = "[count:integer=COUNT] [milliseconds:integer=BLOCK] streams:block=STREAMS{key:key#0... id:string...}" })
+c("xreadgroup", -7, "write blocking movablekeys", "0 0 0", "@write @stream @slow @blocking",
+  "stream 5.0.0", "For each stream mentioned: O(M) with M being the number of elements returned. If M is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1). On the other side when XREADGROUP blocks, XADD will pay the O(N) time in order to serve the N clients blocked on the stream getting new data.",
+  "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.",
+  { keys = { "RO access|keyword STREAMS 4|range -1 1 2" },
+    args = "group_consumer:block=GROUP{group:string consumer:string} [count:integer=COUNT] [milliseconds:integer=BLOCK] [noack=NOACK] streams:block=STREAMS{key:key#0... id:string...}" })
 c("xrevrange", -4, "readonly", "1 1 1", "@read @stream @slow",
   "stream 5.0.0", "O(N) with N being the number of elements returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
   "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE",

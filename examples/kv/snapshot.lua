@@ -44,7 +44,7 @@ local CHUNK_ITEMS = 64  -- list elements, hash pairs, members per record
 -- A kind's dumper: R.dumpers[kind](v) -> command, flat array of its
 -- arguments after the key, their count, arguments per item (the type
 -- modules register theirs); or nil, an array of whole commands (each an
--- argv whose [2], the key, is filled in here), their count.
+-- argv with false where the key goes, filled in here), their count.
 local dumpers = R.dumpers
 
 local snap      -- the snapshot in progress, or nil
@@ -60,10 +60,12 @@ local function record_value(s, k, v, deadline)
     local cmd, items, count, per = dumpers[v.kind](v)
     if not cmd then
       -- Whole commands of their own (a stream's XADDs, XSETID, groups):
-      -- items[i] is one, its key left out at [2].
+      -- items[i] is one, false where its key goes.
       for i = 1, count do
         local args = items[i]
-        args[2] = k
+        for j = 1, #args do
+          if args[j] == false then args[j] = k end
+        end
         add(s, encode(args, #args))
         if s.n >= M.SLICE and s.pause then s.pause() end
       end

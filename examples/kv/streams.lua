@@ -150,7 +150,7 @@ end
 local function new_stream()
   return { kind = "stream", e = {}, h = 1, t = 0, n = 0, nodes = {}, nh = 1, nt = 0,
            last = ZERO_KEY, first = ZERO_KEY, maxdel = ZERO_KEY, added = 0,
-           groups = {}, gorder = {}, bytes = STREAM_BYTES }
+           groups = {}, ngroups = 0, bytes = STREAM_BYTES }
 end
 M.new = new_stream
 
@@ -830,13 +830,28 @@ local function rax_nodes(keys, lo, hi, depth)
   return nodes
 end
 
--- XINFO STREAM key: the stream's counters and its first and last entries;
+-- XINFO STREAM key [FULL [COUNT n]]: the stream's counters and its first
+-- and last entries (FULL: its entries, at most n (10), and its groups);
 -- radix-tree-keys counts its nodes, radix-tree-nodes the nodes of the
 -- radix tree Redis would keep over their master IDs.
 reg("xinfo|stream", function(_, argv, argc, out, n)
+  local full, count = false, 10
   if argc > 3 then
-    return put(out, n, resp.err(format("ERR unknown subcommand or wrong number of arguments for '%s'. Try XINFO HELP.",
-                                       sub(argv[2], 1, 128))))
+    local bad = lower(argv[4]) ~= "full" or (argc ~= 4 and argc ~= 6)
+    if not bad and argc == 6 then
+      if lower(argv[5]) ~= "count" then
+        bad = true
+      else
+        local v = ints.parse(argv[6])
+        if v == nil then return put(out, n, NOT_INT) end
+        count = v < 0 and 0 or tonumber(v)
+      end
+    end
+    if bad then
+      return put(out, n, resp.err(format("ERR unknown subcommand or wrong number of arguments for '%s'. Try XINFO HELP.",
+                                         sub(argv[2], 1, 128))))
+    end
+    full = true
   end
   local s = stream_at(argv[3])
   if s == nil then return put(out, n, WRONGTYPE) end
@@ -846,7 +861,7 @@ reg("xinfo|stream", function(_, argv, argc, out, n)
     nk = nk + 1
     keys[nk] = s.nodes[i].k
   end
-  n = resp.map(out, n, 10)
+  n = resp.map(out, n, full and 9 or 10)
   n = bulk(out, n, "length")
   n = put(out, n, int(s.n))
   n = bulk(out, n, "radix-tree-keys")
@@ -861,8 +876,12 @@ reg("xinfo|stream", function(_, argv, argc, out, n)
   n = put(out, n, ":" .. ints.str(s.added) .. "\r\n")
   n = bulk(out, n, "recorded-first-entry-id")
   n = bulk(out, n, id_str(key_id(s.first)))
+  if full then
+    n = bulk(out, n, "entries")
+    return M.full(out, n, s, count)   -- with the groups (xgroups.lua)
+  end
   n = bulk(out, n, "groups")
-  n = put(out, n, int(#s.gorder))
+  n = put(out, n, int(s.ngroups))
   local fx, lx = first_live(s), last_live(s)
   n = bulk(out, n, "first-entry")
   if fx then n = put_entry(out, n, fx) else n = resp.null(out, n) end
@@ -900,6 +919,7 @@ R.copiers.stream = function(s)
   end
   c.last, c.added, c.maxdel = s.last, s.added, s.maxdel
   c.first = s.first
+  if M.copy_groups then M.copy_groups(s, c) end
   return c
 end
 
@@ -907,18 +927,38 @@ end
 -- trimmed to nothing), then XSETID with its counters (as Redis rewrites
 -- it).
 R.dumpers.stream = function(s)
-  local recs = {}
+  -- Entries deleted or trimmed while still pending in a group (ghosts)
+  -- are added back in ID order, claimed, then deleted again, so the
+  -- pending lists come out whole (Redis's rewrite XCLAIMs only entries
+  -- that exist; its RDB preamble keeps the rest).
+  local ghosts = M.ghosts and M.ghosts(s) or {}
+  local recs, gi = {}, 1
   for i = s.h, s.t do
     local x = s.e[i]
     if not x.dead then
+      while ghosts[gi] and ghosts[gi].k < x.k do
+        recs[#recs + 1] = { "XADD", false, ghosts[gi].id, "x", "y" }
+        gi = gi + 1
+      end
       local r = { "XADD", false, x.id }
       for j = 1, #x.f do r[j + 3] = x.f[j] end
       recs[#recs + 1] = r
     end
   end
+  for j = gi, #ghosts do recs[#recs + 1] = { "XADD", false, ghosts[j].id, "x", "y" } end
   if #recs == 0 then
-    recs[1] = { "XADD", false, "MAXLEN", "0", id_str(key_id(s.last)), "x", "y" }
+    -- An empty stream: one entry added and trimmed at once (0-1, as
+    -- Redis's rewrite: the last ID may be 0-0, after XGROUP CREATE
+    -- MKSTREAM, which XADD refuses), XSETID then sets the last ID.
+    recs[1] = { "XADD", false, "MAXLEN", "0", "0-1", "x", "y" }
   end
+  if M.dump_groups then M.dump_groups(s, recs) end
+  if #ghosts > 0 then
+    local del = { "XDEL", false }
+    for j = 1, #ghosts do del[j + 2] = ghosts[j].id end
+    recs[#recs + 1] = del
+  end
+  -- Last, so the counters XADD and XDEL moved are set back.
   recs[#recs + 1] = { "XSETID", false, id_str(key_id(s.last)), "ENTRIESADDED", ints.str(s.added),
                       "MAXDELETEDID", id_str(key_id(s.maxdel)) }
   return nil, recs, #recs
