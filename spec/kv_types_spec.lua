@@ -520,6 +520,106 @@ families["streams"] = {
   }) },
 }
 
+-- A command whose reply holds times (idle, seen-time, delivery times):
+-- they are masked, the rest compared.
+local function timeless(cmd)
+  local function is_id(x) return type(x) == "string" and x:find("^%d+%-%d+$") ~= nil end
+  local function walk(t)
+    if type(t) ~= "table" then return t end
+    if #t == 4 and is_id(t[1]) and type(t[2]) == "string" and type(t[3]) == "number" then t[3] = "?" end
+    if #t == 3 and is_id(t[1]) and type(t[2]) == "number" and type(t[3]) == "number" then t[2] = "?" end
+    for i = 1, #t do
+      if (t[i] == "idle" or t[i] == "seen-time") and t[i + 1] ~= nil then t[i + 1] = "?" end
+      t[i] = walk(t[i])
+    end
+    return t
+  end
+  cmd.norm = function(r)
+    if type(r) == "string" then
+      r = r:gsub("%$idle, :%d+", "$idle, :?"):gsub("%$seen%-time, :%d+", "$seen-time, :?")
+      r = r:gsub("%*%[(%$%d+%-%d+), (%$[^,%]]*), :%d+, (:%d+)%]", "*[%1, %2, :?, %3]")
+      r = r:gsub("%*%[(%$%d+%-%d+), :%d+, (:%d+)%]", "*[%1, :?, %2]")
+      return r
+    end
+    return walk(r)
+  end
+  return cmd
+end
+
+families["stream consumer groups"] = {
+  { "XGROUP", join(xadds("s", 1, 3), {
+    { "XGROUP", "CREATE", "s", "g", "0" }, { "XGROUP", "CREATE", "s", "g", "0" }, { "XGROUP", "CREATE", "s", "h", "$" },
+    { "XGROUP", "CREATE", "none", "g", "0" }, { "XGROUP", "CREATE", "new", "g", "$", "MKSTREAM" }, { "TYPE", "new" },
+    { "XGROUP", "CREATE", "s", "e", "2-1", "ENTRIESREAD", "2" }, { "XGROUP", "CREATE", "s", "f", "0", "ENTRIESREAD", "-2" },
+    { "XGROUP", "CREATE", "s", "f", "0", "ENTRIESREAD", "x" }, { "XGROUP", "CREATE", "s", "f", "0", "BOGUS" },
+    { "XGROUP", "CREATE", "s", "f", "x" }, { "XGROUP", "CREATE", "s" }, { "XINFO", "GROUPS", "s" },
+    { "XGROUP", "SETID", "s", "g", "2-1" }, { "XGROUP", "SETID", "s", "g", "$", "ENTRIESREAD", "3" },
+    { "XGROUP", "SETID", "s", "nog", "0" }, { "XGROUP", "SETID", "s", "g", "0", "ENTRIESREAD" },
+    { "XGROUP", "SETID", "s", "g", "0", "BOGUS", "1" }, { "XGROUP", "SETID", "none", "g", "0" },
+    { "XGROUP", "SETID", "s", "g", "-" }, { "XINFO", "GROUPS", "s" }, { "XGROUP", "CREATECONSUMER", "s", "g", "c1" },
+    { "XGROUP", "CREATECONSUMER", "s", "g", "c1" }, { "XGROUP", "CREATECONSUMER", "s", "nog", "c1" },
+    timeless { "XINFO", "CONSUMERS", "s", "g" }, { "XGROUP", "DELCONSUMER", "s", "g", "c1" },
+    { "XGROUP", "DELCONSUMER", "s", "g", "c9" }, { "XGROUP", "DESTROY", "s", "h" }, { "XGROUP", "DESTROY", "s", "h" },
+    { "XGROUP", "DESTROY", "none", "h" }, { "XINFO", "STREAM", "s" }, { "XGROUP", "HELP" }, { "XGROUP", "BOGUS" },
+    { "SET", "str", "x" }, { "XGROUP", "CREATE", "str", "g", "0" }, { "XINFO", "GROUPS", "none" }, { "XINFO", "GROUPS", "str" },
+    { "XINFO", "CONSUMERS", "s", "nog" },
+  }) },
+  { "XREADGROUP, XACK, XPENDING", join(xadds("s", 1, 6), xadds("t", 1, 2), {
+    { "XGROUP", "CREATE", "s", "g", "0" }, { "XGROUP", "CREATE", "t", "g", "$" },
+    { "XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">" },
+    { "XREADGROUP", "GROUP", "g", "bob", "COUNT", "1", "STREAMS", "s", "t", ">", ">" },
+    { "XREADGROUP", "GROUP", "g", "bob", "NOACK", "COUNT", "1", "STREAMS", "s", ">" },
+    { "XPENDING", "s", "g" }, timeless { "XPENDING", "s", "g", "-", "+", "10" },
+    timeless { "XPENDING", "s", "g", "-", "+", "10", "bob" }, timeless { "XPENDING", "s", "g", "(1-1", "3-1", "1" },
+    { "XPENDING", "s", "g", "-", "+", "10", "nobody" }, { "XPENDING", "s", "g", "IDLE", "100000", "-", "+", "10" },
+    { "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", "0" }, { "XPENDING", "s", "g" },
+    timeless { "XPENDING", "s", "g", "-", "+", "10" }, { "XACK", "s", "g", "1-1", "9-9", "1-1" }, { "XACK", "s", "g", "x" },
+    { "XACK", "s", "nog", "2-1" }, { "XACK", "none", "g", "2-1" }, { "XDEL", "s", "2-1" },
+    { "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", "0" }, { "XINFO", "GROUPS", "s" },
+    timeless { "XINFO", "CONSUMERS", "s", "g" }, { "XREADGROUP", "GROUP", "g", "carol", "STREAMS", "s", ">" },
+    { "XREADGROUP", "GROUP", "g", "carol", "STREAMS", "s", ">" }, { "XREADGROUP", "GROUP", "g", "carol", "BLOCK", "10", "STREAMS", "s", ">" },
+    { "XINFO", "GROUPS", "s" }, { "XREADGROUP", "GROUP", "nog", "c", "STREAMS", "s", ">" },
+    { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "none", ">" }, { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "$" },
+    { "XREADGROUP", "STREAMS", "s", ">" }, { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "s" },
+    { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "x" }, { "XPENDING", "none", "g" }, { "XPENDING", "s", "nog" },
+    { "XPENDING", "s", "g", "-", "+" }, { "XPENDING", "s", "g", "-", "+", "x" }, { "XPENDING", "s", "g", "x", "+", "1" },
+    { "XADD", "s", "7-1", "f", "v7" }, { "XADD", "s", "8-1", "f", "v8" }, { "XINFO", "GROUPS", "s" },
+    timeless { "XINFO", "STREAM", "s", "FULL" }, timeless { "XINFO", "STREAM", "s", "FULL", "COUNT", "1" },
+    { "XINFO", "STREAM", "s", "FULL", "COUNT", "x" }, { "XINFO", "STREAM", "s", "FULL", "BOGUS", "1" },
+  }) },
+  { "XCLAIM and XAUTOCLAIM", join(xadds("s", 1, 6), {
+    { "XGROUP", "CREATE", "s", "g", "0" }, { "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", ">" },
+    { "XCLAIM", "s", "g", "bob", "0", "1-1", "2-1" }, { "XPENDING", "s", "g" },
+    { "XCLAIM", "s", "g", "bob", "0", "3-1", "JUSTID" }, { "XCLAIM", "s", "g", "bob", "3600000", "4-1" },
+    { "XCLAIM", "s", "g", "carol", "0", "5-1", "RETRYCOUNT", "7", "JUSTID" }, timeless { "XPENDING", "s", "g", "-", "+", "10" },
+    { "XCLAIM", "s", "g", "carol", "0", "9-9" }, { "XCLAIM", "s", "g", "carol", "0", "6-1", "FORCE", "JUSTID" },
+    { "XACK", "s", "g", "6-1" }, { "XCLAIM", "s", "g", "carol", "0", "6-1", "FORCE", "JUSTID" },
+    { "XACK", "s", "g", "4-1" }, { "XCLAIM", "s", "g", "carol", "0", "4-1", "FORCE" },
+    { "XCLAIM", "s", "g", "dave", "0", "1-1", "LASTID", "100-1", "JUSTID" }, { "XINFO", "GROUPS", "s" },
+    { "XDEL", "s", "2-1" }, { "XCLAIM", "s", "g", "dave", "0", "2-1", "3-1", "JUSTID" }, { "XPENDING", "s", "g" },
+    { "XCLAIM", "s", "g", "dave", "0", "3-1", "BOGUS" }, { "XCLAIM", "s", "g", "dave", "x", "3-1" },
+    { "XCLAIM", "s", "g", "dave", "0", "3-1", "IDLE", "x" }, { "XCLAIM", "s", "nog", "dave", "0", "3-1" },
+    { "XCLAIM", "none", "g", "dave", "0", "3-1" }, { "XDEL", "s", "4-1" },
+    { "XAUTOCLAIM", "s", "g", "erin", "0", "0", "COUNT", "2" }, { "XAUTOCLAIM", "s", "g", "erin", "0", "0", "COUNT", "10", "JUSTID" },
+    { "XAUTOCLAIM", "s", "g", "erin", "3600000", "0" }, timeless { "XPENDING", "s", "g", "-", "+", "10" },
+    { "XAUTOCLAIM", "s", "g", "erin", "0", "(1-1" }, { "XAUTOCLAIM", "s", "g", "erin", "0", "0", "COUNT", "0" },
+    { "XAUTOCLAIM", "s", "g", "erin", "0", "0", "BOGUS" }, { "XAUTOCLAIM", "s", "g", "erin", "x", "0" },
+    { "XAUTOCLAIM", "s", "g", "erin", "0", "x" }, { "XAUTOCLAIM", "s", "nog", "erin", "0", "0" },
+    { "XAUTOCLAIM", "none", "g", "erin", "x", "0" }, { "XAUTOCLAIM", "str", "g", "erin", "0", "(-" },
+    { "XAUTOCLAIM", "s", "g", "erin", "0", "(18446744073709551615-18446744073709551615" },
+    timeless { "XINFO", "CONSUMERS", "s", "g" },
+  }) },
+  { "groups copied, renamed, deleted with their stream", join(xadds("s", 1, 4), {
+    { "XGROUP", "CREATE", "s", "g", "0" }, { "XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">" },
+    { "XDEL", "s", "1-1" }, { "COPY", "s", "d" }, { "XACK", "s", "g", "2-1" }, { "XINFO", "GROUPS", "d" },
+    { "XPENDING", "d", "g" }, { "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "d", "0" }, { "RENAME", "d", "r" },
+    { "XINFO", "GROUPS", "r" }, { "XPENDING", "r", "g" }, { "DEL", "r" }, { "XADD", "r", "1-1", "f", "v" },
+    { "XINFO", "GROUPS", "r" }, { "XGROUP", "CREATE", "e", "g", "$", "MKSTREAM" }, { "XLEN", "e" },
+    { "XINFO", "STREAM", "e" }, { "XINFO", "STREAM", "e", "FULL" }, { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "e", ">" },
+    { "MULTI" }, { "XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "e", ">" }, { "EXEC" },
+  }) },
+}
+
 -- -- Running cases -------------------------------------------------------------
 
 -- Runs cmds on connection c (after FLUSHALL); returns the replies. With
@@ -544,6 +644,7 @@ local function run(c, cmds, proto)
       r = c:call(unpack(cmd))
       if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
     end
+    if r ~= nil and cmd.norm then r = cmd.norm(r) end
     replies[i] = r == nil and "<no reply>" or r
   end
   return replies
@@ -758,6 +859,49 @@ describe("kv's data types against redis-server", function()
     end)
   end)
 
+  it("wakes XREADGROUP BLOCK on XADD, one reader per entry, with NOACK, and ends it when its group goes", function()
+    both(function(port)
+      local c = kv.client(port)
+      local out = {}
+      c:call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+      local w1 = block(port, "XREADGROUP", "GROUP", "g", "c1", "BLOCK", "0", "STREAMS", "s", ">")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("XADD", "s", "1-1", "a", "1")
+      out[#out + 1] = result(w1)
+      out[#out + 1] = c:call("XPENDING", "s", "g")
+      -- Two readers of one group: one entry wakes the first only.
+      w1 = block(port, "XREADGROUP", "GROUP", "g", "c1", "BLOCK", "0", "STREAMS", "s", ">")
+      out[#out + 1] = blocked(c, 1)
+      local w2 = block(port, "XREADGROUP", "GROUP", "g", "c2", "BLOCK", "0", "NOACK", "STREAMS", "s", ">")
+      out[#out + 1] = blocked(c, 2)
+      out[#out + 1] = c:call("XADD", "s", "2-1", "b", "2")
+      out[#out + 1] = result(w1)
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("XADD", "s", "3-1", "c", "3")
+      out[#out + 1] = result(w2)
+      out[#out + 1] = c:call("XPENDING", "s", "g")
+      out[#out + 1] = c:call("XINFO", "GROUPS", "s")
+      -- After EXEC, against its final state.
+      w1 = block(port, "XREADGROUP", "GROUP", "g", "c3", "COUNT", "1", "BLOCK", "0", "STREAMS", "s", ">")
+      out[#out + 1] = blocked(c, 1)
+      c:call("MULTI")
+      c:call("XADD", "s", "4-1", "d", "4")
+      c:call("XADD", "s", "5-1", "e", "5")
+      out[#out + 1] = c:call("EXEC")
+      out[#out + 1] = result(w1)
+      -- Timing out, and a group destroyed under its reader.
+      w1 = block(port, "XREADGROUP", "GROUP", "g", "c1", "BLOCK", "50", "STREAMS", "s", ">")
+      out[#out + 1] = result(w1)
+      c:call("XREADGROUP", "GROUP", "g", "c1", "STREAMS", "s", ">")
+      w1 = block(port, "XREADGROUP", "GROUP", "g", "c1", "BLOCK", "0", "STREAMS", "s", ">")
+      out[#out + 1] = blocked(c, 1)
+      out[#out + 1] = c:call("XGROUP", "DESTROY", "s", "g")
+      out[#out + 1] = result(w1)
+      out[#out + 1] = blocked(c, 0)
+      return out
+    end)
+  end)
+
   -- -- Restarts ---------------------------------------------------------------------
 
   -- Reads keys with their readers (command lists with "$k" for the key).
@@ -767,6 +911,7 @@ describe("kv's data types against redis-server", function()
       local args = {}
       for j, a in ipairs(cmd) do args[j] = a end
       t[i] = c:call(unpack(args))
+      if cmd.norm then t[i] = cmd.norm(t[i]) end
     end
     return t
   end
@@ -902,6 +1047,42 @@ describe("kv's data types against redis-server", function()
     local readers = { { "XRANGE", "s", "-", "+" }, { "XRANGE", "e", "-", "+" }, { "TTL", "t" }, { "DBSIZE" } }
     for _, k in ipairs { "s", "e", "t" } do readers[#readers + 1] = { "XINFO", "STREAM", k } end
     survives_restart(writes, readers)
+  end)
+
+  it("keeps consumer groups across restarts: pending entries with their times and counts, consumers, counters", function()
+    local writes = xadds("s", 1, 8)
+    for _, cmd in ipairs {
+      { "XGROUP", "CREATE", "s", "g", "0" }, { "XGROUP", "CREATE", "s", "h", "$" },
+      { "XGROUP", "CREATE", "s", "e", "3-1", "ENTRIESREAD", "3" }, { "XGROUP", "CREATE", "new", "g", "$", "MKSTREAM" },
+      { "XREADGROUP", "GROUP", "g", "alice", "COUNT", "3", "STREAMS", "s", ">" },
+      { "XREADGROUP", "GROUP", "g", "bob", "COUNT", "2", "STREAMS", "s", ">" },
+      { "XREADGROUP", "GROUP", "g", "bob", "NOACK", "COUNT", "1", "STREAMS", "s", ">" },
+      { "XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", "0" }, { "XACK", "s", "g", "2-1" },
+      { "XCLAIM", "s", "g", "carol", "0", "3-1", "RETRYCOUNT", "5" }, { "XAUTOCLAIM", "s", "g", "dave", "0", "0", "COUNT", "1" },
+      { "XGROUP", "CREATECONSUMER", "s", "g", "spare" }, { "XGROUP", "CREATECONSUMER", "s", "g", "gone" },
+      { "XGROUP", "DELCONSUMER", "s", "g", "gone" }, { "XREADGROUP", "GROUP", "h", "x", "STREAMS", "s", ">" },
+      { "XADD", "s", "9-1", "f", "v" }, { "XREADGROUP", "GROUP", "e", "y", "NOACK", "COUNT", "2", "STREAMS", "s", ">" },
+      { "XGROUP", "SETID", "s", "h", "4-1", "ENTRIESREAD", "4" }, { "XDEL", "s", "5-1" },
+      { "XCLAIM", "s", "g", "carol", "0", "7-1", "FORCE", "JUSTID", "TIME", "1000" },
+    } do writes[#writes + 1] = cmd end
+    -- The consumers' seen-times are when the log is replayed (as Redis's
+    -- AOF does); the delivery times are kept.
+    local function unseen(r)
+      local function walk(t)
+        if type(t) ~= "table" then return t end
+        for i = 1, #t do
+          if t[i] == "seen-time" or t[i] == "idle" then t[i + 1] = "?" end
+          walk(t[i])
+        end
+        return t
+      end
+      return walk(r)
+    end
+    survives_restart(writes, {
+      { "XINFO", "GROUPS", "s" }, { "XPENDING", "s", "g" }, { "XINFO", "GROUPS", "new" },
+      { "XINFO", "STREAM", "s", "FULL", norm = unseen }, { "XINFO", "CONSUMERS", "s", "g", norm = unseen },
+      { "XINFO", "CONSUMERS", "s", "h", norm = unseen }, { "DBSIZE" },
+    })
   end)
 
   it("keeps sorted sets the algebra stored across restarts", function()
