@@ -219,6 +219,29 @@ local gens = {
   end,
   function() return { "XDEL", key(), R(100) .. "-" .. R(3), R(100) .. "-0" } end,
   function() return { "XTRIM", key(), ({ "MAXLEN", "MINID" })[R(2)], ({ "~", "=" })[R(2)], tostring(R(40)) } end,
+  function() return { "XGROUP", "CREATE", key(), "g" .. R(2), ({ "0", "$", R(100) .. "-1" })[R(3)], "MKSTREAM" } end,
+  function()
+    local t = { "XREADGROUP", "GROUP", "g" .. R(2), "c" .. R(3), "COUNT", tostring(R(3)) }
+    if R(4) == 1 then t[#t + 1] = "NOACK" end
+    t[#t + 1] = "STREAMS"
+    t[#t + 1] = key()
+    t[#t + 1] = R(3) == 1 and "0" or ">"
+    return t
+  end,
+  function() return { "XACK", key(), "g" .. R(2), R(100) .. "-" .. R(3), R(100) .. "-0" } end,
+  function()
+    local t = { "XCLAIM", key(), "g" .. R(2), "c" .. R(3), "0", R(100) .. "-" .. R(3), R(100) .. "-0" }
+    if R(2) == 1 then t[#t + 1] = "FORCE" end
+    if R(2) == 1 then t[#t + 1] = "JUSTID" end
+    return t
+  end,
+  function() return { "XAUTOCLAIM", key(), "g" .. R(2), "c" .. R(3), "0", "0", "COUNT", tostring(R(3)) } end,
+  function()
+    return ({ { "XGROUP", "DELCONSUMER", key(), "g" .. R(2), "c" .. R(3) },
+              { "XGROUP", "CREATECONSUMER", key(), "g" .. R(2), "c" .. R(4) },
+              { "XGROUP", "SETID", key(), "g" .. R(2), R(100) .. "-0" },
+              { "XGROUP", "DESTROY", key(), "g" .. R(2) } })[R(4)]
+  end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,
@@ -252,7 +275,13 @@ local function dump(c)
       v = c:call("ZRANGE", k, 0, -1, "WITHSCORES")
     elseif kind == "stream" then
       local info = c:call("XINFO", "STREAM", k)
-      v = { c:call("XRANGE", k, "-", "+"), info[8], info[10], info[12], info[14] }
+      -- With its groups (XINFO STREAM FULL), but not the consumers'
+      -- seen-times, which are the replay's (as Redis's AOF).
+      local full = c:call("XINFO", "STREAM", k, "FULL")
+      for _, g in ipairs(full[18]) do
+        for _, cons in ipairs(g[14]) do cons[4] = "?" end
+      end
+      v = { c:call("XRANGE", k, "-", "+"), info[8], info[10], info[12], info[14], full }
     elseif kind == "hash" then
       local all, pairs_ = c:call("HGETALL", k), {}
       for i = 1, #all, 2 do pairs_[#pairs_ + 1] = all[i] .. "=" .. all[i + 1] end
