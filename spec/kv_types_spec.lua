@@ -609,6 +609,15 @@ families["stream consumer groups"] = {
     { "XAUTOCLAIM", "s", "g", "erin", "0", "(18446744073709551615-18446744073709551615" },
     timeless { "XINFO", "CONSUMERS", "s", "g" },
   }) },
+  { "XREADGROUP makes its consumer only when it has an entry to serve", {
+    { "XADD", "s", "1-1", "f", "v" }, { "XGROUP", "CREATE", "s", "g", "$" },
+    { "XREADGROUP", "GROUP", "g", "a", "BLOCK", "10", "STREAMS", "s", ">" },
+    { "XREADGROUP", "GROUP", "g", "b", "STREAMS", "s", ">" }, { "XREADGROUP", "GROUP", "g", "h", "STREAMS", "s", "0" },
+    timeless { "XINFO", "CONSUMERS", "s", "g" }, { "XDEL", "s", "1-1" }, { "XGROUP", "SETID", "s", "g", "0" },
+    { "XREADGROUP", "GROUP", "g", "d", "STREAMS", "s", ">" }, { "XADD", "s", "2-1", "f", "v" },
+    { "XREADGROUP", "GROUP", "g", "e", "COUNT", "0", "STREAMS", "s", ">" }, timeless { "XINFO", "CONSUMERS", "s", "g" },
+    { "XINFO", "GROUPS", "s" },
+  } },
   { "groups copied, renamed, deleted with their stream", join(xadds("s", 1, 4), {
     { "XGROUP", "CREATE", "s", "g", "0" }, { "XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">" },
     { "XDEL", "s", "1-1" }, { "COPY", "s", "d" }, { "XACK", "s", "g", "2-1" }, { "XINFO", "GROUPS", "d" },

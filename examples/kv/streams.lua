@@ -964,7 +964,8 @@ R.dumpers.stream = function(s)
   return nil, recs, #recs
 end
 
-M.id_key, M.id_str, M.key_id, M.id_arg, M.first_live = id_key, id_str, key_id, id_arg, first_live
+M.id_key, M.id_str, M.key_id, M.id_arg, M.first_live, M.last_live = id_key, id_str, key_id, id_arg,
+  first_live, last_live
 M.ZERO_KEY, M.MAX_KEY, M.INVALID_ID = ZERO_KEY, MAX_KEY, INVALID_ID
 M.put_entries, M.put_entry, M.incr, M.lower_bound = put_entries, put_entry, incr, lower_bound
 

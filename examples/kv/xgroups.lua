@@ -489,6 +489,12 @@ end
 local function read_one(k, a, id)
   local s = stream_at(k)
   local g = s.groups[a.group]
+  if id == ">" then
+    -- As Redis: the consumer is made (and seen) only when a live entry
+    -- after the group's last ID is there to serve.
+    local lx = streams.last_live(s)
+    if not lx or lx.k <= g.last then return nil, {} end
+  end
   local c, made = consumer_get(g, a.consumer)
   c.seen = now()
   local recs = {}
@@ -539,15 +545,8 @@ reg("xreadgroup", function(c, argv, argc, out, n)
   end
   if #recs > 0 then R.prop = table.concat(recs) end
   if #got > 0 then return put_streams(out, n, got) end
-  if a.block and not history then
-    if R.prop then
-      -- Consumers made by this call are logged before it waits.
-      local prop = R.prop
-      R.prop = nil
-      R.log_after(prop)
-    end
-    return xreadgroup_block(c, argv, argc, out, n)
-  end
+  -- (Nothing was found, so no consumer was made: nothing to log.)
+  if a.block and not history then return xreadgroup_block(c, argv, argc, out, n) end
   return resp.null_array(out, n)
 end)
 
