@@ -911,6 +911,41 @@ describe("kv's data types against redis-server", function()
     end)
   end)
 
+  it("touches no WATCH with group commands but XGROUP CREATE MKSTREAM, and sends Redis's xgroup events", function()
+    both(function(port)
+      local c, w, sub = kv.client(port), kv.client(port), kv.client(port)
+      local out = {}
+      assert.equal("OK", c:call("CONFIG", "SET", "notify-keyspace-events", "KEA"))
+      sub:call("PSUBSCRIBE", "__keyevent@0__:*")
+      for i = 1, 3 do c:call("XADD", "s", i .. "-1", "f", "v") end
+      for _, cmd in ipairs {
+        { "XGROUP", "CREATE", "s", "g", "0" }, { "XGROUP", "CREATE", "n", "g", "$", "MKSTREAM" },
+        { "XREADGROUP", "GROUP", "g", "c", "COUNT", "2", "STREAMS", "s", ">" }, { "XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", "0" },
+        { "XREADGROUP", "GROUP", "g", "new", "STREAMS", "s", ">" }, { "XREADGROUP", "GROUP", "g", "none", "STREAMS", "s", ">" },
+        { "XACK", "s", "g", "1-1" }, { "XCLAIM", "s", "g", "d", "0", "2-1" }, { "XAUTOCLAIM", "s", "g", "e", "0", "0" },
+        { "XCLAIM", "s", "g", "f", "0", "9-1" }, { "XGROUP", "CREATECONSUMER", "s", "g", "z" },
+        { "XGROUP", "DELCONSUMER", "s", "g", "z" }, { "XGROUP", "SETID", "s", "g", "0" }, { "XGROUP", "DESTROY", "s", "g" },
+      } do
+        local key = cmd[1] == "XGROUP" and cmd[3] or cmd[1] == "XREADGROUP" and "s" or cmd[2]
+        assert.equal("OK", w:call("WATCH", key))
+        c:call(unpack(cmd))
+        w:call("MULTI")
+        w:call("PING")
+        local events = { table.concat(cmd, " "), w:call("EXEC") == NULL and "aborted" or "kept" }
+        -- A message of its own after the command's events marks their end.
+        c:call("PUBLISH", "__keyevent@0__:end", "x")
+        while true do
+          local m = sub:read()
+          if m[3] == "__keyevent@0__:end" then break end
+          events[#events + 1] = m[3]:match("[^:]*$") .. " " .. m[4]
+        end
+        out[#out + 1] = events
+      end
+      assert.equal("OK", c:call("CONFIG", "SET", "notify-keyspace-events", ""))
+      return out
+    end)
+  end)
+
   -- -- Restarts ---------------------------------------------------------------------
 
   -- Reads keys with their readers (command lists with "$k" for the key).

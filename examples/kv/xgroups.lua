@@ -138,6 +138,16 @@ end
 
 -- -- Records for the log ------------------------------------------------------------------
 
+-- Marks the command's change to log: rec is true (the request as it
+-- came) or RESP records. As Redis 7.0, a group change touches no WATCH
+-- (made is the key XGROUP CREATE MKSTREAM made, which does) and sends no
+-- keyspace event but the xgroup-* ones noted.
+local function changed(rec, made)
+  R.prop = rec
+  R.changed = made and { made } or {}
+  if R.notifying then R.noted = true end
+end
+
 local function xclaim_rec(key, g, nack)
   return resp.encode({ "XCLAIM", key, g.name, nack.c.name, "0", nack.id, "TIME", tostring(nack.time),
                        "RETRYCOUNT", tostring(nack.count), "FORCE", "JUSTID", "LASTID",
@@ -210,15 +220,17 @@ reg("xgroup|create", function(_, argv, argc, out, n)
     if not ms then return put(out, n, INVALID_ID) end
     last = id_key(ms, seq)
   end
+  local made = nil
   if not s then
     s = streams.new()
     store.set(k, s)
+    made = k
   end
   if s.groups[name] then return put(out, n, "-BUSYGROUP Consumer Group name already exists\r\n") end
   s.groups[name] = new_group(name, last, read)
   s.ngroups = s.ngroups + 1
   R.note("t", "xgroup-create", k)
-  R.prop = true
+  changed(true, made)
   return put(out, n, resp.OK)
 end)
 
@@ -256,7 +268,7 @@ reg("xgroup|setid", function(_, argv, argc, out, n)
   end
   g.last, g.read = last, read
   R.note("t", "xgroup-setid", argv[3])
-  R.prop = true
+  changed(true)
   return put(out, n, resp.OK)
 end)
 
@@ -270,7 +282,7 @@ reg("xgroup|destroy", function(_, argv, _, out, n)
   s.ngroups = s.ngroups - 1
   g.dead = true
   R.note("t", "xgroup-destroy", argv[3])
-  R.prop = true
+  changed(true)
   lists.ready(argv[3])
   return put(out, n, resp.ONE)
 end)
@@ -283,7 +295,7 @@ reg("xgroup|createconsumer", function(_, argv, _, out, n)
   local _, made = consumer_get(g, argv[5])
   if made then
     R.note("t", "xgroup-createconsumer", argv[3])
-    R.prop = true
+    changed(true)
   end
   return put(out, n, made and resp.ONE or resp.ZERO)
 end)
@@ -305,7 +317,7 @@ reg("xgroup|delconsumer", function(_, argv, _, out, n)
     g.ncons = g.ncons - 1
     R.note("t", "xgroup-delconsumer", argv[3])
   end
-  R.prop = true
+  changed(true)
   return put(out, n, int(pending))
 end)
 
@@ -498,7 +510,10 @@ local function read_one(k, a, id)
   local c, made = consumer_get(g, a.consumer)
   c.seen = now()
   local recs = {}
-  if made then recs[1] = consumer_rec(k, g, a.consumer) end
+  if made then
+    recs[1] = consumer_rec(k, g, a.consumer)
+    R.note("t", "xgroup-createconsumer", k)
+  end
   local t, more
   if id == ">" then
     t, more = deliver_new(k, s, g, c, a.count, a.noack)
@@ -543,7 +558,7 @@ reg("xreadgroup", function(c, argv, argc, out, n)
     for _, r in ipairs(more) do recs[#recs + 1] = r end
     if t then got[#got + 1] = { k, t } end
   end
-  if #recs > 0 then R.prop = table.concat(recs) end
+  if #recs > 0 then changed(table.concat(recs)) end
   if #got > 0 then return put_streams(out, n, got) end
   -- (Nothing was found, so no consumer was made: nothing to log.)
   if a.block and not history then return xreadgroup_block(c, argv, argc, out, n) end
@@ -578,7 +593,7 @@ reg("xack", function(_, argv, argc, out, n)
       acked = acked + 1
     end
   end
-  if acked > 0 then R.prop = true end
+  if acked > 0 then changed(true) end
   return put(out, n, int(acked))
 end)
 
@@ -694,6 +709,14 @@ end)
 
 -- -- XCLAIM, XAUTOCLAIM --------------------------------------------------------------------
 
+-- The consumer name of g that XCLAIM or XAUTOCLAIM gives entries to,
+-- made when it first gets one (as Redis: a claim of nothing makes none).
+local function claimer(g, key, name)
+  local c, made = consumer_get(g, name)
+  if made then R.note("t", "xgroup-createconsumer", key) end
+  return c
+end
+
 -- Whether stream s has a live entry of key k.
 local function exists(s, k)
   local j = streams.lower_bound(s, k)
@@ -782,7 +805,7 @@ reg("xclaim", function(_, argv, argc, out, n)
         pel_add(g, nack)
       end
       if nack and not (nack.c and minidle > 0 and time_now - nack.time < minidle) then
-        consumer = consumer or consumer_get(g, argv[4])
+        if not consumer then consumer = claimer(g, k, argv[4]) end
         nack.time = deliverytime
         if retry >= 0 then
           nack.count = retry
@@ -797,7 +820,7 @@ reg("xclaim", function(_, argv, argc, out, n)
     end
   end
   if propagate_last then recs[#recs + 1] = setid_rec(k, g) end
-  if #recs > 0 then R.prop = table.concat(recs) end
+  if #recs > 0 then changed(table.concat(recs)) end
   n = resp.array(out, n, #results)
   for _, r in ipairs(results) do
     if type(r) == "string" then n = bulk(out, n, r) else n = streams.put_entry(out, n, r) end
@@ -867,7 +890,7 @@ reg("xautoclaim", function(_, argv, argc, out, n)
     elseif minidle > 0 and time_now - nack.time < minidle then
       q = q + 1
     else
-      consumer = consumer or consumer_get(g, argv[4])
+      if not consumer then consumer = claimer(g, k, argv[4]) end
       nack.time = time_now
       if not justid then nack.count = nack.count + 1 end
       assign(nack, consumer)
@@ -878,7 +901,7 @@ reg("xautoclaim", function(_, argv, argc, out, n)
     end
   end
   local nextk = g.pel[q] or ZERO_KEY
-  if #recs > 0 then R.prop = table.concat(recs) end
+  if #recs > 0 then changed(table.concat(recs)) end
   n = resp.array(out, n, 3)
   n = bulk(out, n, id_str(key_id(nextk)))
   n = resp.array(out, n, #results)
