@@ -1108,6 +1108,7 @@ describe("kv's data types against redis-server", function()
       { "XADD", "s", "9-1", "f", "v" }, { "XREADGROUP", "GROUP", "e", "y", "NOACK", "COUNT", "2", "STREAMS", "s", ">" },
       { "XGROUP", "SETID", "s", "h", "4-1", "ENTRIESREAD", "4" }, { "XDEL", "s", "5-1" },
       { "XCLAIM", "s", "g", "carol", "0", "7-1", "FORCE", "JUSTID", "TIME", "1000" },
+      { "XADD", "new", "1-1", "f", "v" }, { "XREADGROUP", "GROUP", "g", "r", "STREAMS", "new", ">" },
     } do writes[#writes + 1] = cmd end
     -- The consumers' seen-times are when the log is replayed (as Redis's
     -- AOF does); the delivery times are kept.

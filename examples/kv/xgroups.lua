@@ -374,7 +374,10 @@ local function deliver_new(key, s, g, c, count, noack)
       recs[#recs + 1] = xclaim_rec(key, g, nack)
     end
   end
-  if noack and #t > 0 then recs[#recs + 1] = setid_rec(key, g) end
+  -- The group's last ID and entries_read, after the XCLAIMs (whose
+  -- LASTID moves the last ID but not entries_read): Redis 7.0 logs this
+  -- only after a NOACK read, so its replay can lose entries_read.
+  if #t > 0 then recs[#recs + 1] = setid_rec(key, g) end
   return t, recs
 end
 
