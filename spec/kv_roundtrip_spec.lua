@@ -148,6 +148,100 @@ local gens = {
     return { "LMOVE", key(), key(), sides[R(2)], sides[R(2)] }
   end,
   function() return { "LMPOP", "2", key(), key(), ({ "LEFT", "RIGHT" })[R(2)], "COUNT", tostring(R(3)) } end,
+  function()
+    local op = ({ "ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE" })[R(3)]
+    local t = { op, key(), "2", key(), key() }
+    if op ~= "ZDIFFSTORE" and R(2) == 1 then
+      t[#t + 1] = "WEIGHTS"
+      t[#t + 1] = ({ "2", "-1", "0.5", "inf", "x" })[R(5)]
+      t[#t + 1] = "1"
+    end
+    if op ~= "ZDIFFSTORE" and R(2) == 1 then
+      t[#t + 1] = "AGGREGATE"
+      t[#t + 1] = ({ "SUM", "MIN", "MAX" })[R(3)]
+    end
+    return t
+  end,
+  function() return { "ZRANGESTORE", key(), key(), tostring(R(3) - 2), tostring(R(4) - 2) } end,
+  function() return { "ZMPOP", "2", key(), key(), ({ "MIN", "MAX" })[R(2)], "COUNT", tostring(R(3)) } end,
+  function() return { "SETBIT", key(), tostring(R(40) - 2), tostring(R(3) - 1) } end,
+  function() return { "BITOP", ({ "AND", "OR", "XOR", "NOT" })[R(4)], key(), key() } end,
+  function()
+    return { "BITFIELD", key(), "OVERFLOW", ({ "WRAP", "SAT", "FAIL" })[R(3)],
+             ({ "SET", "INCRBY" })[R(2)], ({ "i5", "u3", "i64", "u63" })[R(4)], "#" .. R(5), int() }
+  end,
+  function()
+    local t = { "SORT", key() }
+    if R(2) == 1 then t[#t + 1] = "ALPHA" end
+    if R(3) == 1 then t[#t + 1] = "DESC" end
+    if R(3) == 1 then
+      t[#t + 1] = "BY"
+      t[#t + 1] = ({ "nosort", "k*", "k*->f1" })[R(3)]
+    end
+    if R(3) == 1 then
+      t[#t + 1] = "GET"
+      t[#t + 1] = ({ "#", "k*", "k*->f2" })[R(3)]
+    end
+    t[#t + 1] = "STORE"
+    t[#t + 1] = key()
+    return t
+  end,
+  function() return { ({ "LPUSHX", "RPUSHX" })[R(2)], key(), value(), value() } end,
+  function()
+    local t = { "PFADD", key() }
+    for _ = 1, R(40) - 1 do t[#t + 1] = "e" .. R(3000) end
+    return t
+  end,
+  function() return { "PFMERGE", key(), key(), key() } end,
+  function() return { "PFCOUNT", key() } end,
+  function()
+    return { "GEOADD", key(), tostring(R(360) - 181 + R(99) / 100), tostring(R(170) - 86 + R(99) / 100), "g" .. R(5) }
+  end,
+  function()
+    return { "GEOSEARCHSTORE", key(), key(), "FROMLONLAT", tostring(R(360) - 181), "0", "BYRADIUS", "5000", "km",
+             ({ "ASC", "DESC", "STOREDIST" })[R(3)] }
+  end,
+  function()
+    local t = { "XADD", key() }
+    local r = R(4)
+    if r == 1 then
+      t[#t + 1] = "MAXLEN"
+      t[#t + 1] = ({ "~", "=" })[R(2)]
+      t[#t + 1] = tostring(R(5))
+    elseif r == 2 then
+      t[#t + 1] = "MINID"
+      t[#t + 1] = tostring(R(50))
+    end
+    t[#t + 1] = ({ "*", tostring(R(100)) .. "-*", tostring(R(100)) .. "-" .. R(3) })[R(3)]
+    t[#t + 1] = "f" .. R(3)
+    t[#t + 1] = value()
+    return t
+  end,
+  function() return { "XDEL", key(), R(100) .. "-" .. R(3), R(100) .. "-0" } end,
+  function() return { "XTRIM", key(), ({ "MAXLEN", "MINID" })[R(2)], ({ "~", "=" })[R(2)], tostring(R(40)) } end,
+  function() return { "XGROUP", "CREATE", key(), "g" .. R(2), ({ "0", "$", R(100) .. "-1" })[R(3)], "MKSTREAM" } end,
+  function()
+    local t = { "XREADGROUP", "GROUP", "g" .. R(2), "c" .. R(3), "COUNT", tostring(R(3)) }
+    if R(4) == 1 then t[#t + 1] = "NOACK" end
+    t[#t + 1] = "STREAMS"
+    t[#t + 1] = key()
+    t[#t + 1] = R(3) == 1 and "0" or ">"
+    return t
+  end,
+  function() return { "XACK", key(), "g" .. R(2), R(100) .. "-" .. R(3), R(100) .. "-0" } end,
+  function()
+    local t = { "XCLAIM", key(), "g" .. R(2), "c" .. R(3), "0", R(100) .. "-" .. R(3), R(100) .. "-0" }
+    if R(2) == 1 then t[#t + 1] = "FORCE" end
+    if R(2) == 1 then t[#t + 1] = "JUSTID" end
+    return t
+  end,
+  function() return { "XAUTOCLAIM", key(), "g" .. R(2), "c" .. R(3), "0", "0", "COUNT", tostring(R(3)) } end,
+  function()
+    return ({ { "XGROUP", "DELCONSUMER", key(), "g" .. R(2), "c" .. R(3) },
+              { "XGROUP", "CREATECONSUMER", key(), "g" .. R(2), "c" .. R(4) },
+              { "XGROUP", "SETID", key(), "g" .. R(2), R(100) .. "-0" },
+              { "XGROUP", "DESTROY", key(), "g" .. R(2) } })[R(4)]
+  end,
   function() return { "HINCRBY", key(), "f" .. R(5), int() } end,
   function() return { "HINCRBYFLOAT", key(), "f" .. R(5), ({ "0.5", "x", "-2" })[R(3)] } end,
   function() return { "HSETNX", key(), "f" .. R(5), value() } end,
@@ -179,6 +273,15 @@ local function dump(c)
       table.sort(v)
     elseif kind == "zset" then
       v = c:call("ZRANGE", k, 0, -1, "WITHSCORES")
+    elseif kind == "stream" then
+      local info = c:call("XINFO", "STREAM", k)
+      -- With its groups (XINFO STREAM FULL), but not the consumers'
+      -- seen-times, which are the replay's (as Redis's AOF).
+      local full = c:call("XINFO", "STREAM", k, "FULL")
+      for _, g in ipairs(full[18]) do
+        for _, cons in ipairs(g[14]) do cons[4] = "?" end
+      end
+      v = { c:call("XRANGE", k, "-", "+"), info[8], info[10], info[12], info[14], full }
     elseif kind == "hash" then
       local all, pairs_ = c:call("HGETALL", k), {}
       for i = 1, #all, 2 do pairs_[#pairs_ + 1] = all[i] .. "=" .. all[i + 1] end

@@ -454,6 +454,10 @@ M.hz = 10
 int_param("hz", 0, INT_MAX, 10, function(v) M.hz = math.max(1, math.min(500, v)) end)
 params.hz.get = function() return tostring(M.hz) end
 
+-- hll-sparse-max-bytes: the size past which a HyperLogLog turns dense
+-- (kv keeps Redis's format, kv/hll.lua).
+mem_param("hll-sparse-max-bytes", 0, 3000, function(v) require("kv.hll").sparse_max = v end)
+
 -- The encodings' thresholds: kv stores every list, hash, set and sorted
 -- set one way whatever their size, so these are kept and shown for the
 -- clients and tests that set them, and change nothing.

@@ -395,6 +395,15 @@ end
 
 -- -- Rewrite ---------------------------------------------------------------
 
+-- Semaphores of the SAVEs waiting for the running rewrite to end.
+local rewrite_waiters = {}
+
+local function rewrite_ended()
+  local w = rewrite_waiters
+  rewrite_waiters = {}
+  for i = 1, #w do w[i]:post() end
+end
+
 -- Yields. Writes the snapshot (taken in slices while commands go on)
 -- and the records logged since to tf, then swaps it in for the log.
 local function run_rewrite(tf, tmp, t0)
@@ -448,6 +457,7 @@ local function run_rewrite(tf, tmp, t0)
   log(cohost.NOTICE, ("rewrote %s from %d keys in %.3f s: %d bytes"):format(
     path, count, cohost.monotonic() - t0, size))
   file.sync_dir(dirpath)   -- the rename, for a machine crash
+  rewrite_ended()
 end
 
 -- Starts a rewrite in the background. Returns true, or nil and an error
@@ -482,6 +492,7 @@ function M.rewrite()
         if M.on_failed_start then M.on_failed_start() end
       end
       wake:post()
+      rewrite_ended()
     end
   end)
   return true
@@ -490,6 +501,37 @@ end
 R.register("bgrewriteaof", function(_, _, _, out, n)
   local ok, err = M.rewrite()
   return put(out, n, ok and "+Background append only file rewriting started\r\n" or resp.err(err))
+end)
+
+-- Yields until the running rewrite has ended (at once if none runs).
+local function rewrite_wait()
+  while rewriting do
+    local sema = cohost.semaphore.new(0)
+    rewrite_waiters[#rewrite_waiters + 1] = sema
+    sema:wait(1e6)
+  end
+end
+
+-- SAVE: kv writes no RDB snapshot, its snapshot is the rewritten log, so
+-- SAVE rewrites the log and answers once the new one is synced and in
+-- place (a rewrite already running is let finish first: it may lack what
+-- came since it began). Yields: other clients are served meanwhile,
+-- where Redis's SAVE stops them all. Not in MULTI (no_multi, as Redis).
+R.register("save", function(_, _, _, out, n)
+  if not f then
+    return put(out, n, "-ERR kv's snapshot is its append-only log, which is off (CONFIG SET "
+               .. "appendonly yes to keep one)\r\n")
+  end
+  rewrite_wait()
+  local before = rewrites
+  local ok, err = M.rewrite()
+  if not ok then return put(out, n, resp.err(err)) end
+  rewrite_wait()
+  if rewrites == before then
+    return put(out, n, "-ERR the log rewrite failed: the log is kept as it was (see the server's "
+               .. "log)\r\n")
+  end
+  return put(out, n, resp.OK)
 end)
 
 -- -- Start and stop --------------------------------------------------------

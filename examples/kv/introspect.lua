@@ -52,7 +52,8 @@ local function parse_args(s)
       a.name, a.type = head, "pure-token"
     end
     if s:sub(i, i) == "=" then
-      local tok = s:match("^=([%w_-]+)", i)
+      -- A token runs to the next mark (it may be "=", "~" or "*": XADD's).
+      local tok = s:match("^=([^%s#{}@!%]%.%+]+)", i)
       a.token = tok
       i = i + 1 + #tok
     end
@@ -404,6 +405,10 @@ local function keys_of(argv, argc)
   local sub_argv = {}
   for i = 3, argc do sub_argv[i - 2] = argv[i] end
   local found = {}
+  if c.getkeys then
+    for _, kf in ipairs(c.getkeys(sub_argv, sub_argc)) do found[#found + 1] = { sub_argv[kf[1] + 1], kf[2] } end
+    return found
+  end
   for _, spec in ipairs(c.specs) do
     local flags = spec.flags
     if spec.is.variable_flags and c.name == "set" then
@@ -411,6 +416,22 @@ local function keys_of(argv, argc)
       flags = { "OW", "update" }
       for i = 4, sub_argc do
         if lower(sub_argv[i]) == "get" then flags = { "RW", "access", "update" } end
+      end
+    elseif spec.is.variable_flags and c.name == "bitfield" then
+      -- BITFIELD reads only, unless a SET, an INCRBY or anything it does
+      -- not know follows (Redis's bitfieldGetKeys).
+      flags = { "RO", "access" }
+      local i = 3
+      while i <= sub_argc do
+        local w, left = lower(sub_argv[i]), sub_argc - i
+        if w == "get" and left >= 2 then
+          i = i + 3
+        elseif w == "overflow" and left >= 1 then
+          i = i + 2
+        else
+          flags = { "RW", "access", "update" }
+          break
+        end
       end
     end
     local ok = R.spec_keys(spec, sub_argv, sub_argc, function(i)

@@ -124,6 +124,13 @@ local function push_one(l, v, left)
   account(l, #v + ITEM_BYTES)
 end
 
+-- A new list of the n strings t[1..n], in order (SORT ... STORE).
+function M.from(t, n)
+  local l = new_list()
+  for i = 1, n do push_one(l, t[i], false) end
+  return l
+end
+
 -- LPUSH/RPUSH key element [element ...]
 local function push(left)
   return function(_, argv, argc, out, n)
@@ -142,6 +149,23 @@ local function push(left)
 end
 reg("lpush", push(true))
 reg("rpush", push(false))
+
+-- LPUSHX/RPUSHX key element [element ...]: only onto an existing list (a
+-- missing key stays missing: 0); the events are LPUSH's and RPUSH's.
+local function pushx(left)
+  return function(_, argv, argc, out, n)
+    local k = argv[2]
+    local l = list_at(k)
+    if l == nil then return put(out, n, WRONGTYPE) end
+    if not l then return put(out, n, resp.ZERO) end
+    for i = 3, argc do push_one(l, argv[i], left) end
+    R.prop = true
+    R.note("l", left and "lpush" or "rpush", k)
+    return int_into(out, n, l.n)
+  end
+end
+reg("lpushx", pushx(true))
+reg("rpushx", pushx(false))
 
 -- LPOP/RPOP key [count]
 local function popcmd(left)
@@ -260,20 +284,26 @@ function M.serve()
   for k in pairs(ready) do
     R.modified(k)
     local q = waiting[k]
-    while q and #q > 0 do
-      local w = q[1]
+    local i = 1
+    while q and i <= #q do
+      local w = q[i]
+      local served = true
       if not w.done then
-        local got, err, rec = w.take(k)
+        local got, err, rec, pass = w.take(k)
         if got then
           R.log_after(rec)
           finish(w, got)
         elseif type(err) == "string" then
           finish(w, nil, err)
+        elseif pass then
+          -- Nothing for this one (an XREAD after a later ID), but the
+          -- ones behind it may still be served: it keeps its place.
+          served = false
         else
           break
         end
       end
-      table.remove(q, 1)
+      if served then table.remove(q, i) else i = i + 1 end
     end
     if q and #q == 0 then waiting[k] = nil end
   end
@@ -320,7 +350,9 @@ end
 -- key [key ...] timeout). take(k, ctx) -> the reply's items (an array of
 -- strings), the record that logs the taking; or nil when k has nothing
 -- to give; nil, true when k holds the wrong type; nil and an error reply
--- when the taking fails otherwise (BLMOVE into a key of another type).
+-- when the taking fails otherwise (BLMOVE into a key of another type);
+-- nil, nil, nil, true when k has nothing for this waiter but may have for
+-- the next (XREAD: each waits for entries after an ID of its own).
 -- reply(out, n, got) -> n answers with it (default: an array of the
 -- items); none(out, n) answers when nothing came (default a null array).
 -- An element already there is taken at once; else the client waits (not
@@ -332,14 +364,24 @@ local function items_reply(out, n, got)
   return n
 end
 
-function M.blocking(take, parse, reply, none)
+-- With in_ms, the timeout is an integer of milliseconds (XREAD BLOCK),
+-- read as Redis reads one (getTimeoutFromObjectOrReply, UNIT_MILLISECONDS).
+local function timeout_in_ms(s)
+  local v = ints.parse(s)
+  if v == nil then return nil, "-ERR timeout is not an integer or out of range\r\n" end
+  if v < 0 then return nil, "-ERR timeout is negative\r\n" end
+  return tonumber(v)
+end
+
+function M.blocking(take, parse, reply, none, in_ms)
   parse = parse or keys_then_timeout
   reply = reply or items_reply
   none = none or null_array
   return function(c, argv, argc, out, n)
     local keys, ttext, ctx = parse(argv, argc)
     if not keys then return put(out, n, ttext) end
-    local ms, terr = M.timeout_ms(ttext)
+    local ms, terr
+    if in_ms then ms, terr = timeout_in_ms(ttext) else ms, terr = M.timeout_ms(ttext) end
     if not ms then return put(out, n, terr) end
     for i = 1, #keys do
       local got, err, rec = take(keys[i], ctx)

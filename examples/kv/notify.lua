@@ -84,12 +84,13 @@ local EVENTS = {
 local GENERIC = { del = true, unlink = true, expire = true, pexpire = true, expireat = true,
                   pexpireat = true, persist = true, rename = true, renamenx = true, copy = true,
                   getdel = true }
-local CLASS = { string = "$", list = "l", set = "s", hash = "h", zset = "z" }
+local CLASS = { string = "$", list = "l", set = "s", hash = "h", zset = "z", stream = "t" }
 M.CLASS = CLASS
 
 -- The class of a command's events by its group (commands.lua): for a
 -- key the command emptied, whose type is gone with it.
-local GROUP_CLASS = { string = "$", list = "l", set = "s", hash = "h", ["sorted-set"] = "z" }
+local GROUP_CLASS = { string = "$", list = "l", set = "s", hash = "h", ["sorted-set"] = "z",
+                      stream = "t" }
 
 -- After command cmd changed key k.
 function M.changed(cmd, k)

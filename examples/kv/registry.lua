@@ -115,7 +115,9 @@ M.all = {}
 -- the key specs come from commands.lua. flags: pubsub, txn (above); all
 -- (FLUSHALL: every key changes); keys = function(argv, argc, fn) calling
 -- fn(k) for each key the command changes, where the key specs do not say
--- it (none does so far).
+-- it (SORT's STORE); getkeys = function(argv, argc) -> { { i, flags } }
+-- the positions (0-based) of all its keys with their flags, for COMMAND
+-- GETKEYS where the key specs do not find them (Redis's getkeys_proc).
 function M.register(name, fn, flags)
   flags = flags or {}
   local m = meta[name]
@@ -126,7 +128,8 @@ function M.register(name, fn, flags)
   for i, s in ipairs(m.opt.keys or {}) do specs[i] = parse_spec(s) end
   local cmd = { name = name, arity = m.arity, fn = fn, write = mflags.write or false,
                 flag = mflags, pubsub = flags.pubsub or false, txn = flags.txn or false,
-                all = flags.all or false, keys = flags.keys, meta = m, specs = specs,
+                all = flags.all or false, keys = flags.keys, getkeys = flags.getkeys, meta = m,
+                specs = specs,
                 calls = 0, usec = 0, rejected = 0, failed = 0 }
   -- The keys a write command may change: those of its key specs that
   -- write (RW, OW, RM), as the snapshot, WATCH and notifications need.

@@ -300,6 +300,9 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   if c.nsubs > 0 and c.proto == 2 and not cmd.pubsub then
     return reject(c, cmd, argv, argc, out, n, resp.err(format(PUBSUB_ONLY, lower(name))))
   end
+  if c.multi and cmd.flag.no_multi then
+    return reject(c, cmd, argv, argc, out, n, "-ERR Command not allowed inside a transaction\r\n")
+  end
   if c.multi and not multi.runs_now(cmd) then return multi.queue(c, argv, argc, out, n, nil, cmd) end
   if not DATA_FREE[cmd.parent and cmd.parent.name or cmd.name] then c.shows = true end
   stats.commands = stats.commands + 1

@@ -170,13 +170,15 @@ end)
 
 -- A reply of count picks at random, with repeats, from items[1..len]
 -- (values: their values, each pick then a pair: a flat two in RESP2, an
--- array in RESP3). Past STREAM picks the reply goes out in pieces as it
+-- array in RESP3; vput(out, n, v) writes a value, bulk by default).
+-- Past STREAM picks the reply goes out in pieces as it
 -- is made, from a copy of the items, and other clients run between them:
 -- a count of -10^9 costs this client's wait, not everyone's (Redis builds
 -- it in one go and stalls them all), and never a heap of its size.
 local STREAM = 65536
 
-function M.random_repeats(c, out, n, count, items, len, values)
+function M.random_repeats(c, out, n, count, items, len, values, vput)
+  vput = vput or bulk
   local pairs3 = values and resp.is3()
   n = resp.array(out, n, (values and not pairs3) and count * 2 or count)
   local stream = count > STREAM and c:can_stream()
@@ -192,7 +194,7 @@ function M.random_repeats(c, out, n, count, items, len, values)
     local j = random(len)
     if pairs3 then n = resp.array(out, n, 2) end
     n = bulk(out, n, items[j])
-    if values then n = bulk(out, n, values[j]) end
+    if values then n = vput(out, n, values[j]) end
     if stream and i % STREAM == 0 then
       n = c:reply_now(out, n)
       if c.quit or c.gone then return n end   -- the client left: no one to answer

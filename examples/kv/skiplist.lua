@@ -7,20 +7,36 @@ local M = {}
 
 local MAXLEVEL = 32
 local random = math.random
+local tnew = require "table.new"
 
--- A node: { m = member, s = score, f = { forward per level },
--- w = { span per level }, b = backward node }.
+-- A node is one table: m = member, s = score, b = backward node, and in
+-- its array part the forward link of level i at [2i - 1] and its span at
+-- [2i] (so x[1] is the next node). One table a node, sized at creation,
+-- where a table each for links and spans cost three allocations and
+-- their growth: the collector's work is most of a bulk insert's.
+local function node_new(m, s, level)
+  local x = tnew(2 * level, 3)
+  x.m, x.s = m, s
+  return x
+end
+
+-- The span of a link to nothing is the count of nodes after its node
+-- (rank(nil) = n): Redis's invariant, which insert and delete keep.
 function M.new()
-  local head = { f = {}, w = {} }
-  for i = 1, MAXLEVEL do head.w[i] = 0 end
+  local head = tnew(2 * MAXLEVEL, 0)
+  for i = 1, MAXLEVEL do head[2 * i] = 0 end
   return { head = head, tail = nil, level = 1, n = 0 }
 end
 
--- Redis's level distribution: p = 1/4.
+-- Redis's level distribution, p = 1/4 (level k or more with chance
+-- 4^(1-k)), drawn in one step from the inverse of that distribution: the
+-- coin-flipping loop's random trip count makes the JIT compile side
+-- traces that cannot return to the dispatcher, for every member a bulk
+-- build or an insert adds.
+local INV_LOG_Q = 1 / math.log(0.25)
+local floor, log, min = math.floor, math.log, math.min
 local function random_level()
-  local l = 1
-  while l < MAXLEVEL and random() < 0.25 do l = l + 1 end
-  return l
+  return min(1 + floor(log(1 - random()) * INV_LOG_Q), MAXLEVEL)
 end
 
 local function before(a_s, a_m, b_s, b_m)
@@ -33,11 +49,11 @@ function M.insert(zl, s, m)
   local x = zl.head
   for i = zl.level, 1, -1 do
     rank[i] = i == zl.level and 0 or rank[i + 1]
-    local nx = x.f[i]
+    local nx = x[2 * i - 1]
     while nx and before(nx.s, nx.m, s, m) do
-      rank[i] = rank[i] + x.w[i]
+      rank[i] = rank[i] + x[2 * i]
       x = nx
-      nx = x.f[i]
+      nx = x[2 * i - 1]
     end
     update[i] = x
   end
@@ -46,21 +62,21 @@ function M.insert(zl, s, m)
     for i = zl.level + 1, level do
       rank[i] = 0
       update[i] = zl.head
-      zl.head.w[i] = zl.n
+      zl.head[2 * i] = zl.n
     end
     zl.level = level
   end
-  local node = { m = m, s = s, f = {}, w = {} }
+  local node = node_new(m, s, level)
   for i = 1, level do
     local u = update[i]
-    node.f[i] = u.f[i]
-    u.f[i] = node
-    node.w[i] = u.w[i] - (rank[1] - rank[i])
-    u.w[i] = (rank[1] - rank[i]) + 1
+    node[2 * i - 1] = u[2 * i - 1]
+    u[2 * i - 1] = node
+    node[2 * i] = u[2 * i] - (rank[1] - rank[i])
+    u[2 * i] = (rank[1] - rank[i]) + 1
   end
-  for i = level + 1, zl.level do update[i].w[i] = update[i].w[i] + 1 end
+  for i = level + 1, zl.level do update[i][2 * i] = update[i][2 * i] + 1 end
   node.b = update[1] ~= zl.head and update[1] or nil
-  if node.f[1] then node.f[1].b = node else zl.tail = node end
+  if node[1] then node[1].b = node else zl.tail = node end
   zl.n = zl.n + 1
   return node
 end
@@ -70,26 +86,26 @@ function M.delete(zl, s, m)
   local update = {}
   local x = zl.head
   for i = zl.level, 1, -1 do
-    local nx = x.f[i]
+    local nx = x[2 * i - 1]
     while nx and before(nx.s, nx.m, s, m) do
       x = nx
-      nx = x.f[i]
+      nx = x[2 * i - 1]
     end
     update[i] = x
   end
-  x = x.f[1]
+  x = x[1]
   assert(x and x.s == s and x.m == m, "skiplist: no such node")
   for i = 1, zl.level do
     local u = update[i]
-    if u.f[i] == x then
-      u.w[i] = u.w[i] + x.w[i] - 1
-      u.f[i] = x.f[i]
+    if u[2 * i - 1] == x then
+      u[2 * i] = u[2 * i] + x[2 * i] - 1
+      u[2 * i - 1] = x[2 * i - 1]
     else
-      u.w[i] = u.w[i] - 1
+      u[2 * i] = u[2 * i] - 1
     end
   end
-  if x.f[1] then x.f[1].b = x.b else zl.tail = x.b end
-  while zl.level > 1 and not zl.head.f[zl.level] do zl.level = zl.level - 1 end
+  if x[1] then x[1].b = x.b else zl.tail = x.b end
+  while zl.level > 1 and not zl.head[2 * zl.level - 1] do zl.level = zl.level - 1 end
   zl.n = zl.n - 1
 end
 
@@ -97,11 +113,11 @@ end
 function M.rank(zl, s, m)
   local r, x = 0, zl.head
   for i = zl.level, 1, -1 do
-    local nx = x.f[i]
+    local nx = x[2 * i - 1]
     while nx and (before(nx.s, nx.m, s, m) or (nx.s == s and nx.m == m)) do
-      r = r + x.w[i]
+      r = r + x[2 * i]
       x = nx
-      nx = x.f[i]
+      nx = x[2 * i - 1]
     end
     if x.m == m and x ~= zl.head then return r end
   end
@@ -112,38 +128,68 @@ end
 function M.at(zl, r)
   local t, x = 0, zl.head
   for i = zl.level, 1, -1 do
-    while x.f[i] and t + x.w[i] <= r do
-      t = t + x.w[i]
-      x = x.f[i]
+    while x[2 * i - 1] and t + x[2 * i] <= r do
+      t = t + x[2 * i]
+      x = x[2 * i - 1]
     end
     if t == r then return x end
   end
   return nil
 end
 
--- The first node whose score passes lo (gt(score) true when above the
--- minimum), or nil. O(log n).
+-- Fills the empty list zl with n members ms[1..n] and their scores
+-- ss[1..n], already in order (by score, then member): each node gets its
+-- random level and is linked after the last node of each of its levels,
+-- O(n) where n inserts would each search from the top.
+function M.build(zl, ms, ss, n)
+  local head = zl.head
+  local last, last_rank = {}, {}
+  for i = 1, MAXLEVEL do
+    last[i] = head
+    last_rank[i] = 0
+  end
+  local top, prev = 1, nil
+  for r = 1, n do
+    local level = random_level()
+    if level > top then top = level end
+    local node = node_new(ms[r], ss[r], level)
+    node.b = prev
+    for i = 1, level do
+      local l = last[i]
+      l[2 * i - 1] = node
+      l[2 * i] = r - last_rank[i]
+      last[i] = node
+      last_rank[i] = r
+    end
+    prev = node
+  end
+  for i = 1, top do last[i][2 * i] = n - last_rank[i] end
+  zl.level, zl.n, zl.tail = top, n, prev
+end
+
+-- The first node above the minimum (above_min(node) true), or nil.
+-- O(log n).
 function M.first_in(zl, above_min)
   local x = zl.head
   for i = zl.level, 1, -1 do
-    local nx = x.f[i]
+    local nx = x[2 * i - 1]
     while nx and not above_min(nx) do
       x = nx
-      nx = x.f[i]
+      nx = x[2 * i - 1]
     end
   end
-  return x.f[1]
+  return x[1]
 end
 
--- The last node whose score stays below the maximum (below_max(node)),
--- or nil. O(log n).
+-- The last node below the maximum (below_max(node) true), or nil.
+-- O(log n).
 function M.last_in(zl, below_max)
   local x = zl.head
   for i = zl.level, 1, -1 do
-    local nx = x.f[i]
+    local nx = x[2 * i - 1]
     while nx and below_max(nx) do
       x = nx
-      nx = x.f[i]
+      nx = x[2 * i - 1]
     end
   end
   return x ~= zl.head and x or nil

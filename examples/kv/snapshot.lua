@@ -43,7 +43,8 @@ local CHUNK_ITEMS = 64  -- list elements, hash pairs, members per record
 
 -- A kind's dumper: R.dumpers[kind](v) -> command, flat array of its
 -- arguments after the key, their count, arguments per item (the type
--- modules register theirs).
+-- modules register theirs); or nil, an array of whole commands (each an
+-- argv with false where the key goes, filled in here), their count.
 local dumpers = R.dumpers
 
 local snap      -- the snapshot in progress, or nil
@@ -57,6 +58,20 @@ local function record_value(s, k, v, deadline)
     add(s, encode({ "SET", k, tostring(v) }, 3))
   else
     local cmd, items, count, per = dumpers[v.kind](v)
+    if not cmd then
+      -- Whole commands of their own (a stream's XADDs, XSETID, groups):
+      -- items[i] is one, false where its key goes.
+      for i = 1, count do
+        local args = items[i]
+        for j = 1, #args do
+          if args[j] == false then args[j] = k end
+        end
+        add(s, encode(args, #args))
+        if s.n >= M.SLICE and s.pause then s.pause() end
+      end
+      if deadline then add(s, encode({ "PEXPIREAT", k, ints.str(math.floor(deadline)) }, 3)) end
+      return
+    end
     local step = CHUNK_ITEMS * per
     for i = 1, count, step do
       local args, a = { cmd, k }, 2

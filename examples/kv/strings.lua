@@ -6,6 +6,7 @@ local resp = require "kv.resp"
 local put = resp.put
 local store = require "kv.store"
 local ints = require "kv.ints"
+local bytes = require "kv.bytes"
 
 local reg = R.register
 local get, set, read = store.get, store.set, store.read
@@ -16,6 +17,15 @@ local type, tonumber = type, tonumber
 local parse_int = ints.parse
 
 local M = {}
+
+-- A string value as a Lua string or a counter, a buffer the bit commands
+-- keep (kv/bytes.lua) flattened; nil for another type.
+local function str(v)
+  if type(v) ~= "table" then return v end
+  if v.kind == "string" then return bytes.flat(v) end
+  return nil
+end
+M.str = str
 
 local function invalid_expire(cmd)
   return "-ERR invalid expire time in '" .. cmd .. "' command\r\n"
@@ -59,7 +69,8 @@ M.deadline_arg = deadline_arg
 reg("get", function(_, argv, _, out, n)
   local v = read(argv[2])
   if v == nil then return null(out, n) end
-  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = str(v)
+  if v == nil then return put(out, n, WRONGTYPE) end
   return bulk(out, n, v)
 end)
 
@@ -93,7 +104,10 @@ reg("set", function(_, argv, argc, out, n)
   end
   local k = argv[2]
   local old = get(k)
-  if want_get and old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
+  if want_get and old ~= nil then
+    old = str(old)
+    if old == nil then return put(out, n, WRONGTYPE) end
+  end
   if (nx and old ~= nil) or (xx and old == nil) then
     if want_get and old ~= nil then return bulk(out, n, old) end
     return null(out, n)
@@ -141,7 +155,10 @@ reg("psetex", setex("psetex", 1))
 reg("getset", function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
-  if old ~= nil and type(old) == "table" then return put(out, n, WRONGTYPE) end
+  if old ~= nil then
+    old = str(old)
+    if old == nil then return put(out, n, WRONGTYPE) end
+  end
   set(k, argv[3])
   R.prop = true
   if old == nil then return null(out, n) end
@@ -152,7 +169,8 @@ reg("getdel", function(_, argv, _, out, n)
   local k = argv[2]
   local old = get(k)
   if old == nil then return null(out, n) end
-  if type(old) == "table" then return put(out, n, WRONGTYPE) end
+  old = str(old)
+  if old == nil then return put(out, n, WRONGTYPE) end
   store.del(k)
   R.prop = true
   return bulk(out, n, old)
@@ -163,7 +181,8 @@ reg("mget", function(_, argv, argc, out, n)
   n = n + 1
   for i = 2, argc do
     local v = read(argv[i])
-    if v ~= nil and type(v) ~= "table" then
+    if v ~= nil then v = str(v) end
+    if v ~= nil then
       n = bulk(out, n, v)
     else
       n = null(out, n)
@@ -200,10 +219,10 @@ local function incr(by, negate)
     if v ~= nil then
       if type(v) == "number" then
         cur = v
-      elseif type(v) == "table" then
+      elseif type(v) == "table" and v.kind ~= "string" then
         return put(out, n, WRONGTYPE)
       else
-        cur = parse_int(v)
+        cur = parse_int(str(v))
         if cur == nil then return put(out, n, NOT_INT) end
       end
     end
@@ -234,7 +253,17 @@ reg("append", function(_, argv, _, out, n)
     set(k, argv[3])
     v = argv[3]
   elseif type(v) == "table" then
-    return put(out, n, WRONGTYPE)
+    if v.kind ~= "string" then return put(out, n, WRONGTYPE) end
+    -- A buffer grows in place: amortized O(1) per APPEND.
+    if v.len + #argv[3] > resp.MAX_BULK then
+      return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
+    end
+    if not bytes.write(v, v.len, argv[3]) then
+      return put(out, n, resp.err(format("ERR the value of %d bytes does not fit in the memory left",
+                                         v.len + #argv[3])))
+    end
+    R.prop = true
+    return put(out, n, int(v.len))
   else
     v = tostring(v)   -- a counter kept as a number
     if #v + #argv[3] > resp.MAX_BULK then
@@ -249,8 +278,8 @@ end)
 
 reg("strlen", function(_, argv, _, out, n)
   local v = get(argv[2])
-  if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
-  return put(out, n, int(v and #tostring(v) or 0))
+  if v ~= nil and type(v) == "table" and v.kind ~= "string" then return put(out, n, WRONGTYPE) end
+  return put(out, n, int(v and bytes.len(v) or 0))
 end)
 
 -- GETEX key [EX s|PX ms|EXAT s|PXAT ms|PERSIST]
@@ -280,7 +309,8 @@ reg("getex", function(_, argv, argc, out, n)
   local k = argv[2]
   local v = read(k)
   if v == nil then return null(out, n) end
-  if type(v) == "table" then return put(out, n, WRONGTYPE) end
+  v = str(v)
+  if v == nil then return put(out, n, WRONGTYPE) end
   if deadline then
     if tonumber(deadline) <= store.now_ms() then
       store.del(k)
@@ -337,7 +367,8 @@ reg("incrbyfloat", function(_, argv, _, out, n)
   local v = get(k)
   local cur = 0
   if v ~= nil then
-    if type(v) == "table" then return put(out, n, WRONGTYPE) end
+    v = str(v)
+    if v == nil then return put(out, n, WRONGTYPE) end
     cur = type(v) == "number" and v or float_arg(v)
     if not cur then return put(out, n, "-ERR value is not a valid float\r\n") end
   end
@@ -382,14 +413,23 @@ reg("setrange", function(_, argv, _, out, n)
   if off < 0 then return put(out, n, "-ERR offset is out of range\r\n") end
   local k, piece = argv[2], argv[4]
   local v = get(k)
-  if v ~= nil and type(v) == "table" then return put(out, n, WRONGTYPE) end
-  v = v and tostring(v) or nil
-  if #piece == 0 then return put(out, n, int(v and #v or 0)) end
+  if v ~= nil and type(v) == "table" and v.kind ~= "string" then return put(out, n, WRONGTYPE) end
+  if #piece == 0 then return put(out, n, int(v and bytes.len(v) or 0)) end
   -- Compared before adding: an offset near 2^63 would wrap (checkStringLength).
   if off > resp.MAX_BULK - #piece then
     return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
   end
   off = tonumber(off)
+  if type(v) == "table" then
+    -- A buffer the bit commands keep is written in place.
+    if not bytes.write(v, off, piece) then
+      return put(out, n, resp.err(format("ERR the value of %d bytes does not fit in the memory left",
+                                         math.max(v.len, off + #piece))))
+    end
+    R.prop = true
+    return put(out, n, int(v.len))
+  end
+  v = v and tostring(v) or nil
   local new = splice(v or "", off, piece)
   if not new then
     collectgarbage()
@@ -407,9 +447,9 @@ reg("getrange", function(_, argv, _, out, n)
   if s == nil or e == nil then return put(out, n, NOT_INT) end
   local v = get(argv[2])
   if v == nil then return bulk(out, n, "") end
-  if type(v) == "table" then return put(out, n, WRONGTYPE) end
-  v = tostring(v)
-  local len = #v
+  if type(v) == "table" and v.kind ~= "string" then return put(out, n, WRONGTYPE) end
+  if type(v) == "number" then v = tostring(v) end
+  local len = bytes.len(v)
   s, e = tonumber(s), tonumber(e)
   if s < 0 and e < 0 and s > e then return bulk(out, n, "") end
   if s < 0 then s = len + s end
@@ -418,6 +458,7 @@ reg("getrange", function(_, argv, _, out, n)
   if e < 0 then e = 0 end
   if e >= len then e = len - 1 end
   if s > e or len == 0 then return bulk(out, n, "") end
+  if type(v) == "table" then return bulk(out, n, bytes.sub(v, s, e)) end
   return bulk(out, n, v:sub(s + 1, e + 1))
 end)
 
@@ -447,6 +488,16 @@ reg("del", del)
 reg("unlink", del)
 
 reg("exists", function(_, argv, argc, out, n)
+  local count = 0
+  for i = 2, argc do
+    if get(argv[i]) ~= nil then count = count + 1 end
+  end
+  return put(out, n, int(count))
+end)
+
+-- TOUCH key [key ...]: how many exist; each counts as an access (LRU,
+-- LFU).
+reg("touch", function(_, argv, argc, out, n)
   local count = 0
   for i = 2, argc do
     if get(argv[i]) ~= nil then count = count + 1 end

@@ -16,6 +16,7 @@ local store = require "kv.store"
 local sets = require "kv.sets"
 local lists = require "kv.lists"
 local sl = require "kv.skiplist"
+local tnew = require "table.new"
 
 local reg = R.register
 local get, set = store.get, store.set
@@ -35,6 +36,8 @@ local ZSET_BYTES, MEMBER_BYTES = 200, 180   -- a zset's tables; a member's node,
 local function new_zset()
   return { kind = "zset", n = 0, s = {}, zl = sl.new(), bytes = ZSET_BYTES }
 end
+
+M.new = new_zset
 
 local function zset_at(k)
   local v = get(k)
@@ -57,16 +60,18 @@ local function score_of(s)
   return v
 end
 
+M.score_of = score_of
+
 local score_str = resp.double_str
 M.score_str = score_str
 
 R.dumpers.zset = function(z)
   local t, n = {}, 0
-  local x = z.zl.head.f[1]
+  local x = z.zl.head[1]
   while x do
     t[n + 1], t[n + 2] = score_str(x.s), x.m
     n = n + 2
-    x = x.f[1]
+    x = x[1]
   end
   return "ZADD", t, n, 2
 end
@@ -80,12 +85,29 @@ end
 
 R.copiers.zset = function(z)
   local c = new_zset()
-  local x = z.zl.head.f[1]
+  local x = z.zl.head[1]
   while x do
     zadd_member(c, x.m, x.s)
-    x = x.f[1]
+    x = x[1]
   end
   return c
+end
+
+-- A new sorted set of the n members ms[1..n] with scores ss[1..n], given
+-- in order (by score, then member). O(n).
+function M.from_sorted(ms, ss, n)
+  local z = new_zset()
+  local s, bytes = tnew(0, n), 0
+  z.s = s
+  for i = 1, n do
+    local m = ms[i]
+    s[m] = ss[i]
+    bytes = bytes + #m + MEMBER_BYTES
+  end
+  z.n = n
+  account(z, bytes)
+  sl.build(z.zl, ms, ss, n)
+  return z
 end
 
 local function zrem_member(z, m)
@@ -115,10 +137,13 @@ local function put_node(out, n, x, withscores)
   return n
 end
 
+M.put_node = put_node
+
 -- The head of an array of count members, with their scores if asked.
 local function nodes_head(out, n, count, withscores)
   return resp.array(out, n, (withscores and not resp.is3()) and count * 2 or count)
 end
+M.nodes_head = nodes_head
 
 -- -- Writes --------------------------------------------------------------
 
@@ -323,7 +348,7 @@ local function range_nodes(z, above, below, rev, offset, limit)
       x = x.b
     else
       if not below(x) then return t, 0 end
-      x = x.f[1]
+      x = x[1]
     end
     offset = offset - 1
   end
@@ -336,7 +361,7 @@ local function range_nodes(z, above, below, rev, offset, limit)
     m = m + 1
     t[m] = x
     limit = limit - 1
-    if rev then x = x.b else x = x.f[1] end
+    if rev then x = x.b else x = x[1] end
   end
   return t, m
 end
@@ -356,85 +381,102 @@ local function rank_nodes(z, start, stop, rev)
   for _ = start, stop do
     m = m + 1
     t[m] = x
-    if rev then x = x.b else x = x.f[1] end
+    if rev then x = x.b else x = x[1] end
   end
   return t, m
 end
 
--- Redis's zrangeGenericCommand. kind: "rank", "score" or "lex"; rev;
--- opts_at: where the options start; zrange: ZRANGE's own options
--- (BYSCORE, BYLEX, REV) are allowed.
-local function zrange_generic(argv, argc, out, n, kind, rev, opts_at, zrange)
-  local withscores, offset, limit, has_limit = false, 0, -1, false
-  local j = opts_at
+-- Redis's zrangeGenericCommand, up to the nodes: argv[at] is the key,
+-- argv[at + 1], argv[at + 2] the range and the options follow. kind:
+-- "rank", "score" or "lex"; rev; zrange: ZRANGE's own options (BYSCORE,
+-- BYLEX, REV) are allowed, once each; store: ZRANGESTORE (no
+-- WITHSCORES). Returns the nodes in reply order, their count and
+-- whether WITHSCORES was given; false when the key is missing; or nil
+-- and the error reply.
+local function zrange_nodes(argv, argc, at, kind, rev, zrange, store)
+  local withscores, offset, limit = false, 0, -1
+  local auto_kind, auto_dir = zrange, zrange
+  local j = at + 3
   while j <= argc do
     local o = lower(argv[j])
-    if o == "withscores" then
+    if o == "withscores" and not store then
       withscores = true
     elseif o == "limit" and j + 2 <= argc then
       offset, limit = parse_int(argv[j + 1]), parse_int(argv[j + 2])
-      if offset == nil or limit == nil then return put(out, n, NOT_INT) end
-      has_limit = true
+      if offset == nil or limit == nil then return nil, NOT_INT end
       j = j + 2
-    elseif zrange and o == "byscore" then
-      kind = "score"
-    elseif zrange and o == "bylex" then
-      kind = "lex"
-    elseif zrange and o == "rev" then
-      rev = true
+    elseif auto_dir and o == "rev" then
+      rev, auto_dir = true, false
+    elseif auto_kind and o == "bylex" then
+      kind, auto_kind = "lex", false
+    elseif auto_kind and o == "byscore" then
+      kind, auto_kind = "score", false
     else
-      return put(out, n, SYNTAX)
+      return nil, SYNTAX
     end
     j = j + 1
   end
-  if has_limit and kind == "rank" then
-    return put(out, n, "-ERR syntax error, LIMIT is only supported in combination with either "
-               .. "BYSCORE or BYLEX\r\n")
+  -- As Redis: a LIMIT whose count is -1 (all) is no LIMIT.
+  if limit ~= -1 and kind == "rank" then
+    return nil, "-ERR syntax error, LIMIT is only supported in combination with either "
+      .. "BYSCORE or BYLEX\r\n"
   end
   if withscores and kind == "lex" then
-    return put(out, n, "-ERR syntax error, WITHSCORES not supported in combination with BYLEX\r\n")
+    return nil, "-ERR syntax error, WITHSCORES not supported in combination with BYLEX\r\n"
   end
-  local a, b = argv[3], argv[4]
+  local a, b = argv[at + 1], argv[at + 2]
   -- The reverse forms name the range from the top: max first.
   if rev and kind ~= "rank" then a, b = b, a end
+  local above, below, start, stop
+  if kind == "rank" then
+    start, stop = parse_int(a), parse_int(b)
+    if start == nil or stop == nil then return nil, NOT_INT end
+  else
+    above, below = range_tests(kind == "lex", a, b)
+    if not above then return nil, below end
+  end
+  local z = zset_at(argv[at])
+  if z == nil then return nil, WRONGTYPE end
+  if not z then return false end
   local nodes, count
   if kind == "rank" then
-    local start, stop = parse_int(a), parse_int(b)
-    if start == nil or stop == nil then return put(out, n, NOT_INT) end
-    local z = zset_at(argv[2])
-    if z == nil then return put(out, n, WRONGTYPE) end
-    if not z then return put(out, n, resp.EMPTY_ARRAY) end
     nodes, count = rank_nodes(z, tonumber(start), tonumber(stop), rev)
+  elseif tonumber(offset) < 0 then   -- Redis skips "offset--" nodes: all of them
+    nodes, count = {}, 0
   else
-    local above, below = range_tests(kind == "lex", a, b)
-    if not above then return put(out, n, below) end
-    local z = zset_at(argv[2])
-    if z == nil then return put(out, n, WRONGTYPE) end
-    if not z or (has_limit and tonumber(offset) < 0) then return put(out, n, resp.EMPTY_ARRAY) end
     nodes, count = range_nodes(z, above, below, rev, tonumber(offset), tonumber(limit))
   end
+  return nodes, count, withscores
+end
+M.zrange_nodes = zrange_nodes
+
+-- The reply of a range: zrange_nodes, then the nodes (and scores).
+local function zrange_generic(argv, argc, out, n, kind, rev, zrange)
+  local nodes, count, withscores = zrange_nodes(argv, argc, 2, kind, rev, zrange, false)
+  if nodes == nil then return put(out, n, count) end
+  if not nodes then return put(out, n, resp.EMPTY_ARRAY) end
   n = nodes_head(out, n, count, withscores)
   for i = 1, count do n = put_node(out, n, nodes[i], withscores) end
   return n
 end
 
 reg("zrange", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "rank", false, 5, true)
+  return zrange_generic(argv, argc, out, n, "rank", false, true)
 end)
 reg("zrevrange", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "rank", true, 5, false)
+  return zrange_generic(argv, argc, out, n, "rank", true, false)
 end)
 reg("zrangebyscore", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "score", false, 5, false)
+  return zrange_generic(argv, argc, out, n, "score", false, false)
 end)
 reg("zrevrangebyscore", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "score", true, 5, false)
+  return zrange_generic(argv, argc, out, n, "score", true, false)
 end)
 reg("zrangebylex", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "lex", false, 5, false)
+  return zrange_generic(argv, argc, out, n, "lex", false, false)
 end)
 reg("zrevrangebylex", function(_, argv, argc, out, n)
-  return zrange_generic(argv, argc, out, n, "lex", true, 5, false)
+  return zrange_generic(argv, argc, out, n, "lex", true, false)
 end)
 
 -- ZCOUNT key min max, ZLEXCOUNT key min max.
@@ -477,7 +519,7 @@ reg("zrevrank", rank(true))
 local function pop(k, z, count, max)
   local t = {}
   for j = 1, count do
-    local x = max and z.zl.tail or z.zl.head.f[1]
+    local x = max and z.zl.tail or z.zl.head[1]
     if not x then break end
     t[j] = { x.m, x.s }
     zrem_member(z, x.m)
@@ -590,13 +632,13 @@ reg("zscan", function(_, argv, argc, out, n)
   local match, err = sets.scan_args(argv, argc)
   if match == nil then return put(out, n, err) end
   local t, m = {}, 0
-  local x = z.zl.head.f[1]
+  local x = z.zl.head[1]
   while x do
     if not match or match(x.m) then
       t[m + 1], t[m + 2] = x.m, score_str(x.s)
       m = m + 2
     end
-    x = x.f[1]
+    x = x[1]
   end
   n = put(out, n, "*2\r\n$1\r\n0\r\n")
   return resp.bulk_array(out, n, t, m)

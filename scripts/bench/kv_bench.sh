@@ -24,10 +24,19 @@
 # without pipelining and with -P 16, as above (and, as the tests above,
 # always the one key: redis-benchmark without -r).
 #
+# Last, issue 35's data types, without a log: ZUNIONSTORE of two sorted
+# sets of 100 members (50 shared) and SETBIT of bit 8191 of 10,000
+# bitmaps (random keys) with redis-benchmark, without pipelining and with
+# -P 16; SETBIT at BITS_N random offsets below 2^23 into one bitmap
+# through redis-cli --pipe (redis-benchmark's random numbers are
+# zero-padded, which no bit offset may be); then BITCOUNT of that 1 MiB
+# bitmap, whole and a 64 KiB range, with redis-benchmark. Same table.
+#
 # Environment: N, ROUNDS, TESTS (default set,get,incr,lpush,lpop,sadd,zadd,hset),
-# PIPE_N (the pairs per --pipe run, default 100000), SCRIPT_BODY,
-# SECTIONS (default "tests,everysec,pipe,evalsha": which set-ups run),
-# SERVER_CPU and CLIENT_CPU (default 0 and 1).
+# PIPE_N (the pairs per --pipe run, default 100000), SCRIPT_BODY, BITS_N
+# (SETBITs per --pipe run, default 200000), SECTIONS (default
+# "tests,everysec,pipe,evalsha,types": which set-ups run), SERVER_CPU and
+# CLIENT_CPU (default 0 and 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/bench/lib.sh
@@ -38,7 +47,8 @@ ROUNDS=${ROUNDS:-3}
 TESTS=${TESTS:-set,get,incr,lpush,lpop,sadd,zadd,hset}
 PIPE_N=${PIPE_N:-100000}
 SCRIPT_BODY=${SCRIPT_BODY:-"return redis.call('set', KEYS[1], ARGV[1])"}
-SECTIONS=${SECTIONS:-tests,everysec,pipe,evalsha}
+BITS_N=${BITS_N:-200000}
+SECTIONS=${SECTIONS:-tests,everysec,pipe,evalsha,types}
 SRV_CPU=${SERVER_CPU:-0}
 CLI_CPU=${CLIENT_CPU:-1}
 
@@ -214,4 +224,94 @@ for P in 1 16; do
   awk -v p="-P $P" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
     'BEGIN { printf "%-9s %-6s %-7s %11.0f %11.0f %6.2f %9.2f %9.2f\n", "no-log", p, "EVALSHA", k, r, k / r, kc, rc }'
 done
+fi
+
+# -- Issue 35's data types -----------------------------------------------------
+
+# types_data PORT: the sorted sets za and zb (100 members each, 50 shared)
+# and an empty keyspace besides.
+# shellcheck disable=SC2046  # the score-member pairs are words
+types_data() {
+  redis-cli -p "$1" flushall >/dev/null
+  redis-cli -p "$1" zadd za $(awk 'BEGIN { for (i = 1; i <= 100; i++) printf "%d m%d ", i, i }') >/dev/null
+  redis-cli -p "$1" zadd zb $(awk 'BEGIN { for (i = 51; i <= 150; i++) printf "%d m%d ", 2 * i, i }') >/dev/null
+}
+
+# one_bench PORT PID PIPELINE COMMAND... -> "rps cpu_us_per_request": one
+# redis-benchmark run of the command.
+one_bench() {
+  local port=$1 pid=$2 pipeline=$3 a b rps; shift 3
+  a=$(cpu_ticks "$pid")
+  rps=$(taskset -c "$CLI_CPU" redis-benchmark -p "$port" -n "$N" -c 50 -P "$pipeline" --csv "$@" 2>/dev/null |
+    awk -F'"' 'NR > 1 && $2 != "" { print $4 }')
+  b=$(cpu_ticks "$pid")
+  awk -v r="$rps" -v c=$((b - a)) -v hz="$HZ" -v n="$N" 'BEGIN { printf "%s %.3f\n", r, c * 1e6 / hz / n }'
+}
+
+# bits_pipe PORT PID -> "rps cpu_us_per_request": the SETBIT file through
+# redis-cli --pipe, onto a fresh bitmap.
+bits_pipe() {
+  local a b t0 t1
+  redis-cli -p "$1" del bits >/dev/null
+  a=$(cpu_ticks "$2")
+  t0=$(date +%s.%N)
+  taskset -c "$CLI_CPU" redis-cli -p "$1" --pipe <"$work/setbit.txt" >/dev/null
+  t1=$(date +%s.%N)
+  b=$(cpu_ticks "$2")
+  awk -v n="$BITS_N" -v t0="$t0" -v t1="$t1" -v c=$((b - a)) -v hz="$HZ" \
+    'BEGIN { printf "%.0f %.3f\n", n / (t1 - t0), c * 1e6 / hz / n }'
+}
+
+# types_row LABEL: the medians of kv.res and redis.res ("rps cpu" lines) as
+# one table row.
+# shellcheck disable=SC2046  # median takes one value a word
+types_row() {
+  local k r kc rc
+  k=$(median $(awk '{ print $1 }' "$work/kv.res")); r=$(median $(awk '{ print $1 }' "$work/redis.res"))
+  kc=$(median $(awk '{ print $2 }' "$work/kv.res")); rc=$(median $(awk '{ print $2 }' "$work/redis.res"))
+  awk -v l="$1" -v k="$k" -v r="$r" -v kc="$kc" -v rc="$rc" \
+    'BEGIN { printf "%-23s %11.0f %11.0f %6.2f %9.2f %9.2f\n", l, k, r, k / r, kc, rc }'
+}
+
+if section types; then
+  awk -v n="$BITS_N" 'BEGIN { srand(35); for (i = 0; i < n; i++) { o = int(rand() * 8388608)
+    printf "*4\r\n$6\r\nSETBIT\r\n$4\r\nbits\r\n$%d\r\n%d\r\n$1\r\n1\r\n", length(o ""), o } }' >"$work/setbit.txt"
+  kvp=$(free_port); rp=$(free_port)
+  mkdir -p "$work/kv4" "$work/redis4"
+  start_kv "$kvp" "$work/kv4" --appendonly no; kvpid=$spid
+  start_redis "$rp" "$work/redis4" --appendonly no; rpid=$spid
+  types_data "$kvp"; types_data "$rp"
+  printf '%-23s %11s %11s %6s %9s %9s\n' "types (no log)" "kv ops/s" "redis ops/s" ratio "kv us/op" "redis us/op"
+  for P in 1 16; do
+    : >"$work/kv.res"; : >"$work/redis.res"
+    for _ in $(seq 1 "$ROUNDS"); do
+      one_bench "$kvp" "$kvpid" "$P" zunionstore zdst 2 za zb >>"$work/kv.res"
+      one_bench "$rp" "$rpid" "$P" zunionstore zdst 2 za zb >>"$work/redis.res"
+    done
+    types_row "ZUNIONSTORE 100+100 -P $P"
+  done
+  for P in 1 16; do
+    : >"$work/kv.res"; : >"$work/redis.res"
+    for _ in $(seq 1 "$ROUNDS"); do
+      one_bench "$kvp" "$kvpid" "$P" -r 10000 setbit bm:__rand_int__ 8191 1 >>"$work/kv.res"
+      one_bench "$rp" "$rpid" "$P" -r 10000 setbit bm:__rand_int__ 8191 1 >>"$work/redis.res"
+    done
+    types_row "SETBIT 10k keys -P $P"
+  done
+  : >"$work/kv.res"; : >"$work/redis.res"
+  for _ in $(seq 1 "$ROUNDS"); do
+    bits_pipe "$kvp" "$kvpid" >>"$work/kv.res"
+    bits_pipe "$rp" "$rpid" >>"$work/redis.res"
+  done
+  types_row "SETBIT --pipe $BITS_N"
+  for range in "" "0 65535"; do
+    : >"$work/kv.res"; : >"$work/redis.res"
+    for _ in $(seq 1 "$ROUNDS"); do
+      # shellcheck disable=SC2086  # the range is two words or none
+      one_bench "$kvp" "$kvpid" 1 bitcount bits $range >>"$work/kv.res"
+      # shellcheck disable=SC2086
+      one_bench "$rp" "$rpid" 1 bitcount bits $range >>"$work/redis.res"
+    done
+    types_row "BITCOUNT 1MiB ${range:-whole}"
+  done
 fi

@@ -1,0 +1,166 @@
+-- Strings that commands change in place: the value SETBIT, BITFIELD,
+-- SETRANGE and PFADD write to, so that setting one bit of a 100 MB bitmap
+-- costs O(1), not a copy of the string (a Lua string cannot change).
+--
+-- A string value is a Lua string, a number (a counter INCR made), or
+-- such a buffer: { kind = "string", buf = uint8_t[cap], len, cap, bytes }
+-- whose first len bytes are the value and the rest zeros. Its TYPE is
+-- string; the string commands read it through flat() (a Lua string of
+-- it, O(len), as GET is in Redis). A bit command turns a Lua string into
+-- a buffer once (of()); a buffer stays one until a command replaces the
+-- value. The bytes come from ffi.new, so they are in the Lua heap
+-- (--lua-memory-limit counts them) and zero-filled.
+local ffi = require "ffi"
+local R = require "kv.registry"
+local store = require "kv.store"
+
+local M = {}
+
+local STR_BYTES = 64      -- the buffer's table, about
+local GREEDY = 1024 * 1024   -- growth doubles up to 1 MiB, then adds 1 MiB (Redis's sds)
+
+local u8 = ffi.typeof("uint8_t[?]")
+local copy, fstring = ffi.copy, ffi.string
+local type = type
+
+local function new(len, cap)
+  cap = cap or len
+  if cap < 8 then cap = 8 end
+  return { kind = "string", buf = u8(cap), len = len, cap = cap, bytes = STR_BYTES + cap }
+end
+
+-- A buffer of len zero bytes.
+function M.new(len)
+  return new(len)
+end
+
+-- Whether v is such a buffer.
+function M.is(v)
+  return type(v) == "table" and v.kind == "string"
+end
+
+-- A buffer holding string s (O(#s)), with room for cap bytes if larger.
+function M.of(s, cap)
+  local b = new(#s, cap and cap > #s and cap or nil)
+  copy(b.buf, s, #s)
+  return b
+end
+
+-- The value of string value v as a Lua string: v itself, a counter's
+-- digits, or a buffer's bytes (O(len)).
+function M.flat(v)
+  if type(v) == "table" then return fstring(v.buf, v.len) end
+  if type(v) == "number" then return tostring(v) end
+  return v
+end
+
+-- The value at k for a string command: its Lua string (a buffer
+-- flattened), nil when missing, or false for another type.
+function M.string_at(k)
+  local v = store.get(k)
+  if v == nil then return nil end
+  if type(v) ~= "table" then return type(v) == "number" and tostring(v) or v end
+  if v.kind ~= "string" then return false end
+  return fstring(v.buf, v.len)
+end
+
+-- The length of string value v.
+function M.len(v)
+  if type(v) == "table" then return v.len end
+  if type(v) == "number" then return #tostring(v) end
+  return #v
+end
+
+-- A pointer to the bytes of v (a Lua string or a buffer) and their
+-- count, for reading while the caller holds v (a counter must be made a
+-- string first, and that string held: the pointer does not keep it).
+function M.ptr(v)
+  if type(v) == "table" then return v.buf, v.len end
+  return ffi.cast("const uint8_t *", v), #v
+end
+
+-- Makes b at least len bytes long, the new bytes zero (the bytes past
+-- len always are: a buffer never shrinks, and its new memory is zeroed).
+-- Redis's growth (greedy: doubles below 1 MiB, then 1 MiB more), so a run
+-- of SETBITs at rising offsets costs amortized O(1) each.
+function M.grow(b, len)
+  if len <= b.len then return end
+  if len > b.cap then
+    local cap = len < GREEDY and len * 2 or len + GREEDY
+    local buf = u8(cap)
+    copy(buf, b.buf, b.len)
+    store.account(b, cap - b.cap)
+    b.buf, b.cap = buf, cap
+  end
+  b.len = len
+end
+
+-- Makes room for cap bytes in b, its length unchanged (a command that
+-- will insert bytes, as HLL's sparse form does).
+function M.reserve(b, cap)
+  if cap <= b.cap then return end
+  local buf = u8(cap)
+  copy(buf, b.buf, b.len)
+  store.account(b, cap - b.cap)
+  b.buf, b.cap = buf, cap
+end
+
+-- Puts new bytes in b: buf, len of them used, cap allocated (zeros past
+-- len), as a change of representation does (HLL's sparse to dense).
+function M.swap(b, buf, len, cap)
+  store.account(b, cap - b.cap)
+  b.buf, b.len, b.cap = buf, len, cap
+  b.ones = nil
+end
+
+-- Writes string s into b at byte off, growing b (SETRANGE, APPEND).
+-- Returns false when the heap cannot take the grown buffer (b is
+-- unchanged then), else true.
+function M.write(b, off, s)
+  local ok = pcall(M.grow, b, off + #s)
+  if not ok then return false end
+  copy(b.buf + off, s, #s)
+  b.ones = nil   -- BITCOUNT's count (bitmaps.lua) no longer holds
+  return true
+end
+
+-- The bytes s..e (0-based, within the value) of buffer b, as a string.
+function M.sub(b, s, e)
+  return fstring(b.buf + s, e - s + 1)
+end
+
+-- The buffer at k for a command that writes bits up to byte len - 1: the
+-- key's value made a buffer (a string one is converted, a missing key
+-- created) and grown to len bytes; or nil if k holds another type.
+-- Whether the key was created is the second value.
+function M.writable(k, len)
+  local v = store.get(k)
+  if v == nil then
+    local b = new(len)
+    store.set(k, b)
+    return b, true
+  end
+  if type(v) == "table" then
+    if v.kind ~= "string" then return nil end
+    M.grow(v, len)
+    return v, false
+  end
+  local s = type(v) == "number" and tostring(v) or v
+  local b = M.of(s, len)
+  if len > b.len then b.len = len end
+  store.set(k, b, true)   -- the same key: its deadline stays
+  return b, false
+end
+
+-- COPY and the log rewrite see a buffer as the string it holds.
+R.copiers.string = function(b)
+  local c = new(b.len, b.cap)
+  copy(c.buf, b.buf, b.len)
+  return c
+end
+
+R.dumpers.string = function(b)
+  return "SET", { fstring(b.buf, b.len) }, 1, 1
+end
+
+return M
