@@ -421,6 +421,21 @@ static int tcp_receiveany(lua_State *L)
   }
 }
 
+size_t ch_socket_buffered(const struct ch_socket *u)
+{
+  return u->s.fd < 0 || u->read_closed || u->reading ? 0 : ch_stream_avail(&u->s);
+}
+
+size_t ch_socket_take(struct ch_socket *u, void *dst, size_t max)
+{
+  size_t n = ch_socket_buffered(u);
+  if (n > max) n = max;
+  if (n == 0) return 0;
+  memcpy(dst, ch_stream_data(&u->s), n);
+  ch_stream_consume(&u->s, n);
+  return n;
+}
+
 /* -- receiveuntil --------------------------------------------------------- */
 
 struct until {
