@@ -416,7 +416,10 @@ static int tcp_receiveany(lua_State *L)
       ch_stream_consume(&u->s, avail);
       return 1;
     }
-    ssize_t got = u->s.eof ? 0 : ch_stream_fill(&u->s, max < ANY_CHUNK ? max : ANY_CHUNK, u->read_ms);
+    /* Room for ANY_CHUNK whatever max is: a reader that takes a little
+    ** and the rest through ch_socket_take (examples/kv) makes one read of
+    ** a batch, not one per 4 KiB. The buffer goes back when drained. */
+    ssize_t got = u->s.eof ? 0 : ch_stream_fill(&u->s, ANY_CHUNK, u->read_ms);
     if (got <= 0) return read_fail(L, u, got, "", 0, 0);
   }
 }
