@@ -416,9 +416,27 @@ static int tcp_receiveany(lua_State *L)
       ch_stream_consume(&u->s, avail);
       return 1;
     }
-    ssize_t got = u->s.eof ? 0 : ch_stream_fill(&u->s, max < ANY_CHUNK ? max : ANY_CHUNK, u->read_ms);
+    /* Room for ANY_CHUNK whatever max is: a reader that takes a little
+    ** and the rest through ch_socket_take (examples/kv) makes one read of
+    ** a batch, not one per 4 KiB. The buffer goes back when drained. */
+    ssize_t got = u->s.eof ? 0 : ch_stream_fill(&u->s, ANY_CHUNK, u->read_ms);
     if (got <= 0) return read_fail(L, u, got, "", 0, 0);
   }
+}
+
+size_t ch_socket_buffered(const struct ch_socket *u)
+{
+  return u->s.fd < 0 || u->read_closed || u->reading ? 0 : ch_stream_avail(&u->s);
+}
+
+size_t ch_socket_take(struct ch_socket *u, void *dst, size_t max)
+{
+  size_t n = ch_socket_buffered(u);
+  if (n > max) n = max;
+  if (n == 0) return 0;
+  memcpy(dst, ch_stream_data(&u->s), n);
+  ch_stream_consume(&u->s, n);
+  return n;
 }
 
 /* -- receiveuntil --------------------------------------------------------- */

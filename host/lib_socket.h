@@ -68,4 +68,17 @@ const char *ch_socket_payload(lua_State *L, int idx, size_t *len);
 /* Closes the cosocket at idx if it is one and still open. */
 void ch_socket_close_at(lua_State *L, int idx);
 
+/* Never yields. Copies up to max of the bytes u has received and not yet
+** returned into dst, and consumes them: what the next receive would have
+** returned first. Returns the count: 0 when nothing is buffered, or u is
+** closed or has a reader parked in it. Called through the FFI with the
+** cosocket's userdata as u (examples/kv/server.lua), so that a reader can
+** take a batch in pieces without a Lua string of the whole batch. */
+size_t ch_socket_take(struct ch_socket *u, void *dst, size_t max);
+
+/* Never yields. The bytes ch_socket_take would copy now without a limit:
+** those received and not yet returned (0 when u is closed or has a reader
+** parked in it). */
+size_t ch_socket_buffered(const struct ch_socket *u);
+
 #endif

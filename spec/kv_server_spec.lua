@@ -301,6 +301,36 @@ describe("kv and redis-server", function()
     end)
   end)
 
+  it("answers a pipelined batch sent at once and in chunks that split its requests", function()
+    -- Requests of 20 to about 330 bytes, RESP and inline, sent at once
+    -- and then in chunks of 7 bytes: kv puts what is left of a request
+    -- and what comes next together behind a stamp (server.lua).
+    local parts = {}
+    for i = 1, 300 do
+      local k, v = "key:" .. string.rep("k", i % 7) .. i, string.rep(string.char(97 + i % 26), i)
+      if i % 5 == 0 then
+        parts[#parts + 1] = ("SET %s %s\r\nGET %s\r\n"):format(k, v, k)
+      else
+        parts[#parts + 1] = ("*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n*2\r\n$6\r\nSTRLEN\r\n$%d\r\n%s\r\n")
+          :format(#k, k, #v, v, #k, k)
+      end
+    end
+    local batch = table.concat(parts)
+    both(function(port)
+      local sock = kv.client(port).sock
+      assert(sock:send(batch))
+      for i = 1, #batch, 7 do assert(sock:send(batch:sub(i, i + 6))) end
+      assert(sock:send("QUIT\r\n"))
+      local got = {}
+      while true do
+        local data = sock:receiveany(65536)
+        if not data then break end
+        got[#got + 1] = data
+      end
+      return table.concat(got)
+    end)
+  end)
+
   it("speaks RESP3 after HELLO 3: pushes for subscribers, who may run any command", function()
     both(function(port)
       local s, c = kv.client(port), kv.client(port)

@@ -307,6 +307,32 @@ describe("cohost.tcp receive", function()
     s:close()
   end)
 
+  it("hands what it has received to ch_socket_take through the FFI, in order and without waiting", function()
+    local ffi = require "ffi"
+    pcall(ffi.cdef, [[
+size_t ch_socket_take(void *u, void *dst, size_t max);
+size_t ch_socket_buffered(const void *u);
+]])
+    local C = ffi.C
+    local hold = holder()
+    local s = serve_and_connect(function(sock)
+      sock:send("hello, world")   -- one segment: the first read takes it all
+      hold()
+    end)
+    assert.equal("h", s:receive(1))
+    assert.equal(11, tonumber(C.ch_socket_buffered(s)))
+    local buf = ffi.new("uint8_t[8]")
+    assert.equal(4, tonumber(C.ch_socket_take(s, buf, 4)))
+    assert.equal("ello", ffi.string(buf, 4))
+    assert.equal(7, tonumber(C.ch_socket_buffered(s)))
+    assert.equal(", w", s:receive(3))   -- the reads go on after what was taken
+    assert.equal(4, tonumber(C.ch_socket_take(s, buf, 8)))
+    assert.equal("orld", ffi.string(buf, 4))
+    assert.equal(0, tonumber(C.ch_socket_take(s, buf, 8)))   -- none left: 0 at once
+    s:close()
+    assert.equal(0, tonumber(C.ch_socket_buffered(s)))
+  end)
+
   it("returns nil, 'closed' from receiveany at EOF", function()
     local s = serve_and_connect(function() end)
     local data, err = s:receiveany(10)

@@ -1,8 +1,10 @@
 -- Connections: one coroutine per client reads what has arrived
--- (receiveany), runs every complete request in it, and answers them all
--- with one send, so a pipelined batch costs one read and one write. A
--- request that needs more bytes than are buffered waits for them; a large
--- bulk is read with one receive(n) of the missing bytes.
+-- (receiveany, then the rest of the batch with ch_socket_take), runs
+-- every complete request in it, and answers them all with one send,
+-- so a pipelined batch costs one read and one write. A request that needs
+-- more bytes than are buffered waits for them; a large bulk is read with
+-- one receive(n) of the missing bytes.
+local ffi = require "ffi"
 local cohost = require "cohost"
 local R = require "kv.registry"
 local resp = require "kv.resp"
@@ -23,6 +25,26 @@ local commands, stats = R.commands, R.stats
 local M = {}
 
 M.READ_MAX = 65536          -- bytes one read takes at most
+-- A batch becomes one Lua string that starts with a stamp of STAMP bytes
+-- no other batch has (the bytes taken through the FFI, ch_socket_take):
+-- LuaJIT interns every string, and OpenResty's LuaJIT hashes one of 128
+-- bytes or more from samples of its bytes (places drawn at start), so
+-- batches of pipelined commands that differ only in some digits (random
+-- keys) could all hash alike, and each new one was compared with every
+-- one still in the string table (docs/benchmarks.md, issue 35's types).
+-- LuaJIT's hashes all take in a string's first bytes, so the stamp keeps
+-- the batches' hashes apart.
+local STAMP = 8
+pcall(ffi.cdef, [[
+size_t ch_socket_take(void *u, void *dst, size_t max);
+size_t ch_socket_buffered(const void *u);
+]])
+local take, buffered = ffi.C.ch_socket_take, ffi.C.ch_socket_buffered
+local u8 = ffi.typeof("uint8_t[?]")
+local fstring, copy, cast, u8p = ffi.string, ffi.copy, ffi.cast, ffi.typeof("const uint8_t *")
+local BATCH = 2 * M.READ_MAX
+local batch = u8(BATCH)        -- a batch is put together here, copied out at once
+local stamp, stamps = ffi.new("uint64_t[1]"), 0   -- stamps: the last one given
 M.SEND_TIMEOUT = 60000      -- ms a client may take to read our reply
 M.PUBSUB_LIMIT = 32 * 1024 * 1024   -- bytes queued for a subscriber at most
 local FOREVER = 2147483647  -- ms: the longest socket timeout; idle clients stay
@@ -448,14 +470,36 @@ end
 
 -- -- The connection loop ---------------------------------------------------
 
+-- Sends the n replies in out, once every record logged so far is written
+-- (and synced with always), its own and others': a reader must not see a
+-- value a crash could still take back (Redis sends replies after its
+-- beforeSleep has written the AOF, the same rule). While the log cannot
+-- be written (MISCONF, retried every second) writes are refused, and a
+-- batch of refusals and data-free commands waits only for the client's
+-- own records (c.own), so refusals go out at once; any other still waits
+-- for every record: what the failed batch stored is seen by nobody before
+-- it is in the file. Returns 0. Yields.
+local function answer(c, out, n)
+  if logging then
+    local all = aof.seq
+    while true do   -- again when the log failed meanwhile: maybe less to wait for
+      local upto = (R.write_error and not c.shows) and c.own or all
+      if upto <= aof.durable() or aof.wait(upto, c.aof_sema or c:make_aof_sema()) then break end
+    end
+  end
+  return c:flush(out, n)
+end
+
 -- Reads, runs and answers requests until the client leaves or must be
--- closed.
+-- closed. The replies go out before the loop waits for input: after a
+-- batch, every byte received then is parsed first.
 local function loop(c, sock)
   local argv, out, n = {}, {}, 0
   local buf, pos, len, need = "", 1, 0, nil
   local partial = nil   -- { n, a }: a request whose argument a - 1 was read apart
   local refused = nil   -- the error reply for it, if its value could not be kept
   local idle_s = -1   -- the read timeout set, from R.config.timeout
+  local taken = 0     -- bytes taken since the replies last went out
   while not c.quit and not c.gone do
     local data, err
     local have = len - pos + 1
@@ -465,19 +509,58 @@ local function loop(c, sock)
       sock:settimeouts(FOREVER, M.SEND_TIMEOUT, idle_s > 0 and math.min(idle_s * 1000, FOREVER)
                        or FOREVER)
     end
-    if need and need - have > M.READ_MAX then
-      data, err = sock:receive(need - have)
-    else
-      data, err = sock:receiveany(M.READ_MAX)
+    local bulk = need and need - have > M.READ_MAX   -- the rest of a large bulk, read apart
+    local one = true   -- true: bytes are there; else the byte a wait read
+    if bulk or taken >= M.READ_MAX or buffered(sock) == 0 then
+      -- Before a read that may wait (nothing more has arrived), or past
+      -- READ_MAX of input, the replies so far go out.
+      taken = 0
+      if n > 0 then
+        n = answer(c, out, n)
+        if c.quit or c.gone then break end
+      end
+      if bulk then
+        one = nil
+        data, err = sock:receive(need - have)
+      else
+        one, err = sock:receiveany(1)   -- the rest is taken below
+      end
+      if data or one then c.last = cohost.monotonic() end
+    end
+    local got = 0   -- the bytes new in data
+    if one then
+      -- The stamp, what was left, the byte read and what else has arrived.
+      local at = STAMP + have
+      local dst = at + 1 + M.READ_MAX <= BATCH and batch or u8(at + 1 + M.READ_MAX)
+      stamps = stamps + 1
+      stamp[0] = stamps
+      copy(dst, stamp, STAMP)
+      if have > 0 then copy(dst + STAMP, cast(u8p, buf) + pos - 1, have) end
+      if one ~= true then
+        dst[at] = byte(one)
+        at, got = at + 1, 1
+      end
+      local more = tonumber(take(sock, dst + at, M.READ_MAX))
+      data, got = fstring(dst, at + more), got + more
+    elseif data then
+      got = #data
     end
     if data then
-      c.last = cohost.monotonic()
-      stats.net_in = stats.net_in + #data
+      stats.net_in = stats.net_in + got
+      taken = taken + got
       if c.killed then break end
-      if pos > len then buf = data else buf = sub(buf, pos) .. data end
-      pos, len, need = 1, #buf, nil
+      if one then
+        buf, pos = data, STAMP + 1
+      elseif pos > len then
+        buf, pos = data, 1
+      else
+        buf, pos = sub(buf, pos) .. data, 1
+      end
+      len, need = #buf, nil
       local own = c.own or 0   -- raised below to the last record this batch logged
-      c.shows = false          -- set by dispatch: a command that may show data ran
+      -- Set by dispatch: a command that may show data ran (since the
+      -- replies last went out).
+      if n == 0 then c.shows = false end
       while pos <= len do
         local argc, nxt, x, bs, bl, bn
         if partial then
@@ -540,26 +623,7 @@ local function loop(c, sock)
         pos = nxt
         if c.quit or c.gone then break end
       end
-      -- No reply goes out before every record logged so far is written
-      -- (and synced with always), its own and others': a reader must not
-      -- see a value a crash could still take back (Redis sends replies
-      -- after its beforeSleep has written the AOF, the same rule). While
-      -- the log cannot be written (MISCONF, retried every second) writes
-      -- are refused, and a batch of refusals and data-free commands waits
-      -- only for the client's own records, so refusals go out at once;
-      -- any other still waits for every record: what the failed batch
-      -- stored is seen by nobody before it is in the file.
       c.own = own
-      if n > 0 then
-        if logging then
-          local all = aof.seq
-          while true do   -- again when the log failed meanwhile: maybe less to wait for
-            local upto = (R.write_error and not c.shows) and own or all
-            if upto <= aof.durable() or aof.wait(upto, c.aof_sema or c:make_aof_sema()) then break end
-          end
-        end
-        n = c:flush(out, n)
-      end
     elseif err ~= "timeout" then
       break
     elseif idle_s > 0 and c.nsubs == 0 and cohost.monotonic() - c.last >= idle_s then
@@ -567,6 +631,9 @@ local function loop(c, sock)
     end
     if c.killed then break end
   end
+  -- The replies of the last batch: QUIT's +OK, a protocol error's, those
+  -- before CLIENT KILL.
+  if n > 0 then answer(c, out, n) end
 end
 
 -- Takes client c off the list of connected clients (CLIENT LIST, INFO's
