@@ -73,7 +73,8 @@ void ch_socket_close_at(lua_State *L, int idx);
 ** returned first. Returns the count: 0 when nothing is buffered, or u is
 ** closed or has a reader parked in it. Called through the FFI with the
 ** cosocket's userdata as u (examples/kv/server.lua), so that a reader can
-** take a batch in pieces without a Lua string of the whole batch. */
+** build its own string of a batch rather than take the received bytes as
+** one Lua string. */
 size_t ch_socket_take(struct ch_socket *u, void *dst, size_t max);
 
 /* Never yields. The bytes ch_socket_take would copy now without a limit:
