@@ -695,36 +695,61 @@ end)
 
 -- -- XREAD --------------------------------------------------------------------------
 
--- The arguments of XREAD (streams.lua's own; XREADGROUP has its own).
--- Returns { count, block (the text or nil), keys, ids (keys "greater
--- than") }, or nil and the error reply.
-local function xread_args(argv, argc)
-  local count, block, streams_at
+-- The options of XREAD, and of XREADGROUP when grouped (GROUP and NOACK
+-- are its own), read in one loop as Redis's xreadCommand reads both.
+-- Returns { count, block (the text or nil), at (the index of the first
+-- key), group, consumer, noack }, or nil and the error reply.
+function M.read_opts(argv, argc, grouped)
+  local o = { count = 0 }
   local i = 2
   while i <= argc do
-    local o, more = lower(argv[i]), argc - i
-    if o == "block" and more >= 1 then
-      block = argv[i + 1]
-      local v = ints.parse(block)
+    local w, more = lower(argv[i]), argc - i
+    if w == "block" and more >= 1 then
+      o.block = argv[i + 1]
+      local v = ints.parse(o.block)
       if v == nil then return nil, "-ERR timeout is not an integer or out of range\r\n" end
       if v < 0 then return nil, "-ERR timeout is negative\r\n" end
       i = i + 2
-    elseif o == "count" and more >= 1 then
+    elseif w == "count" and more >= 1 then
       local v = ints.parse(argv[i + 1])
       if v == nil then return nil, NOT_INT end
-      count = v < 0 and 0 or tonumber(v)
+      o.count = v < 0 and 0 or tonumber(v)
       i = i + 2
-    elseif o == "streams" and more >= 1 then
-      streams_at = i + 1
-      if (argc - streams_at + 1) % 2 ~= 0 then
-        return nil, "-ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.\r\n"
+    elseif w == "streams" and more >= 1 then
+      o.at = i + 1
+      if (argc - o.at + 1) % 2 ~= 0 then
+        return nil, grouped
+          and "-ERR Unbalanced XREADGROUP list of streams: for each stream key an ID or '>' must be specified.\r\n"
+          or "-ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.\r\n"
       end
       break
+    elseif w == "group" and more >= 2 then
+      if not grouped then
+        return nil, "-ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.\r\n"
+      end
+      o.group, o.consumer = argv[i + 1], argv[i + 2]
+      i = i + 3
+    elseif w == "noack" then
+      if not grouped then
+        return nil, "-ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.\r\n"
+      end
+      o.noack = true
+      i = i + 1
     else
       return nil, SYNTAX
     end
   end
-  if not streams_at then return nil, SYNTAX end
+  if not o.at then return nil, SYNTAX end
+  if grouped and not o.group then return nil, "-ERR Missing GROUP option for XREADGROUP\r\n" end
+  return o
+end
+
+-- The arguments of XREAD: read_opts's and { keys, ids (keys "greater
+-- than") }, or nil and the error reply.
+local function xread_args(argv, argc)
+  local a, err = M.read_opts(argv, argc, false)
+  if not a then return nil, err end
+  local streams_at = a.at
   local nstreams = (argc - streams_at + 1) / 2
   local keys, ids = {}, {}
   for j = 1, nstreams do
@@ -742,7 +767,8 @@ local function xread_args(argv, argc)
       ids[j] = id_key(ms, seq)
     end
   end
-  return { count = count or 0, block = block, keys = keys, ids = ids }
+  a.keys, a.ids = keys, ids
+  return a
 end
 
 -- The entries of stream key k after key gt: at most count (0: all), or

@@ -439,42 +439,13 @@ local function nogroup_read(key, group)
                          key, group))
 end
 
--- The arguments of XREADGROUP: { group, consumer, count, block, noack,
--- keys, ids (">" or a key) }, or nil and the error reply.
+-- The arguments of XREADGROUP: streams.read_opts's { group, consumer,
+-- count, block, noack } and { keys, ids (">" or a key) }, or nil and the
+-- error reply.
 local function xreadgroup_args(argv, argc)
-  local group, consumer, count, block, noack, at
-  local i = 2
-  while i <= argc do
-    local o, more = lower(argv[i]), argc - i
-    if o == "block" and more >= 1 then
-      block = argv[i + 1]
-      local v = ints.parse(block)
-      if v == nil then return nil, "-ERR timeout is not an integer or out of range\r\n" end
-      if v < 0 then return nil, "-ERR timeout is negative\r\n" end
-      i = i + 2
-    elseif o == "count" and more >= 1 then
-      local v = ints.parse(argv[i + 1])
-      if v == nil then return nil, NOT_INT end
-      count = v < 0 and 0 or tonumber(v)
-      i = i + 2
-    elseif o == "streams" and more >= 1 then
-      at = i + 1
-      if (argc - at + 1) % 2 ~= 0 then
-        return nil, "-ERR Unbalanced XREADGROUP list of streams: for each stream key an ID or '>' must be specified.\r\n"
-      end
-      break
-    elseif o == "group" and more >= 2 then
-      group, consumer = argv[i + 1], argv[i + 2]
-      i = i + 3
-    elseif o == "noack" then
-      noack = true
-      i = i + 1
-    else
-      return nil, SYNTAX
-    end
-  end
-  if not at then return nil, SYNTAX end
-  if not group then return nil, "-ERR Missing GROUP option for XREADGROUP\r\n" end
+  local a, err = streams.read_opts(argv, argc, true)
+  if not a then return nil, err end
+  local at, group = a.at, a.group
   local nstreams = (argc - at + 1) / 2
   local keys, ids = {}, {}
   for j = 1, nstreams do
@@ -495,8 +466,8 @@ local function xreadgroup_args(argv, argc)
       ids[j] = id_key(ms, seq)
     end
   end
-  return { group = group, consumer = consumer, count = count or 0, block = block, noack = noack,
-           keys = keys, ids = ids }
+  a.keys, a.ids = keys, ids
+  return a
 end
 
 -- Reads stream k for the arguments a (id its ID): the entries to answer
