@@ -14,10 +14,7 @@ local NULL = kv.NULL
 
 -- -- The cases -----------------------------------------------------------------
 
-local function sorted(cmd)
-  cmd.sort = true
-  return cmd
-end
+local sorted = kv.sorted
 
 local BIG = "9223372036854775807"
 
@@ -462,54 +459,7 @@ families["introspection"] = {
 
 -- -- Running them --------------------------------------------------------------
 
--- Runs cmds on connection c (after FLUSHALL); returns the replies. With
--- proto 3 the connection says HELLO 3 first and the replies keep their
--- RESP types (kv.read_typed: maps and sets sorted).
-local function run(c, cmds, proto)
-  if proto == 3 then
-    local hello = c:typed("HELLO", "3")
-    assert(type(hello) == "table" and hello.t == "%", "no RESP3")
-  end
-  assert(c:call("FLUSHALL") == "OK")
-  local replies = {}
-  for i, cmd in ipairs(cmds) do
-    local r
-    if proto == 3 then
-      r = c:typed(unpack(cmd))
-      if cmd.sort and type(r) == "table" then
-        table.sort(r, function(a, b) return kv.typed_string(a) < kv.typed_string(b) end)
-      end
-      if r ~= nil then r = kv.typed_string(r) end
-    else
-      r = c:call(unpack(cmd))
-      if cmd.sort and type(r) == "table" and not r.err then table.sort(r) end
-    end
-    if r ~= nil and cmd.norm then r = cmd.norm(r) end
-    replies[i] = r == nil and "<no reply>" or r
-  end
-  return replies
-end
-
--- Both replies side by side, for a failure message.
-local function show(cmds, want, got)
-  local function s(v)
-    if v == NULL then return "(nil)" end
-    if type(v) == "table" then
-      if v.err then return "(error) " .. v.err end
-      local t = {}
-      for i, x in ipairs(v) do t[i] = s(x) end
-      return "[" .. table.concat(t, ", ") .. "]"
-    end
-    return ("%q"):format(v)
-  end
-  local lines = {}
-  for i, cmd in ipairs(cmds) do
-    local mark = s(want[i]) == s(got[i]) and "  " or "!!"
-    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, table.concat(cmd, " "),
-                                                              s(want[i]), s(got[i]))
-  end
-  return table.concat(lines, "\n")
-end
+local run, show = kv.run_cmds, kv.show_replies
 
 describe("kv against redis-server", function()
   local redis_pid, redis_log, redis_port, kv_proc
