@@ -881,6 +881,18 @@ static void rfd_detach(struct ch_ring *r, struct rfd *x)
   rfd_release(r, x);
 }
 
+/* Makes the cancels just posted now, before the real close. An operation
+** in flight holds the file: until the kernel has ended it, close(2) does
+** not end the connection (no FIN), and a peer could see this process's
+** next connection before the end of this one, as on epoll it never does.
+** GETEVENTS: with DEFER_TASKRUN a cancelled operation lets go of the file
+** only when the thread enters to wait. Its completion is reaped later. */
+static void cancel_now(struct ch_ring *r)
+{
+  io_uring_submit_and_get_events(&r->ring);
+  r->turn++;
+}
+
 static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
 {
   (void)f;
@@ -889,6 +901,9 @@ static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
   struct rfd *x = rfd_peek(r, fd);
   if (!x) return 0;
   int err = x->send_err;
+  /* A receive, an accept or a poll that would stay armed (a send in
+  ** flight ends by itself, and after a close its file is the dup's). */
+  int armed = x->recv_on || x->acc_on || x->polls;
   /* An operation posted since the last enter names fd by its number,
   ** which the kernel looks up when it submits it: that must happen
   ** before the real close, or it could find another file there. */
@@ -913,12 +928,14 @@ static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
       x->recv_stop = x->acc_stop = 1;
       if (!x->wsent) send_queued(r, x);
       ch_timer_start(&x->orphan, ORPHAN_MS, orphan_expired);
+      if (armed) cancel_now(r);
       return err;
     }
     x->wstart = x->wend;
     if (!x->wsent) send_drained(r, x);
   }
-  rfd_detach(r, x);
+  rfd_detach(r, x);   /* may free x */
+  if (armed) cancel_now(r);
   return err;
 }
 

@@ -621,6 +621,44 @@ static void test_ring_bytes_read_ahead_are_a_hooked_reads_first(void **state) {
   ring_off();
 }
 
+/* A close ends the connection at once, as close(2) does on epoll: the
+** receive the ring keeps armed holds the file until the kernel has
+** cancelled it, and a cancel left for the loop's next turn let the peer
+** see a new connection of this process before the end of this one (kv's
+** LRANGE spec: the server still held the old client's reply when the
+** next one came, and ran out of memory). */
+struct closer { int fd, peer; ssize_t peer_rc; int peer_errno; };
+
+static void closer_main(void *arg) {
+  struct closer *c = arg;
+  assert_int_equal(close(c->fd), 0);
+  /* No loop turn in between: what the peer sees now. */
+  char b;
+  c->peer_rc = ch_libc.recv(c->peer, &b, 1, MSG_DONTWAIT);
+  c->peer_errno = c->peer_rc < 0 ? errno : 0;
+}
+
+static void test_ring_close_of_a_stream_reading_ahead_ends_it_at_once(void **state) {
+  (void)state;
+  ring_on();
+  int sv[2];
+  th_socketpair(sv);
+  assert_int_equal(write(sv[1], "x", 1), 1);
+  struct stream_rx x = { .fd = sv[0] };
+  assert_true(ch_spawn(stream_rx_main, &x) > 0);
+  th_run();   /* read "x"; its receive stays armed, in the kernel */
+  assert_int_equal(x.first, 1);
+  assert_true(ring_inflight() > 0);
+  struct closer c = { .fd = sv[0], .peer = sv[1] };
+  assert_true(ch_spawn(closer_main, &c) > 0);
+  th_run();
+  if (c.peer_rc != 0)
+    fail_msg("the peer read %zd (%s) right after the close, not its end", c.peer_rc,
+             strerror(c.peer_errno));
+  close(sv[1]);
+  ring_off();
+}
+
 /* -- Sending behind -------------------------------------------------------- */
 
 /* ch_io_send returns once the bytes are queued: nothing parked, nothing
@@ -930,6 +968,7 @@ int main(void) {
     TH_TEST(test_ring_reading_ahead_stops_at_its_bound_and_the_sender_fills),
     TH_TEST(test_ring_out_of_buffers_a_receive_reads_the_socket_itself),
     TH_TEST(test_ring_bytes_read_ahead_are_a_hooked_reads_first),
+    TH_TEST(test_ring_close_of_a_stream_reading_ahead_ends_it_at_once),
     TH_TEST(test_ring_send_returns_with_its_bytes_queued),
     TH_TEST(test_ring_a_full_send_buffer_parks_the_sender),
     TH_TEST(test_ring_a_call_asked_not_to_wait_keeps_the_rings_order),
