@@ -829,7 +829,20 @@ static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
     x->wstart = x->wend;
     if (!x->wsent) send_drained(r, x);
   }
+  int busy = x->inflight != 0;
   rfd_detach(r, x);
+  /* An operation in flight holds the file, so the socket outlives the
+  ** real close until its cancel is made: a listener would stay bound and
+  ** take connections (SO_REUSEPORT hashes them to it) that its end then
+  ** resets, and a thread that ends now leaves that to the kernel's ring
+  ** teardown, which may take a second. The cancels go in now, and the
+  ** wait for no event runs the cancelled operations' completions, which
+  ** let go of the file; close(2) then ends the socket as it does on
+  ** epoll. One more enter per close of a busy fd. */
+  if (busy) {
+    io_uring_submit_and_get_events(&r->ring);
+    r->turn++;
+  }
   return err;
 }
 

@@ -557,6 +557,42 @@ static void test_ring_accept_under_a_lowered_fd_limit_says_emfile(void **state) 
   ring_off();
 }
 
+/* An acceptor parked on the ring, and its listener closed by another
+** coroutine: the port is free when close returns, as on epoll, so no
+** connection is hashed to (SO_REUSEPORT) or queued on a socket nobody
+** will accept on. (The ring's operation held the file, and the socket
+** listened on until the loop's next enter, or the ring's teardown.) */
+static void parked_acceptor(void *arg) {
+  struct lst *x = arg;
+  x->r = ch_io_accept(x->l, NULL, NULL, SOCK_CLOEXEC, 5000);
+}
+
+static void listener_closer(void *arg) {
+  struct lst *x = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  ch_sleep_ms(10);   /* a loop turn: the acceptor's wait is in the kernel */
+  CHECK_EQ(ring_inflight() > 0, 1);
+  close(x->l);
+  int n = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  CHECK_EQ(setsockopt(n, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+  x->bound = bind(n, (struct sockaddr *)&x->sa, sizeof x->sa) == 0 ? 0 : -errno;
+  close(n);
+}
+
+static void test_ring_a_closed_listeners_port_is_free_when_close_returns(void **state) {
+  (void)state;
+  ring_on();
+  struct lst x = { .r = 1, .bound = 1 };
+  x.l = loopback_listener(&x.sa);
+  assert_true(ch_spawn(parked_acceptor, &x) > 0);
+  assert_true(ch_spawn(listener_closer, &x) > 0);
+  th_run();
+  assert_int_equal(x.bound, 0);
+  assert_int_equal(x.r, -EBADF);
+  ring_off();
+}
+
 /* -- Receiving ahead, and its bounds ----------------------------------------- */
 
 /* A stream's receive (ch_io_recv) that reads once, finds the socket empty
@@ -1019,6 +1055,7 @@ int main(void) {
     TH_TEST(test_ring_a_burst_of_connections_loses_none),
     TH_TEST(test_ring_a_closed_listener_takes_no_connection_off_a_shared_socket),
     TH_TEST(test_ring_accept_under_a_lowered_fd_limit_says_emfile),
+    TH_TEST(test_ring_a_closed_listeners_port_is_free_when_close_returns),
     TH_TEST(test_ring_is_not_left_while_it_holds_input_or_a_watch),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
     TH_TEST(test_ring_of_a_forked_child_is_dropped_for_epoll),
