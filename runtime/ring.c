@@ -35,6 +35,17 @@
 ** buffer parks the sender until the kernel has taken some. A close with
 ** bytes still queued keeps a dup of the fd until they are out (or
 ** ORPHAN_MS pass, or the send fails), so they still reach the peer.
+**
+** Accepting. The ring accepts nothing ahead of the caller (the table's
+** accept is NULL): a listener is waited for with a poll and accepted by
+** the caller's own accept4, as on epoll. A multishot accept, tried, broke
+** three things epoll keeps: it takes connections off a socket other
+** processes share (a reload hands the master's socket to the next
+** generation) for a worker that is about to close it, which then resets
+** them; the kernel fixes its fd limit when the accept is armed, so a
+** lowered RLIMIT_NOFILE never gives the EMFILE the shedding in
+** host/net/listener.c waits for; and a drain's last accepts (which must
+** not wait) would arm one more.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,16 +82,12 @@
 #define SEND_DIRECT 8192      /* a send this large with nothing queued is
                               ** made at once, from the caller's bytes */
 #define SEND_CACHE 64         /* drained send buffers kept per ring */
-#define ACCEPT_STOP 16        /* connections accepted ahead and not yet
-                              ** taken: the multishot accept is stopped
-                              ** (those that come before it stops are
-                              ** kept all the same) */
 #define ORPHAN_MS 60000       /* a closed fd's queued bytes get this long */
 #define REAP_BATCH 64         /* completions copied out per pass (1 KiB) */
 
 /* user_data: a struct rfd's address with the operation's kind in its low
 ** three bits; the kinds alone (no record) are the ring's own. */
-enum { OP_POLL_IN = 1, OP_POLL_OUT, OP_RECV, OP_SEND, OP_ACCEPT };
+enum { OP_POLL_IN = 1, OP_POLL_OUT, OP_RECV, OP_SEND };
 #define UD_WAKE 1             /* the poll on the scheduler's eventfd */
 #define UD_CANCEL 2           /* cancel requests, whose results are unused */
 #define UD(rfd, op) ((uint64_t)(uintptr_t)(rfd) | (op))
@@ -101,11 +108,6 @@ struct rfd {
   uint8_t eof;                /* a receive said EOF (kept: each read after
                               ** says it too, as the socket would) */
   uint8_t last_short;         /* the last receive did not fill its buffer */
-  uint8_t acc_on;             /* a multishot accept in flight */
-  uint8_t acc_stop;           /* a cancel of it is asked */
-  uint8_t acc_none;           /* the kernel has no multishot accept */
-  uint8_t acc_own;            /* an accept's error was handed out: the
-                              ** next accept is the caller's own call */
   uint8_t shut;               /* a shutdown's how + 1, made once drained */
   uint8_t counted;            /* in the ring's sending: bytes are queued
                               ** and no send of the caller's failed */
@@ -114,8 +116,6 @@ struct rfd {
                               ** but do not keep the loop running */
   int err;                    /* a receive's error, not yet handed out */
   int send_err;               /* a queued send's error, not yet told */
-  int acc_err;                /* an accept's error, not yet handed out */
-  int acc_flags;              /* flags the multishot accept was armed with */
   int32_t qhead, qtail;       /* held input: buffer ids in order, linked
                               ** through the ring's bnext; -1: none */
   uint32_t qoff;              /* bytes of the head buffer handed out */
@@ -124,10 +124,6 @@ struct rfd {
                               ** while nothing is queued */
   uint32_t wstart, wend;      /* queued: wb[wstart, wend) */
   uint32_t wsent;             /* of those, the send in flight's; 0: none */
-  int *accq;                  /* connections accepted ahead: accq[acc_head,
-                              ** acc_head + acc_n), acc_cap allocated */
-  uint32_t acc_head, acc_n;
-  size_t acc_cap;
   struct ch_timer orphan;     /* a closed fd's last sends' deadline */
   struct rfd *prev, *next;    /* every record of the ring, for its end */
 };
@@ -398,8 +394,6 @@ static void rfd_free(struct ch_ring *r, struct rfd *x)
   drop_input(r, x);
   wb_give(r, x);
   recount(r, x);
-  for (uint32_t i = 0; i < x->acc_n; i++) ch_libc.close(x->accq[x->acc_head + i]);
-  free(x->accq);
   ch_timer_stop(&x->orphan);
   if (x->prev) x->prev->next = x->next;
   else r->all = x->next;
@@ -434,7 +428,7 @@ static void report(struct rfd *x, int revents)
 /* -- Readiness ------------------------------------------------------------------ */
 
 /* Polls for the directions asked that nothing in flight reports: a
-** receive or an accept reports input, a send in flight reports room. A
+** receive reports input, a send in flight reports room. A
 ** one-shot poll looks at the file's state when it is armed, so no edge is
 ** lost between the EAGAIN and the wait. */
 static int ring_arm(struct ch_sched *s, int fd, struct ch_fd *f, int events)
@@ -448,7 +442,7 @@ static int ring_arm(struct ch_sched *s, int fd, struct ch_fd *f, int events)
   struct rfd *x = rfd_get(r, fd, f);
   if (!x) return -ENOMEM;
   int need = events & (POLLIN | POLLOUT) & ~x->polls;
-  if ((need & POLLIN) && (x->recv_on || x->acc_on)) need &= ~POLLIN;
+  if ((need & POLLIN) && x->recv_on) need &= ~POLLIN;
   if ((need & POLLOUT) && wb_pending(x)) {
     if (!x->wsent) send_queued(r, x);   /* one that found no entry before */
     if (x->wsent) need &= ~POLLOUT;
@@ -478,7 +472,7 @@ static int ring_watched(struct ch_sched *s, int fd, const struct ch_fd *f)
 {
   (void)f;
   struct rfd *x = rfd_find(ring_of(s), fd);
-  return x && (x->recv_on || x->acc_on || (x->polls & POLLIN));
+  return x && (x->recv_on || (x->polls & POLLIN));
 }
 
 static int ring_held(struct ch_sched *s, int fd)
@@ -486,8 +480,8 @@ static int ring_held(struct ch_sched *s, int fd)
   struct ch_ring *r = ring_of(s);
   struct rfd *x = rfd_find(r, fd);
   if (!x) return 0;
-  if (x->qbytes || x->err || x->eof || x->send_err || x->acc_n || x->acc_err) return 1;
-  return x->recv_on || x->acc_on ? -EINPROGRESS : 0;
+  if (x->qbytes || x->err || x->eof || x->send_err) return 1;
+  return x->recv_on ? -EINPROGRESS : 0;
 }
 
 /* Copies up to room bytes of x's held input to p, handing emptied buffers
@@ -785,87 +779,6 @@ static void orphan_expired(struct ch_timer *t)
   cancel(ring_of(s), x, OP_SEND);
 }
 
-/* -- Accepting ---------------------------------------------------------------- */
-
-static int ring_accept(struct ch_sched *s, int fd, struct ch_fd *f, struct sockaddr *addr,
-                       socklen_t *len, int flags)
-{
-  struct ch_ring *r = ring_of(s);
-  struct rfd *x = rfd_get(r, fd, f);
-  if (!x || x->acc_none) return -ENOTSUP;
-  if (x->acc_n) {
-    if (x->acc_flags != flags) return -ENOTSUP;
-    int nfd = x->accq[x->acc_head++];
-    if (--x->acc_n == 0) x->acc_head = 0;
-    /* The multishot accept gives no addresses: the peer's is asked. */
-    if (addr && len && getpeername(nfd, addr, len) < 0) *len = 0;
-    return nfd;
-  }
-  if (x->acc_err) {
-    int e = x->acc_err;
-    x->acc_err = 0;
-    x->acc_own = 1;
-    return e;
-  }
-  /* After an error (EMFILE: the caller frees its reserve fd and accepts
-  ** one connection to close it), the accept that follows is made by the
-  ** caller at once: one armed now would only meet the same error. */
-  if (x->acc_own) {
-    x->acc_own = 0;
-    return -ENOTSUP;
-  }
-  if (!x->acc_on) {
-    struct io_uring_sqe *e = entry(r);
-    if (!e) return -ENOTSUP;
-    io_uring_prep_multishot_accept(e, fd, NULL, NULL, flags);
-    post(r, e, x, OP_ACCEPT);
-    x->acc_on = 1;
-    x->acc_stop = 0;
-    x->acc_flags = flags;
-  }
-  return -EAGAIN;
-}
-
-static void on_accept(struct ch_ring *r, struct rfd *x, int res, unsigned flags)
-{
-  if (!(flags & IORING_CQE_F_MORE)) {
-    x->acc_on = 0;
-    x->acc_stop = 0;
-  }
-  if (res >= 0) {
-    if (x->closed) {
-      ch_libc.close(res);   /* nobody to take it */
-      return;
-    }
-    if (x->acc_head + x->acc_n == x->acc_cap) {
-      if (x->acc_head) {   /* O(held): room at the front */
-        memmove(x->accq, x->accq + x->acc_head, x->acc_n * sizeof *x->accq);
-        x->acc_head = 0;
-      } else {
-        int *q = ch_buf_grow(x->accq, sizeof *q, &x->acc_cap, x->acc_cap + 1, ACCEPT_STOP * 2);
-        if (!q) {
-          ch_libc.close(res);   /* no memory: the peer sees a reset */
-          return;
-        }
-        x->accq = q;
-      }
-    }
-    x->accq[x->acc_head + x->acc_n++] = res;
-    /* Back-pressure: a listener whose acceptor is this far behind gets no
-    ** more accepted for it (they wait in the kernel's backlog). */
-    if (x->acc_n >= ACCEPT_STOP && x->acc_on && !x->acc_stop) {
-      cancel(r, x, OP_ACCEPT);
-      x->acc_stop = 1;
-    }
-    report(x, POLLIN);
-    return;
-  }
-  if (x->closed) return;
-  if (res == -EINVAL && !x->acc_n) x->acc_none = 1;   /* no multishot accept here */
-  else if (res != -ECANCELED) x->acc_err = res;
-  report(x, POLLIN);
-}
-
 /* -- Close ---------------------------------------------------------------------- */
 
 static void rfd_detach(struct ch_ring *r, struct rfd *x)
@@ -874,17 +787,19 @@ static void rfd_detach(struct ch_ring *r, struct rfd *x)
   x->closed = 1;
   drop_input(r, x);
   if (x->recv_on && !x->recv_stop) cancel(r, x, OP_RECV);
-  if (x->acc_on && !x->acc_stop) cancel(r, x, OP_ACCEPT);
   if (x->polls & POLLIN) cancel(r, x, OP_POLL_IN);
   if (x->polls & POLLOUT) cancel(r, x, OP_POLL_OUT);
-  x->recv_stop = x->acc_stop = 1;
+  x->recv_stop = 1;
   rfd_release(r, x);
 }
 
 /* Makes the cancels just posted now, before the real close. An operation
 ** in flight holds the file: until the kernel has ended it, close(2) does
 ** not end the connection (no FIN), and a peer could see this process's
-** next connection before the end of this one, as on epoll it never does.
+** next connection before the end of this one, as on epoll it never does;
+** a listener would stay bound and take connections (SO_REUSEPORT hashes
+** them to it) that its end then resets; and a thread that ends first
+** leaves the file to the ring's teardown, which may take a second.
 ** GETEVENTS: with DEFER_TASKRUN a cancelled operation lets go of the file
 ** only when the thread enters to wait. Its completion is reaped later. */
 static void cancel_now(struct ch_ring *r)
@@ -901,9 +816,9 @@ static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
   struct rfd *x = rfd_peek(r, fd);
   if (!x) return 0;
   int err = x->send_err;
-  /* A receive, an accept or a poll that would stay armed (a send in
+  /* A receive or a poll that would stay armed (a send in
   ** flight ends by itself, and after a close its file is the dup's). */
-  int armed = x->recv_on || x->acc_on || x->polls;
+  int armed = x->recv_on || x->polls;
   /* An operation posted since the last enter names fd by its number,
   ** which the kernel looks up when it submits it: that must happen
   ** before the real close, or it could find another file there. */
@@ -922,10 +837,9 @@ static int ring_close(struct ch_sched *s, int fd, struct ch_fd *f)
       x->closed = 2;
       drop_input(r, x);
       if (x->recv_on && !x->recv_stop) cancel(r, x, OP_RECV);
-      if (x->acc_on && !x->acc_stop) cancel(r, x, OP_ACCEPT);
       if (x->polls & POLLIN) cancel(r, x, OP_POLL_IN);
       if (x->polls & POLLOUT) cancel(r, x, OP_POLL_OUT);
-      x->recv_stop = x->acc_stop = 1;
+      x->recv_stop = 1;
       if (!x->wsent) send_queued(r, x);
       ch_timer_start(&x->orphan, ORPHAN_MS, orphan_expired);
       if (armed) cancel_now(r);
@@ -970,7 +884,6 @@ static void complete(struct ch_sched *s, struct ch_ring *r, struct io_uring_cqe 
   case OP_POLL_OUT: on_poll(x, POLLOUT, res); break;
   case OP_RECV:     on_recv(r, x, res, flags); break;
   case OP_SEND:     on_send(r, x, res); break;
-  case OP_ACCEPT:   on_accept(r, x, res, flags); break;
   default: ch_panic("ring: completion of kind %d", kind);
   }
   if (last) {
@@ -1026,7 +939,7 @@ static int ring_poll(struct ch_sched *s, int timeout_ms)
 }
 
 /* Blocks in the ring's own wait while what the caller waits for on fd is
-** an operation of the ring's (a receive, an accept, queued sends): the
+** an operation of the ring's (a receive, queued sends): the
 ** socket's readiness, which poll(2) would see, is not it. Completions of
 ** other fds are made meanwhile, as the loop would (their coroutines run
 ** when this one lets them). */
@@ -1036,7 +949,7 @@ static int ring_block(struct ch_sched *s, int fd, int events, int64_t ms)
   if (r->reaping) return -ENOTSUP;
   struct rfd *x = rfd_find(r, fd);
   if (!x) return -ENOTSUP;
-  int in = (events & POLLIN) && (x->recv_on || x->acc_on);
+  int in = (events & POLLIN) && x->recv_on;
   int out = (events & POLLOUT) && wb_pending(x);
   if (!in && !out) return -ENOTSUP;
   uint64_t deadline = ms > 0 ? ch_now_ns() + (uint64_t)ms * 1000000u : 0;
@@ -1052,8 +965,7 @@ static int ring_block(struct ch_sched *s, int fd, int events, int64_t ms)
     reap(s, r, left);
     if (rfd_find(r, fd) != x) return -EBADF;
     int got = 0;
-    if ((events & POLLIN) && (x->qbytes || x->err || x->eof || x->acc_n || x->acc_err ||
-                              !(x->recv_on || x->acc_on)))
+    if ((events & POLLIN) && (x->qbytes || x->err || x->eof || !x->recv_on))
       got |= POLLIN;
     if ((events & POLLOUT) && !wb_pending(x)) got |= POLLOUT;
     if (got) return got;
@@ -1098,7 +1010,7 @@ const struct ch_backend ch_backend_uring = {
   .send = ring_send,
   .queued = ring_queued,
   .shutdown = ring_shutdown,
-  .accept = ring_accept,
+  .accept = NULL,   /* see "Accepting" at the top */
   .block = ring_block,
   .forked = ring_forked,
 };

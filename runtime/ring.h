@@ -8,8 +8,9 @@
 **     data comes, so a parked reader holds no buffer; a stream reads ahead
 **     with a multishot receive, a bounded amount per connection;
 **   - sends queued in a bounded buffer per connection (write-behind) and
-**     posted at the loop's next io_uring_enter with everything else;
-**   - a multishot accept for ch_io_accept's listeners.
+**     posted at the loop's next io_uring_enter with everything else.
+**
+** Listeners are polled and accepted by the caller, as on epoll.
 **
 ** Built without liburing (IO_URING=0 in the Makefile), the table's init
 ** says -ENOSYS and schedulers stay on epoll.

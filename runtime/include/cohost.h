@@ -462,11 +462,12 @@ int ch_sched_stack_mode(void);
 ** per fd). URING: an io_uring ring instead, and no epoll: waits for
 ** readiness are polls on the ring; ch_io_recv and ch_io_read of stream
 ** sockets receive into the ring's own buffers, ch_io_send queues its
-** bytes and posts them (write-behind), ch_io_accept accepts ahead with a
-** multishot accept; all are posted with no system call and submitted
-** together at the loop's next wait, which also reaps them. The hooks
-** keep libc's meaning: a hooked read waits for readiness and makes its
-** own call, partial transfers, errors and timeouts are the same.
+** bytes and posts them (write-behind), ch_io_accept waits with a poll
+** and accepts itself, as on epoll; all are posted with no system call
+** and submitted together at the loop's next wait, which also reaps
+** them. The hooks keep libc's meaning: a hooked read waits for
+** readiness and makes its own call, partial transfers, errors and
+** timeouts are the same.
 ** docs/runtime.md has the details. */
 enum { CH_IO_EPOLL = 0, CH_IO_URING = 1 };
 

@@ -430,7 +430,7 @@ static void acceptor(void *arg) {
 static void connector(void *arg) {
   struct acc *a = arg;
   while (ch_sched_tls->nwaiting == 0) ch_yield();
-  CHECK_EQ(ring_inflight(), 1);   /* the accept is on the ring */
+  CHECK_EQ(ring_inflight(), 1);   /* the accept's wait is on the ring */
   struct sockaddr_in sa;
   socklen_t len = sizeof sa;
   CHECK_EQ(getsockname(a->l, (struct sockaddr *)&sa, &len), 0);
@@ -470,6 +470,127 @@ static void run_for_ms(int ms) {
   m = ms;
   assert_true(ch_spawn(sleeper, &m) > 0);
   th_run();
+}
+
+/* -- Listeners, as on epoll ----------------------------------------------- */
+
+/* A TCP listener on loopback, its port chosen by the kernel; *sa gets
+** its address. */
+static int loopback_listener(struct sockaddr_in *sa) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(l >= 0);
+  *sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+  socklen_t len = sizeof *sa;
+  assert_int_equal(bind(l, (struct sockaddr *)sa, len), 0);
+  assert_int_equal(listen(l, 8), 0);
+  assert_int_equal(getsockname(l, (struct sockaddr *)sa, &len), 0);
+  return l;
+}
+
+struct lst { int l; int r, r2; int bound; int c; struct sockaddr_in sa; };
+
+/* A drain's last accept (nothing queued, no wait), a connection that
+** comes before the close, then the close. */
+static void drain_then_close(void *arg) {
+  struct lst *x = arg;
+  x->r = ch_io_accept(x->l, NULL, NULL, SOCK_CLOEXEC, 0);
+  x->c = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK_EQ(ch_libc.connect(x->c, (struct sockaddr *)&x->sa, sizeof x->sa), 0);
+  close(x->l);
+}
+
+/* A worker's listener is a dup of a socket the master keeps and hands to
+** the next generation: the worker's last accept and its close take no
+** connection off it, so one that comes meanwhile is the next one's. (A
+** multishot accept armed by that accept took it, then reset it.) */
+static void test_ring_a_closed_listener_takes_no_connection_off_a_shared_socket(void **state) {
+  (void)state;
+  ring_on();
+  struct lst x = { .r = 1 };
+  x.l = loopback_listener(&x.sa);
+  int keep = dup(x.l);   /* the master's */
+  assert_true(ch_spawn(drain_then_close, &x) > 0);
+  th_run();
+  assert_int_equal(x.r, -EAGAIN);
+  run_for_ms(20);   /* loop turns: what the ring holds comes in */
+  int a = accept4(keep, NULL, NULL, SOCK_NONBLOCK);
+  assert_true(a >= 0);
+  close(a);
+  close(x.c);
+  close(keep);
+  ring_off();
+}
+
+/* An accept, then the fd limit lowered to the fds open (as prlimit or
+** setrlimit does): the next accept says EMFILE, which the listener's
+** shedding (host/net/listener.c) waits for. (A multishot accept keeps
+** the limit it was armed under and accepted on.) */
+static void accept_under_a_lowered_limit(void *arg) {
+  struct lst *x = arg;
+  int c = socket(AF_INET, SOCK_STREAM, 0);
+  x->r = ch_io_accept(x->l, NULL, NULL, SOCK_CLOEXEC, 0);
+  ch_sleep_ms(10);   /* a loop turn: what that armed is in the kernel */
+  struct rlimit old, low;
+  CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  int lowest = fcntl(0, F_DUPFD, 0);   /* every fd below it is open */
+  close(lowest);
+  low = old;
+  low.rlim_cur = (rlim_t)lowest;
+  CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  CHECK_EQ(ch_io_connect(c, (struct sockaddr *)&x->sa, sizeof x->sa, 5000), 0);
+  x->r2 = ch_io_accept(x->l, NULL, NULL, SOCK_CLOEXEC, 1000);
+  CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  if (x->r2 >= 0) close(x->r2);
+  close(c);
+}
+
+static void test_ring_accept_under_a_lowered_fd_limit_says_emfile(void **state) {
+  (void)state;
+  ring_on();
+  struct lst x = { .r = 1 };
+  x.l = loopback_listener(&x.sa);
+  assert_true(ch_spawn(accept_under_a_lowered_limit, &x) > 0);
+  th_run();
+  assert_int_equal(x.r, -EAGAIN);
+  assert_int_equal(x.r2, -EMFILE);
+  close(x.l);
+  ring_off();
+}
+
+/* An acceptor parked on the ring, and its listener closed by another
+** coroutine: the port is free when close returns, as on epoll, so no
+** connection is hashed to (SO_REUSEPORT) or queued on a socket nobody
+** will accept on. (The ring's operation held the file, and the socket
+** listened on until the loop's next enter, or the ring's teardown.) */
+static void parked_acceptor(void *arg) {
+  struct lst *x = arg;
+  x->r = ch_io_accept(x->l, NULL, NULL, SOCK_CLOEXEC, 5000);
+}
+
+static void listener_closer(void *arg) {
+  struct lst *x = arg;
+  while (ch_sched_tls->nwaiting == 0) ch_yield();
+  ch_sleep_ms(10);   /* a loop turn: the acceptor's wait is in the kernel */
+  CHECK_EQ(ring_inflight() > 0, 1);
+  close(x->l);
+  int n = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  CHECK_EQ(setsockopt(n, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+  x->bound = bind(n, (struct sockaddr *)&x->sa, sizeof x->sa) == 0 ? 0 : -errno;
+  close(n);
+}
+
+static void test_ring_a_closed_listeners_port_is_free_when_close_returns(void **state) {
+  (void)state;
+  ring_on();
+  struct lst x = { .r = 1, .bound = 1 };
+  x.l = loopback_listener(&x.sa);
+  assert_true(ch_spawn(parked_acceptor, &x) > 0);
+  assert_true(ch_spawn(listener_closer, &x) > 0);
+  th_run();
+  assert_int_equal(x.bound, 0);
+  assert_int_equal(x.r, -EBADF);
+  ring_off();
 }
 
 /* -- Receiving ahead, and its bounds ----------------------------------------- */
@@ -781,19 +902,17 @@ static void test_ring_a_call_asked_not_to_wait_keeps_the_rings_order(void **stat
   ring_off();
 }
 
-/* -- Accepting ahead ------------------------------------------------------- */
+/* -- A burst of connections ---------------------------------------------- */
 
-/* A burst of connections larger than what is accepted ahead before the
-** multishot accept is stopped loses none, and each comes with its
-** peer's address. */
+/* A burst of connections, all queued before the acceptor runs again,
+** loses none, and each comes with its peer's address. */
 #define BURST 100
 
 struct burst { int l; int n; int with_addr; struct sockaddr_in sa; int clients[BURST];
                int connected; };
 
-/* Once the acceptor waits (its multishot accept armed), BURST blocking
-** connects in a row, with no loop turn between them: the kernel accepts
-** them all for the ring before the acceptor runs again. */
+/* Once the acceptor waits (its poll on the ring), BURST blocking
+** connects in a row, with no loop turn between them. */
 static void burst_connector(void *arg) {
   struct burst *b = arg;
   while (ch_sched_tls->nwaiting == 0) ch_yield();
@@ -820,7 +939,7 @@ static void burst_acceptor(void *arg) {
   }
 }
 
-static void test_ring_a_burst_of_connections_accepted_ahead_loses_none(void **state) {
+static void test_ring_a_burst_of_connections_loses_none(void **state) {
   (void)state;
   ring_on();
   int l = socket(AF_INET, SOCK_STREAM, 0);
@@ -972,7 +1091,10 @@ int main(void) {
     TH_TEST(test_ring_send_returns_with_its_bytes_queued),
     TH_TEST(test_ring_a_full_send_buffer_parks_the_sender),
     TH_TEST(test_ring_a_call_asked_not_to_wait_keeps_the_rings_order),
-    TH_TEST(test_ring_a_burst_of_connections_accepted_ahead_loses_none),
+    TH_TEST(test_ring_a_burst_of_connections_loses_none),
+    TH_TEST(test_ring_a_closed_listener_takes_no_connection_off_a_shared_socket),
+    TH_TEST(test_ring_accept_under_a_lowered_fd_limit_says_emfile),
+    TH_TEST(test_ring_a_closed_listeners_port_is_free_when_close_returns),
     TH_TEST(test_ring_is_not_left_while_it_holds_input_or_a_watch),
     TH_TEST(test_ring_refused_by_the_kernel_leaves_epoll_working),
     TH_TEST(test_ring_of_a_forked_child_is_dropped_for_epoll),
