@@ -94,7 +94,7 @@ HOST_SRC := host/main.c host/testmode.c host/ngx_abi.c host/worker.c host/log.c 
             host/shdict/store.c host/shdict/tlsf.c \
             host/lib_task.c host/lib_sys.c host/lib_socket.c host/lib_udp.c \
             host/lib_listen.c host/lib_ssl.c host/lib_crypto.c host/lib_http.c host/lib_h2client.c host/lib_file.c \
-             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c host/lib_debug.c
+             host/lib_re.c host/lib_shdict.c host/lib_bus.c host/lib_metrics.c host/lib_postgres.c host/lib_postgres_rows.c host/lib_debug.c
 HOST_OBJ := $(HOST_SRC:%.c=$(B)/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
@@ -210,7 +210,7 @@ $(B)/host/http/%.o: host/http/%.c | $(B)/layers/http/.made
 	$(CC) $(call LAYER_CFLAGS,http) -fexceptions -c $< -o $@
 	$(call LAYER_CHECK,http)
 
-$(B)/host/net/pg.o $(B)/host/lib_postgres.o: CFLAGS += $(PQ_CFLAGS)
+$(B)/host/net/pg.o $(B)/host/lib_postgres.o $(B)/host/lib_postgres_rows.o: CFLAGS += $(PQ_CFLAGS)
 
 $(HOST): $(HOST_OBJ) $(LIB) $(JEMALLOC_LUA)
 	$(CC) -rdynamic $(HOST_OBJ) -o $@ $(LIB) $(JEMALLOC_LUA) $(LUAJIT_LIBS) -lhttp_parser -lnghttp2 -lpq -lssl -lcrypto -lpcre2-8 $(LDLIBS) -lm
