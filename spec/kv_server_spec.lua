@@ -13,19 +13,7 @@ h.cleanups(after_each)
 
 local NULL = kv.NULL
 
--- INFO's fields as a table.
-local function info(c, section)
-  local t = {}
-  local text = assert(c:call("INFO", section))
-  for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do t[k] = v end
-  return t
-end
-
--- Waits until the server has n blocked clients (a BLPOP reaches it in
--- its own time); false if it never does (5 s), which the scenario reports.
-local function blocked(c, n)
-  return h.wait_for(function() return info(c, "clients").blocked_clients == tostring(n) end, 5)
-end
+local info, blocked = kv.info, kv.blocked
 
 -- A client blocked in cmd: the thread that waits for its reply.
 local function block(port, ...)

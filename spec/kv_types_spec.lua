@@ -633,19 +633,7 @@ local run, show = kv.run_cmds, kv.show_replies
 
 -- -- Scenarios -------------------------------------------------------------------
 
--- INFO's fields as a table.
-local function info(c, section)
-  local t = {}
-  local text = assert(c:call("INFO", section))
-  for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do t[k] = v end
-  return t
-end
-
--- Waits until the server has n blocked clients; false if it never does
--- (5 s), which the scenario reports.
-local function blocked(c, n)
-  return h.wait_for(function() return info(c, "clients").blocked_clients == tostring(n) end, 5)
-end
+local info, blocked = kv.info, kv.blocked
 
 -- A client blocked in cmd: the thread that waits for its reply, and its
 -- connection (for CLIENT ID).

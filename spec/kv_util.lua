@@ -210,4 +210,19 @@ function M.show_replies(cmds, want, got)
   return table.concat(lines, "\n")
 end
 
+-- INFO's fields as a table.
+function M.info(c, section)
+  local t = {}
+  local text = assert(c:call("INFO", section))
+  for k, v in text:gmatch("([%w_]+):([^\r\n]*)") do t[k] = v end
+  return t
+end
+
+-- Waits until the server has n blocked clients (a blocking command
+-- reaches it in its own time); false if it never does (5 s), which the
+-- scenario reports.
+function M.blocked(c, n)
+  return h.wait_for(function() return M.info(c, "clients").blocked_clients == tostring(n) end, 5)
+end
+
 return M
