@@ -493,7 +493,8 @@ end, 1))
     assert.is_false(ngx.worker.exiting())
     local code, out = run([[
 require "cohost.ngx"
-io.write(ngx.worker.id(), "/", ngx.worker.count(), "\n")
+-- One string in one io.write: the two workers' lines cannot interleave.
+io.write(ngx.worker.id() .. "/" .. ngx.worker.count() .. "\n")
 ]], "-w 2")
     assert.equal(0, code)
     assert.matches("0/2\n", out)
