@@ -116,7 +116,7 @@ reg("setbit", function(_, argv, _, out, n)
   local was = band(rshift(cur, shift), 1)
   b.buf[byte] = bor(band(cur, bnot(lshift(1, shift))), lshift(on, shift))
   local ones = b.ones
-  if ones then b.ones = ones + on - was end
+  if ones >= 0 then b.ones = ones + on - was end
   R.prop = true
   return put(out, n, BITS[was])
 end)
@@ -189,10 +189,10 @@ reg("bitcount", function(_, argv, argc, out, n)
   local first, last, fmask, lmask = clamp(start, stop, len, isbit)
   if first > last then return put(out, n, resp.ZERO) end
   if first == 0 and last == len - 1 and fmask == 0 and lmask == 0 then
-    if type(v) == "table" then
+    if type(v) == "cdata" then
       -- The whole of a buffer: counted once, then kept up by SETBIT.
       local ones = v.ones
-      if not ones then
+      if ones < 0 then
         ones = popcount(p, len)
         v.ones = ones
       end
@@ -529,7 +529,7 @@ local function bitfield(ro)
       end
     end
     if changes > 0 then
-      b.ones = nil
+      b.ones = -1
       R.note("$", "setbit", k)
       R.prop = true
     end

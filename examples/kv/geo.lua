@@ -610,8 +610,10 @@ local function georadius(src, flags)
         ms[j] = found[j].m
         ss[j] = storedist and found[j].d / s.conv or found[j].s
       end
-      ms, ss = require("kv.zsetops").sort_pairs(ms, ss, returned)
+      local zsetops = require "kv.zsetops"
+      ms, ss = zsetops.sort_pairs(ms, ss, returned)
       store.set(storekey, zsets.from_sorted(ms, ss, returned))
+      zsetops.release(returned)
       R.note("z", search_cmd and "geosearchstore" or "georadiusstore", storekey)
       R.prop = true
     elseif store.del(storekey) then

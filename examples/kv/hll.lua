@@ -460,7 +460,7 @@ reg("pfadd", function(_, argv, argc, out, n)
   end
   if updated > 0 then
     invalidate(b)
-    b.ones = nil
+    b.ones = -1
     R.prop = true
   end
   return put(out, n, updated > 0 and resp.ONE or resp.ZERO)
@@ -526,7 +526,7 @@ reg("pfmerge", function(_, argv, argc, out, n)
     if max[i] ~= 0 then hll_set(b, i, max[i]) end
   end
   invalidate(b)
-  b.ones = nil
+  b.ones = -1
   R.note("$", "pfadd", k)
   R.prop = true
   return put(out, n, resp.OK)

@@ -16,6 +16,7 @@ local snapshot = require "kv.snapshot"
 local multi = require "kv.multi"
 local monitor = require "kv.monitor"
 local now_us = monitor.now_us
+local sleep = cohost.sleep
 
 local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
 local sub, lower, upper, byte, concat, format = string.sub, string.lower, string.upper, string.byte,
@@ -516,6 +517,15 @@ local function loop(c, sock)
       -- READ_MAX of input, the replies so far go out.
       taken = 0
       if n > 0 then
+        -- The other connections whose input is in go first, then the
+        -- replies: as Redis writes every client's replies in beforeSleep,
+        -- after reading them all. A send to a client that sleeps wakes
+        -- it (an IPI, costly under a hypervisor); sent apart, one per
+        -- connection as each batch was run, every send woke one, and
+        -- the kernel took twice Redis's time a request (ZUNIONSTORE
+        -- without pipelining, docs/benchmarks.md). Alone, this is a
+        -- switch back to itself.
+        sleep(0)
         n = answer(c, out, n)
         if c.quit or c.gone then break end
       end

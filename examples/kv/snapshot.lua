@@ -52,7 +52,7 @@ local snap      -- the snapshot in progress, or nil
 -- Records key k (its value v, its deadline or nil) into s.recs (which
 -- s.pause may swap for a new table: always through s).
 local function record_value(s, k, v, deadline)
-  if type(v) ~= "table" then
+  if type(v) ~= "table" and type(v) ~= "cdata" then
     -- A large value comes as pieces: the value itself is written, never
     -- copied.
     add(s, encode({ "SET", k, tostring(v) }, 3))

@@ -49,7 +49,7 @@ M.bytes = 0
 local function value_bytes(v)
   local t = type(v)
   if t == "string" then return #v + 24 end
-  if t == "table" then return v.bytes end
+  if t == "table" or t == "cdata" then return v.bytes end   -- a collection, a buffer (bytes.lua)
   return 0
 end
 M.value_bytes = value_bytes
@@ -78,7 +78,8 @@ local function drop(k, v)
   local b = #k + value_bytes(v) + M.KEY_BYTES
   M.bytes = M.bytes - b
   if b >= BIG_DROP then M.freed = M.freed + b end
-  if type(v) == "table" then v.live = false end
+  local t = type(v)
+  if t == "table" then v.live = false elseif t == "cdata" then v.live = 0 end
 end
 
 
@@ -250,7 +251,8 @@ function M.set(k, v, keep_ttl)
   end
   data[k] = v
   M.bytes = M.bytes + #k + value_bytes(v) + M.KEY_BYTES
-  if type(v) == "table" then v.live = gen end
+  local t = type(v)
+  if t == "table" or t == "cdata" then v.live = gen end
   if track then
     if old == nil then init_access(k) else touch(k) end
   end

@@ -21,8 +21,9 @@ local M = {}
 -- A string value as a Lua string or a counter, a buffer the bit commands
 -- keep (kv/bytes.lua) flattened; nil for another type.
 local function str(v)
-  if type(v) ~= "table" then return v end
-  if v.kind == "string" then return bytes.flat(v) end
+  local t = type(v)
+  if t == "cdata" then return bytes.flat(v) end
+  if t ~= "table" then return v end
   return nil
 end
 M.str = str
@@ -253,7 +254,8 @@ reg("append", function(_, argv, _, out, n)
     set(k, argv[3])
     v = argv[3]
   elseif type(v) == "table" then
-    if v.kind ~= "string" then return put(out, n, WRONGTYPE) end
+    return put(out, n, WRONGTYPE)
+  elseif type(v) == "cdata" then
     -- A buffer grows in place: amortized O(1) per APPEND.
     if v.len + #argv[3] > resp.MAX_BULK then
       return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
@@ -420,7 +422,7 @@ reg("setrange", function(_, argv, _, out, n)
     return put(out, n, "-ERR string exceeds maximum allowed size (proto-max-bulk-len)\r\n")
   end
   off = tonumber(off)
-  if type(v) == "table" then
+  if type(v) == "cdata" then
     -- A buffer the bit commands keep is written in place.
     if not bytes.write(v, off, piece) then
       return put(out, n, resp.err(format("ERR the value of %d bytes does not fit in the memory left",
@@ -458,7 +460,7 @@ reg("getrange", function(_, argv, _, out, n)
   if e < 0 then e = 0 end
   if e >= len then e = len - 1 end
   if s > e or len == 0 then return bulk(out, n, "") end
-  if type(v) == "table" then return bulk(out, n, bytes.sub(v, s, e)) end
+  if type(v) == "cdata" then return bulk(out, n, bytes.sub(v, s, e)) end
   return bulk(out, n, v:sub(s + 1, e + 1))
 end)
 
@@ -584,7 +586,7 @@ reg("copy", function(_, argv, argc, out, n)
     if not replace then return put(out, n, resp.ZERO) end
     store.del(dst)
   end
-  if type(v) == "table" then v = R.copiers[v.kind](v) end
+  if type(v) == "table" or type(v) == "cdata" then v = R.copiers[v.kind](v) end
   set(dst, v)
   local d = store.deadline(src)
   if d then store.expire_at(dst, d) end

@@ -25,8 +25,27 @@ local type, tonumber, lower = type, tonumber, string.lower
 local random = math.random
 local zset_at = zsets.zset_at
 local tnew = require "table.new"
+local clear = require "table.clear"
 
 local M = {}
+
+-- Scratch arrays for results of up to SCRATCH members (the union's
+-- members and scores, the merge sort's second pair), kept from call to
+-- call: made and dropped per call, they and their growth were a good part
+-- of a small ZUNIONSTORE's allocations, which the collector pays for
+-- (docs/benchmarks.md, issue 35's types). Each command empties what it
+-- used before it returns (release), so they hold no member alive; a
+-- larger result gets arrays of its own. No command here yields between
+-- taking them and releasing them.
+local SCRATCH = 1024
+local scratch_ms, scratch_ss = tnew(SCRATCH, 0), tnew(SCRATCH, 0)
+local scratch_bm, scratch_bs = tnew(SCRATCH, 0), tnew(SCRATCH, 0)
+local scratch_acc = {}   -- member -> score while a union is summed; cleared after
+
+local function release(m)
+  if m > SCRATCH then return end
+  for i = 1, m do scratch_ms[i], scratch_bm[i] = nil, nil end
+end
 
 -- -- Sorting a result ------------------------------------------------------
 
@@ -40,7 +59,9 @@ end
 -- API, per comparison). O(n log n).
 local function sort_pairs(ms, ss, n)
   if n < 2 then return ms, ss end
-  local am, as, bm, bs = ms, ss, tnew(n, 0), tnew(n, 0)
+  local bm, bs
+  if n <= SCRATCH then bm, bs = scratch_bm, scratch_bs else bm, bs = tnew(n, 0), tnew(n, 0) end
+  local am, as = ms, ss
   local width = 1
   while width < n do
     local i = 1
@@ -227,8 +248,14 @@ end
 
 local function union(src, how)
   by_size(src)
-  local most = card(src[#src].v)   -- the union has at least as many
-  local acc, ms, m = tnew(0, most), tnew(most, 0), 0
+  local most, total = card(src[#src].v), 0   -- the union has at least most, at most total
+  for i = 1, #src do total = total + card(src[i].v) end
+  local acc, ms, ss, m
+  if total <= SCRATCH then
+    acc, ms, ss, m = scratch_acc, scratch_ms, scratch_ss, 0
+  else
+    acc, ms, m = tnew(0, most), tnew(most, 0), 0
+  end
   for i = 1, #src do
     local s = src[i]
     if card(s.v) > 0 then
@@ -249,8 +276,9 @@ local function union(src, how)
       end
     end
   end
-  local ss = tnew(m, 0)
+  ss = ss or tnew(m, 0)
   for i = 1, m do ss[i] = acc[ms[i]] end
+  if acc == scratch_acc then clear(acc) end
   return ms, ss, m
 end
 
@@ -300,6 +328,7 @@ local function zop(op, name)
       n = bulk(out, n, ms[i])
       if withscores then n = double(out, n, ss[i]) end
     end
+    release(m)
     return n
   end
 end
@@ -326,7 +355,9 @@ local function zopstore(op, name)
     if not src then return put(out, n, how) end
     local ms, ss, m = ops[op](src, how)
     ms, ss = sort_pairs(ms, ss, m)
-    return store_result(argv[2], ms, ss, m, out, n)
+    n = store_result(argv[2], ms, ss, m, out, n)
+    release(m)
+    return n
   end
 end
 
@@ -503,6 +534,7 @@ reg("bzmpop", lists.blocking(mpop_take, function(argv, argc)
   return keys, argv[2], ctx
 end, mpop_reply))
 
-M.sort_pairs = sort_pairs
+M.sort_pairs = sort_pairs   -- its result may be scratch arrays: release(n) after use
+M.release = release
 
 return M
