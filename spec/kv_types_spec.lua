@@ -124,6 +124,31 @@ families["sorted-set algebra"] = {
   } },
 }
 
+-- ZADD key of n members m<i> (i = from..from + n - 1), score i * step.
+local function zadd_many(key, from, n, step)
+  local cmd = { "ZADD", key }
+  for i = from, from + n - 1 do
+    cmd[#cmd + 1] = tostring(i * step)
+    cmd[#cmd + 1] = "m" .. i
+  end
+  return cmd
+end
+
+-- The algebra reuses its arrays from call to call for results of up to
+-- 1,024 members (zsetops.lua): results after a larger one, after one of
+-- the other kind and after a store must hold their own members only.
+table.insert(families["sorted-set algebra"], { "results one after another, small and past 1,024 members", {
+  zadd_many("big1", 1, 900, 1), zadd_many("big2", 600, 900, 2), { "ZADD", "a", "1", "x", "2", "y" },
+  { "ZADD", "b", "3", "y", "4", "z" }, { "ZUNIONSTORE", "u", "2", "big1", "big2" }, { "ZCARD", "u" },
+  { "ZRANGE", "u", "0", "4", "WITHSCORES" }, { "ZRANGE", "u", "-3", "-1", "WITHSCORES" },
+  { "ZUNION", "2", "a", "b", "WITHSCORES" }, { "ZUNIONSTORE", "v", "2", "a", "b" },
+  { "ZRANGE", "v", "0", "-1", "WITHSCORES" }, { "ZINTER", "2", "big1", "big2", "WITHSCORES", "AGGREGATE", "MAX" },
+  { "ZUNION", "1", "a" }, { "ZDIFF", "2", "big2", "big1" }, { "ZUNIONSTORE", "w", "2", "a", "big1" },
+  { "ZCARD", "w" }, { "ZRANGE", "w", "0", "2", "WITHSCORES" }, { "ZUNION", "2", "b", "none", "WITHSCORES" },
+  { "ZUNIONSTORE", "v", "2", "none", "none2" }, { "EXISTS", "v" }, { "ZUNION", "2", "a", "a", "WITHSCORES" },
+} })
+
+
 families["bitmaps"] = {
   { "SETBIT and GETBIT", {
     { "SETBIT", "b", "7", "1" }, { "GET", "b" }, { "SETBIT", "b", "7", "0" }, { "SETBIT", "b", "100", "1" },
@@ -225,6 +250,20 @@ families["bitmaps"] = {
     { "COMMAND", "GETKEYSANDFLAGS", "BITFIELD_RO", "k", "GET", "u8", "0" },
   } },
 }
+
+-- A bitmap's bytes are held in the same allocation as its length while
+-- it is small; grown past them they move apart (bytes.lua): the string
+-- commands, COPY and the remembered count must see one value either way.
+table.insert(families["bitmaps"], { "a bitmap grown past the bytes it was made with", {
+  { "SETBIT", "g", "3", "1" }, { "BITCOUNT", "g" }, { "SETBIT", "g", "70000", "1" }, { "BITCOUNT", "g" },
+  { "STRLEN", "g" }, { "GETRANGE", "g", "0", "1" }, { "GETRANGE", "g", "-2", "-1" }, { "COPY", "g", "h" },
+  { "SETBIT", "h", "3", "0" }, { "BITCOUNT", "g" }, { "BITCOUNT", "h" }, { "APPEND", "g", "end" },
+  { "STRLEN", "g" }, { "BITCOUNT", "g" }, { "SETRANGE", "g", "200000", "far" }, { "STRLEN", "g" },
+  { "BITCOUNT", "g" }, { "GETRANGE", "g", "199999", "-1" }, { "SETBIT", "g", "1600020", "1" },
+  { "BITCOUNT", "g", "-4", "-1" }, { "BITPOS", "g", "1", "-8", "-1" }, { "STRLEN", "h" },
+  { "BITOP", "AND", "i", "g", "h" }, { "BITCOUNT", "i" }, { "SET", "s", "x" }, { "SETBIT", "s", "9000", "1" },
+  { "APPEND", "s", "y" }, { "STRLEN", "s" }, { "GETRANGE", "s", "0", "0" }, { "BITCOUNT", "s" },
+} })
 
 families["SORT"] = {
   { "numbers, ALPHA, DESC, LIMIT", {
