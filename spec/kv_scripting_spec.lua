@@ -354,25 +354,7 @@ local function run(c, cmds, proto)
   return replies
 end
 
-local function show(cmds, want, got)
-  local function s(v)
-    if v == NULL then return "(nil)" end
-    if type(v) == "table" then
-      if v.err then return "(error) " .. v.err end
-      local t = {}
-      for i, x in ipairs(v) do t[i] = s(x) end
-      return "[" .. table.concat(t, ", ") .. "]"
-    end
-    return ("%q"):format(v)
-  end
-  local lines = {}
-  for i = 1, math.max(#want, #got) do
-    local cmd = cmds[i] and table.concat(cmds[i], " ") or "..."
-    local mark = s(want[i]) == s(got[i]) and "  " or "!!"
-    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, cmd, s(want[i]), s(got[i]))
-  end
-  return table.concat(lines, "\n")
-end
+local show = kv.show_replies
 
 local redis_pid, redis_log, redis_port, redis_dir
 local kv_proc, kv_dir

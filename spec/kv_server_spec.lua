@@ -30,6 +30,17 @@ local function result(thread)
   return r == nil and "<no reply>" or r
 end
 
+-- Everything sock receives until the server closes it.
+local function read_to_close(sock)
+  local got = {}
+  while true do
+    local data = sock:receiveany(65536)
+    if not data then break end
+    got[#got + 1] = data
+  end
+  return table.concat(got)
+end
+
 describe("kv and redis-server", function()
   local ports, redis_pid, redis_log = {}, nil, nil
   local stops = {}
@@ -279,13 +290,7 @@ describe("kv and redis-server", function()
       local sock = kv.client(port).sock
       assert(sock:send('SET  "a b"  x\r\nGET "a b"\r\nset\tk\vv \f 1\nget k\vv\r\n  \r\n\r\n'
         .. "PING\r\nset q 'x\\'y'\r\nget q\r\nset q \"x\\x41\\ny\"\r\nget q\r\necho a\"b\r\n"))
-      local got = {}
-      while true do
-        local data = sock:receiveany(65536)
-        if not data then break end
-        got[#got + 1] = data
-      end
-      return table.concat(got)
+      return read_to_close(sock)
     end)
   end)
 
@@ -309,13 +314,7 @@ describe("kv and redis-server", function()
       assert(sock:send(batch))
       for i = 1, #batch, 7 do assert(sock:send(batch:sub(i, i + 6))) end
       assert(sock:send("QUIT\r\n"))
-      local got = {}
-      while true do
-        local data = sock:receiveany(65536)
-        if not data then break end
-        got[#got + 1] = data
-      end
-      return table.concat(got)
+      return read_to_close(sock)
     end)
   end)
 

@@ -189,7 +189,8 @@ function M.run_cmds(c, cmds, proto)
   return replies
 end
 
--- Both replies side by side, for a failure message.
+-- Both replies side by side, for a failure message (as many lines as the
+-- longer list: a missing command shows as "...").
 function M.show_replies(cmds, want, got)
   local function s(v)
     if v == NULL then return "(nil)" end
@@ -202,10 +203,10 @@ function M.show_replies(cmds, want, got)
     return ("%q"):format(v)
   end
   local lines = {}
-  for i, cmd in ipairs(cmds) do
+  for i = 1, math.max(#cmds, #want, #got) do
+    local cmd = cmds[i] and table.concat(cmds[i], " ") or "..."
     local mark = s(want[i]) == s(got[i]) and "  " or "!!"
-    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, table.concat(cmd, " "),
-                                                              s(want[i]), s(got[i]))
+    lines[i] = ("%s %s\n     redis: %s\n     kv:    %s"):format(mark, cmd, s(want[i]), s(got[i]))
   end
   return table.concat(lines, "\n")
 end
