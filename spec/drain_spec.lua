@@ -316,7 +316,9 @@ describe("cohost.on_shutdown", function()
     local p = h.start(("-w 2 --drain-delay 2 --status-addr 127.0.0.1:%d %s %d %s")
       :format(status, q(h.tmpfile(HOOKS)), h.fixed_port(), q(dir)))
     defer(p.stop)
-    assert.equal(200, (h.get_to_close(status, "/healthz")))
+    -- The status endpoint listens once worker 0's main chunk has returned,
+    -- which can be after the port report reached us.
+    assert.is_true(h.wait_for(function() return h.get_to_close(status, "/healthz") == 200 end), h.slurp(p.err))
     p.signal("TERM")
     -- Both workers, while their listeners were open (exiting() false).
     assert.is_true(h.wait_for(function() return marks(dir, "begin")[1] end), h.slurp(p.err))
