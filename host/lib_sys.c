@@ -253,6 +253,30 @@ static int l_shutdown(lua_State *L)
   return 0;
 }
 
+/* xpcall(f, msgh, ...) -> what the builtin xpcall returns, but called
+** from C. The builtin is recorded into its caller's trace, and LuaJIT
+** cannot compile a trace that begins in f and returns through the pcall
+** frame below it (lj_record_ret: "NYI: return to lower frame"): f, hot
+** on its own, is retried and blacklisted, and then so is every trace that
+** reaches it. From C, f's traces end at its return (to the interpreter),
+** and the caller's trace stops at this call (stitched) rather than taking
+** f in: a loop that calls a different f each time (a dispatcher) keeps
+** one trace, and each f has its own. Yields in f are native switches, as
+** everywhere in a task. */
+static int l_xpcall(lua_State *L)
+{
+  int nargs = lua_gettop(L) - 2;
+  luaL_checkany(L, 2);
+  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 2);
+  lua_replace(L, 1);   /* msgh, below f */
+  lua_replace(L, 2);
+  int status = lua_pcall(L, nargs, LUA_MULTRET, 1);
+  lua_pushboolean(L, status == 0);
+  lua_replace(L, 1);   /* over msgh: ok, results... or false, the error */
+  return lua_gettop(L);
+}
+
 /* -- The drain's Lua ------------------------------------------------------ */
 
 /* cohost.drain (lua/cohost/drain.lua) leaves its entry point here when a
@@ -462,6 +486,7 @@ static const luaL_Reg sys_funcs[] = {
   { "draining", l_draining },
   { "exiting", l_exiting },
   { "stats", l_stats },
+  { "xpcall", l_xpcall },
   { NULL, NULL }
 };
 

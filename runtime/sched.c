@@ -146,6 +146,13 @@ static void calibrate(struct ch_sched *s, uint64_t now)
   set_fair_ticks(s);
 }
 
+double ch_clock_us(void)
+{
+  struct ch_sched *s = ch_sched_tls;
+  if (TICKS_ARE_NS || !s || !s->ticks_per_us) return (double)ch_now_ns() / 1e3;
+  return (double)s->cal_ns / 1e3 + (double)(ticks() - s->cal_tick) / s->ticks_per_us;
+}
+
 /* Out of line: the clock's timespec would take room in every waiting
 ** frame (ch_fdwait_wait's, parked in COPY mode). */
 __attribute__((noinline)) uint64_t ch_sched_deadline(int64_t ms)

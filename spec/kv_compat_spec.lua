@@ -61,6 +61,10 @@ families["strings and keys"] = {
     { "SET", "big", "9223372036854775806" }, { "INCR", "big" }, { "INCR", "big" },
     { "DECRBY", "x", "-9223372036854775808" }, { "SET", "f", "1.5" }, { "INCR", "f" },
     { "SET", "z", "007" }, { "INCR", "z" }, { "INCRBY", "n", "x" }, { "INCRBY", "n", "" },
+    -- Not integers for Redis, though each is how LuaJIT prints one.
+    { "INCRBY", "n", "1e+14" }, { "SET", "e", "1e+15" }, { "INCR", "e" }, { "SETBIT", "b", "1e+14", "1" },
+    { "INCRBY", "n", "10.0" }, { "INCRBY", "n", "-0" }, { "INCRBY", "n", "+5" }, { "INCRBY", "n", "5 " },
+    { "INCRBY", "n", "-12" }, { "INCRBY", "n", "99999999999999" }, { "GET", "n" },
   } },
   { "GETSET, GETDEL, MGET, MSET, APPEND, STRLEN, SETNX", {
     { "GETSET", "k", "a" }, { "GETSET", "k", "b" }, { "GETDEL", "k" }, { "GETDEL", "k" },

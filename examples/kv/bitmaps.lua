@@ -108,9 +108,8 @@ reg("setbit", function(_, argv, _, out, n)
   local byte = floor(off / 8)
   local b = bytes.writable(argv[2], byte + 1)
   if not b then return put(out, n, WRONGTYPE) end
-  -- Without a branch on the bit's value: a branch taken half the time
-  -- by random bits makes the JIT compile a side trace that cannot return
-  -- to the dispatcher's frame, and ends up blacklisted.
+  -- Without a branch on the bit's value: random bits would take each
+  -- way half the time, one of them through a side exit.
   local shift = 7 - off % 8
   local cur = b.buf[byte]
   local was = band(rshift(cur, shift), 1)

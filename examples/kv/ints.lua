@@ -22,16 +22,30 @@ end
 -- The integer in s as Redis's string2ll accepts it (an optional '-', no
 -- '+', no spaces, no leading zeros, within int64), or nil. A Lua number
 -- when exact, else an int64_t cdata.
+local POW10 = {}
+for k = 0, 15 do POW10[k] = 10 ^ k end
+
 function M.parse(s)
   local len = #s
   if len == 0 or len > 20 then return nil end
   if len <= 14 then
-    -- Fast path, compiled by the JIT: the canonical decimal text of an
-    -- integer is exactly what tostring gives back for it (this rejects
-    -- "+1", " 1", "01", "1e3", "0x1", "1.0"); "-0" needs its own check.
+    -- Fast path, compiled by the JIT without a loop and without making a
+    -- string (tostring(v) == s cost 40 ns of a --pipe SETBIT's 600): s is
+    -- canonical when tonumber reads an integer from it, it is "0" or
+    -- starts with 1-9 after an optional '-' ("+1", " 1", "01", "-0",
+    -- "0x1" fail), ends in a digit (" 1 "), has no exponent, and the
+    -- integer has as many digits as s has characters past its sign: a '.'
+    -- or any other character takes the place of a digit ("10.0").
     local v = tonumber(s)
-    if v and v % 1 == 0 and tostring(v) == s and (v ~= 0 or len == 1) then return v end
-    return nil
+    if not v or v % 1 ~= 0 then return nil end
+    local c, k, a = byte(s, 1), len, v
+    if c == 45 then c, k, a = byte(s, 2), len - 1, -v end
+    if c == 48 then return len == 1 and v or nil end
+    if c < 49 or c > 57 then return nil end
+    local z = byte(s, len)
+    if z < 48 or z > 57 or find(s, "e", 2, true) or find(s, "E", 2, true) then return nil end
+    if a < POW10[k - 1] or a >= POW10[k] then return nil end
+    return v
   end
   if not find(s, "^%-?[1-9]%d*$") then return nil end
   local neg = byte(s, 1) == 45

@@ -24,7 +24,7 @@ local CR, LF, STAR, DOLLAR, MINUS = 13, 10, 42, 36, 45
 -- ever compared with limits far below that (or with 0).
 local LLONG_MAX, LLONG_MIN_ABS = "9223372036854775807", "9223372036854775808"
 
-local function header_int(buf, i, len)
+local function header_int_loop(buf, i, len)
   local neg = false
   if byte(buf, i) == MINUS then neg = true; i = i + 1 end
   local start, n = i, 0
@@ -42,6 +42,36 @@ local function header_int(buf, i, len)
   -- Same-length decimal strings compare as their numbers.
   if digits == 19 and sub(buf, start, i - 1) > (neg and LLONG_MIN_ABS or LLONG_MAX) then return false end
   return neg and -n or n, i
+end
+
+-- header_int for the common case first, without a loop: one to four
+-- digits, no sign, no leading zero; else header_int_loop. The connection
+-- loop (server.lua) can only be compiled as one trace if no loop inside
+-- it has a trace of its own: LuaJIT aborts a root trace that meets a
+-- compiled inner loop ("inner loop in root trace") and after a few tries
+-- blacklists the outer loop, and then every trace that comes back to it
+-- (docs/benchmarks.md, issue 35's types). A digit loop run for every
+-- header of every request was the first to be compiled. (The handlers'
+-- loops are out of its way: server.lua calls them through cohost.xpcall.)
+local function header_int(buf, i, len)
+  local c = byte(buf, i)
+  if c and c >= 49 and c <= 57 and i + 2 <= len then
+    local n, d = c - 48, byte(buf, i + 1)
+    if d == CR then return n, i + 1 end
+    if d >= 48 and d <= 57 and i + 3 <= len then
+      n, d = n * 10 + d - 48, byte(buf, i + 2)
+      if d == CR then return n, i + 2 end
+      if d >= 48 and d <= 57 and i + 4 <= len then
+        n, d = n * 10 + d - 48, byte(buf, i + 3)
+        if d == CR then return n, i + 3 end
+        if d >= 48 and d <= 57 and i + 5 <= len then
+          n, d = n * 10 + d - 48, byte(buf, i + 4)
+          if d == CR then return n, i + 4 end
+        end
+      end
+    end
+  end
+  return header_int_loop(buf, i, len)
 end
 
 -- Splits an inline request line into arguments as Redis's sdssplitargs:
@@ -173,25 +203,51 @@ function M.parse(buf, pos, len, argv)
   return parse_rest(buf, i, len, argv, n, 1, pos)
 end
 
+-- Parses argument a of a request of n at buf[i..len] into argv[a] (pos:
+-- where the request started, for need). Returns the index after it, or
+-- what parse returns for an incomplete or bad request.
+local function one_arg(buf, i, len, argv, n, a, pos)
+  if i > len then return nil end
+  if byte(buf, i) ~= DOLLAR then
+    return false, format("Protocol error: expected '$', got '%s'", sub(buf, i, i))
+  end
+  local l, e = header_int(buf, i + 1, len)
+  if l == nil then
+    if len - i + 1 > M.MAX_INLINE then return false, "Protocol error: too big bulk count string" end
+    return nil
+  end
+  if not l or l < 0 or l > M.MAX_BULK then return false, "Protocol error: invalid bulk length" end
+  local s = e + 2
+  local stop = s + l + 1            -- the LF after the body
+  if stop > len then return nil, stop - pos + 1 + (n - a) * 4, a, s, l, n end
+  argv[a] = sub(buf, s, s + l - 1)
+  return stop + 1
+end
+
 -- Parses arguments first..n of a request of n at buf[i..len] (pos: where
--- the request started, for need). Returns as parse.
+-- the request started, for need). Returns as parse. Up to five arguments
+-- (most commands) without a loop, as header_int.
 function parse_rest(buf, i, len, argv, n, first, pos)
+  if n - first < 5 then
+    local a, r, x2, x3, x4, x5, x6 = first, i
+    r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a, pos)
+    if not r or a == n then return r and n, r or x2, x3, x4, x5, x6 end
+    a = a + 1
+    r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a, pos)
+    if not r or a == n then return r and n, r or x2, x3, x4, x5, x6 end
+    a = a + 1
+    r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a, pos)
+    if not r or a == n then return r and n, r or x2, x3, x4, x5, x6 end
+    a = a + 1
+    r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a, pos)
+    if not r or a == n then return r and n, r or x2, x3, x4, x5, x6 end
+    r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a + 1, pos)
+    return r and n, r or x2, x3, x4, x5, x6
+  end
   for a = first, n do
-    if i > len then return nil end
-    if byte(buf, i) ~= DOLLAR then
-      return false, format("Protocol error: expected '$', got '%s'", sub(buf, i, i))
-    end
-    local l, e = header_int(buf, i + 1, len)
-    if l == nil then
-      if len - i + 1 > M.MAX_INLINE then return false, "Protocol error: too big bulk count string" end
-      return nil
-    end
-    if not l or l < 0 or l > M.MAX_BULK then return false, "Protocol error: invalid bulk length" end
-    local s = e + 2
-    local stop = s + l + 1            -- the LF after the body
-    if stop > len then return nil, stop - pos + 1 + (n - a) * 4, a, s, l, n end
-    argv[a] = sub(buf, s, s + l - 1)
-    i = stop + 1
+    local r, x2, x3, x4, x5, x6 = one_arg(buf, i, len, argv, n, a, pos)
+    if not r then return r, x2, x3, x4, x5, x6 end
+    i = r
   end
   return n, i
 end

@@ -17,6 +17,7 @@ local multi = require "kv.multi"
 local monitor = require "kv.monitor"
 local now_us = monitor.now_us
 local sleep = cohost.sleep
+local cxpcall = cohost.xpcall   -- each handler compiled on its own (docs/kv.md)
 
 local parse, parse_rest, BIG, read_value = resp.parse, resp.parse_rest, resp.BIG, resp.read_value
 local sub, lower, upper, byte, concat, format = string.sub, string.lower, string.upper, string.byte,
@@ -340,7 +341,7 @@ local function dispatch(c, argv, argc, out, n, buf, s, e)
   local n0 = n
   c.waited, c.streamed = 0, false
   local t0 = now_us()
-  local ok, r = xpcall(cmd.fn, handler_error, c, argv, argc, out, n)
+  local ok, r = cxpcall(cmd.fn, handler_error, c, argv, argc, out, n)
   if not ok then
     if not is_memory(r) then error(r, 0) end
     return out_of_memory(c, cmd, out, n0, r)

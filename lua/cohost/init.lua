@@ -56,6 +56,10 @@ M.worker_count = sys.worker_count
 M.worker_cpu = sys.worker_cpu
 M.stats = sys.stats
 
+-- xpcall(f, msgh, ...): the builtin's results, run from C so that f and
+-- its caller are compiled apart (a dispatcher's loop; docs/lua-api.md).
+M.xpcall = sys.xpcall
+
 -- tasks([opts]) -> every task of every worker, with what it waits on and
 -- its traceback (docs/debugging.md); profile.start/stop/run: CPU
 -- profiles (cohost.profile, loaded when first used: a script that never

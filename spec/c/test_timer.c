@@ -371,6 +371,42 @@ static void test_now_ns_advances_with_real_time(void **state) {
   assert_true(b - a < 2000u * 1000000u);
 }
 
+/* ch_clock_us read between two ch_now_ns: the moment it stands for lies
+** between them, whatever the machine's load, so the bounds below hold
+** however long a read was delayed. */
+struct clock_read { uint64_t before, after; double us; };
+
+static struct clock_read read_clock(void) {
+  struct clock_read r;
+  r.before = ch_now_ns();
+  r.us = ch_clock_us();
+  r.after = ch_now_ns();
+  return r;
+}
+
+static struct clock_read clock_reads[2];
+
+static void clock_reader(void *arg) {
+  (void)arg;
+  ch_sleep_ms(30);   /* the loop measures the TSC's rate over its first 20 ms */
+  clock_reads[0] = read_clock();
+  ch_sleep_ms(100);
+  clock_reads[1] = read_clock();
+}
+
+static void test_clock_us_keeps_pace_with_now_ns(void **state) {
+  (void)state;
+  assert_true(ch_spawn(clock_reader, NULL) > 0);
+  th_run();
+  struct clock_read a = clock_reads[0], b = clock_reads[1];
+  double span = b.us - a.us;
+  double least = (double)(b.before - a.after) / 1e3, most = (double)(b.after - a.before) / 1e3;
+  /* 1%, and 50 us for the rate measured over 20 ms to within ~0.05%. */
+  if (span < least * 0.99 - 50 || span > most * 1.01 + 50)
+    fail_msg("ch_clock_us moved %.1f us while ch_now_ns moved %.1f-%.1f us", span, least, most);
+  assert_true(least >= 100000.0);
+}
+
 int main(void) {
   th_main_init();
   const struct CMUnitTest tests[] = {
@@ -386,6 +422,7 @@ int main(void) {
     TH_TEST(test_sleepers_wake_in_deadline_order),
     TH_TEST(test_sleep_ms_outside_a_coroutine_sleeps_the_thread),
     TH_TEST(test_now_ns_advances_with_real_time),
+    TH_TEST(test_clock_us_keeps_pace_with_now_ns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
