@@ -216,6 +216,30 @@ describe("kv's large values", function()
   end)
 end)
 
+describe("kv's large values between other arguments", function()
+  -- A value of 1 MiB or more is read apart from the batch, and the request
+  -- goes on in the bytes that follow it: the arguments before it, parsed
+  -- from the batch left behind, keep their text (the server makes
+  -- arguments into strings only when read, resp.lazy_argv).
+  it("keeps the arguments before and after each of them", function()
+    local p = start({ args = "--appendonly no" })
+    local c = client(p.port, 30000)
+    local a, b = string.rep("a", 2 * 1024 * 1024), string.rep("b", 3 * 1024 * 1024 + 7)
+    assert.equal("OK", c:call("SET", "big:one", a, "EX", "1000"))
+    assert.equal(#a, c:call("STRLEN", "big:one"))
+    local ttl = c:call("TTL", "big:one")
+    assert.is_true(ttl > 0 and ttl <= 1000, tostring(ttl))
+    assert.equal("OK", c:call("MSET", "m:1", a, "m:2", b, "m:3", "small"))
+    local keys = c:call("KEYS", "m:*")
+    table.sort(keys)
+    assert.same({ "m:1", "m:2", "m:3" }, keys)
+    assert.equal(#a, c:call("STRLEN", "m:1"))
+    assert.equal(#b, c:call("STRLEN", "m:2"))
+    assert.equal("small", c:call("GET", "m:3"))
+    assert.equal(b, c:call("GET", "m:2"))
+  end)
+end)
+
 describe("kv over its Lua memory limit", function()
   -- LRANGE builds its reply in a loop the JIT compiled on an earlier
   -- LRANGE; a refusal there crashed the server (segfault in LuaJIT's

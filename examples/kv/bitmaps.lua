@@ -20,7 +20,7 @@ local reg = R.register
 local get = store.get
 local put, int, null = resp.put, resp.int, resp.null
 local WRONGTYPE, NOT_INT, SYNTAX = resp.WRONGTYPE, resp.NOT_INT, resp.SYNTAX
-local parse_int = ints.parse
+local parse_int, int_arg = ints.parse, resp.int_arg
 local band, bor, bnot, lshift, rshift = bit.band, bit.bor, bit.bnot, bit.lshift, bit.rshift
 local floor, type, tonumber, lower = math.floor, type, tonumber, string.lower
 
@@ -35,14 +35,18 @@ local BIT_VALUE = "-ERR bit is not an integer or out of range\r\n"
 -- A bit offset as Redis's getBitOffsetFromArgument takes it: an integer
 -- (with hash, "#N" is N fields of bits bits), not negative, whose byte is
 -- below proto-max-bulk-len. Returns it (a number: below 2^32 by default),
--- or nil.
-local function offset_arg(s, hash, bits)
-  local use_hash = hash and bits > 0 and s:sub(1, 1) == "#"
-  local v = parse_int(use_hash and s:sub(2) or s)
+-- or nil. checked_offset takes the integer read (nil if it was not one).
+local function checked_offset(v, use_hash, bits)
   if v == nil then return nil end
   if use_hash then v = (v + 0LL) * bits end   -- wraps as Redis's long long does
   if v < 0 or v >= resp.MAX_BULK * 8 then return nil end
-  return tonumber(v)
+  local r = tonumber(v)   -- not a tail call: see server.lua's new_client
+  return r
+end
+
+local function offset_arg(s, hash, bits)
+  local use_hash = hash and bits > 0 and s:sub(1, 1) == "#"
+  return checked_offset(parse_int(use_hash and s:sub(2) or s), use_hash, bits)
 end
 
 -- -- Counting --------------------------------------------------------------
@@ -100,7 +104,7 @@ end
 -- SETBIT key offset 0|1: the bit's old value. Always a write, as Redis
 -- 7.0 counts it (logged, WATCH sees it, the "setbit" event).
 reg("setbit", function(_, argv, _, out, n)
-  local off = offset_arg(argv[3], false, 0)
+  local off = checked_offset(int_arg(argv, 3))
   if not off then return put(out, n, BIT_OFFSET) end
   -- Only "0" and "1" are taken (string2ll refuses "01", "+1", " 1").
   local on = argv[4]
@@ -121,7 +125,7 @@ reg("setbit", function(_, argv, _, out, n)
 end)
 
 reg("getbit", function(_, argv, _, out, n)
-  local off = offset_arg(argv[3], false, 0)
+  local off = checked_offset(int_arg(argv, 3))
   if not off then return put(out, n, BIT_OFFSET) end
   local v = bits_at(argv[2])
   if v == nil then return put(out, n, WRONGTYPE) end

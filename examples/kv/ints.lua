@@ -7,6 +7,7 @@ local ffi = require "ffi"
 local M = {}
 
 local byte, find, tonumber, tostring, format = string.byte, string.find, tonumber, tostring, string.format
+local cast = ffi.cast
 
 local I64_MAX = 9223372036854775807LL
 local I64_MIN = -9223372036854775807LL - 1
@@ -63,6 +64,30 @@ function M.parse(s)
   end
   if v > -EXACT and v < EXACT then return tonumber(v) end
   return v
+end
+
+-- What parse(s) returns for s = buf[p .. p + l - 1], without making s
+-- when it is up to 15 characters of digits (strtoll reads them where they
+-- lie; a string made per request costs more: resp.lazy_argv).
+ffi.cdef "long long strtoll(const char *s, char **end, int base);"
+local strtoll, ends, cstr = ffi.C.strtoll, ffi.new("char *[1]"), ffi.typeof("const char *")
+local sub = string.sub
+
+function M.parse_at(buf, p, l)
+  if l > 0 and l <= 15 then
+    local c = byte(buf, p)
+    if c == 45 and l > 1 then c = byte(buf, p + 1) end
+    if c >= 49 and c <= 57 then   -- so no sign, blank or leading zero
+      local s = cast(cstr, buf) + (p - 1)
+      local v = strtoll(s, ends, 10)
+      -- Every byte a digit, and no digit after them (the CR of RESP).
+      if ends[0] == s + l then
+        local r = tonumber(v)   -- not a tail call: see server.lua's new_client
+        return r
+      end
+    end
+  end
+  return M.parse(sub(buf, p, p + l - 1))
 end
 
 -- a + b, or nil on int64 overflow. Either may be a number or an int64.

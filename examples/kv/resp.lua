@@ -9,6 +9,8 @@ local M = {}
 local byte, find, sub, char = string.byte, string.find, string.sub, string.char
 local tostring, tonumber, format = tostring, tonumber, string.format
 local concat = table.concat
+local type, rawget, setmetatable = type, rawget, setmetatable
+local ints = require "kv.ints"
 
 M.MAX_INLINE = 64 * 1024            -- PROTO_INLINE_MAX_SIZE
 M.MAX_MBULK = 2147483647            -- INT_MAX, as Redis
@@ -188,6 +190,7 @@ function M.parse(buf, pos, len, argv)
     end
     local e = nl - 1
     if e >= pos and byte(buf, e) == CR then e = e - 1 end
+    if argv.at then argv.n = 0 end   -- a lazy argv: every word is a string
     local argc = split_inline(buf, pos, e, argv)
     if not argc then return false, "Protocol error: unbalanced quotes in request" end
     return argc, nl + 1, true
@@ -220,7 +223,13 @@ local function one_arg(buf, i, len, argv, n, a, pos)
   local s = e + 2
   local stop = s + l + 1            -- the LF after the body
   if stop > len then return nil, stop - pos + 1 + (n - a) * 4, a, s, l, n end
-  argv[a] = sub(buf, s, s + l - 1)
+  local at = argv.at
+  if at then
+    argv[a] = nil   -- made when read (M.lazy_argv)
+    at[a], argv.len[a] = s, l
+  else
+    argv[a] = sub(buf, s, s + l - 1)
+  end
   return stop + 1
 end
 
@@ -228,6 +237,7 @@ end
 -- the request started, for need). Returns as parse. Up to five arguments
 -- (most commands) without a loop, as header_int.
 function parse_rest(buf, i, len, argv, n, first, pos)
+  if argv.at then argv.buf, argv.n = buf, n end
   if n - first < 5 then
     local a, r, x2, x3, x4, x5, x6 = first, i
     r, x2, x3, x4, x5, x6 = one_arg(buf, r, len, argv, n, a, pos)
@@ -252,6 +262,42 @@ function parse_rest(buf, i, len, argv, n, first, pos)
   return n, i
 end
 M.parse_rest = parse_rest
+
+-- -- Arguments made when read ---------------------------------------------
+
+-- An argv for parse whose arguments are made into strings when a handler
+-- first reads them, from where parse found them (argv.buf, argv.at[i],
+-- argv.len[i], for i up to argv.n): one that is never read as a string
+-- (SETBIT's offset, read by M.int_arg) is never made. Each new string is
+-- interned: a lookup in LuaJIT's string table (a cache miss or two on a
+-- table of some 10^5 strings), and a sweep later; a random offset per
+-- request was a new string each time (docs/benchmarks.md). Only for
+-- one request at a time, from the buffer it was parsed from: a caller
+-- that lets go of the buffer first makes the strings it still needs.
+local LAZY = {
+  __index = function(argv, i)
+    if type(i) ~= "number" or i > argv.n then return nil end
+    local s = argv.at[i]
+    local v = sub(argv.buf, s, s + argv.len[i] - 1)
+    argv[i] = v
+    return v
+  end,
+}
+
+function M.lazy_argv()
+  local argv = setmetatable({ at = {}, len = {}, n = 0, buf = "" }, LAZY)
+  return argv   -- not a tail call: see server.lua's new_client
+end
+
+-- Argument i of argv as an integer the way ints.parse reads one, or nil;
+-- from the request's bytes when argv is lazy and has not made its string.
+function M.int_arg(argv, i)
+  local at = argv.at
+  if at and rawget(argv, i) == nil and i <= argv.n then
+    return ints.parse_at(argv.buf, at[i], argv.len[i])
+  end
+  return ints.parse(argv[i])
+end
 
 -- A large value (resp.BIG or more) is read apart, into C memory (not the
 -- Lua heap), and becomes one Lua string at the end: a 512 MB value costs

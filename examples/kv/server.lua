@@ -59,10 +59,16 @@ local Client = {}
 Client.__index = Client
 local next_id = 0
 
+-- Not `return setmetatable(...)`: a trace that begins in a function and
+-- returns from a builtin called as its tail call is aborted ("leaving loop
+-- in root trace" in lj_record_ret: the return is not a RET bytecode), and
+-- a small function called often enough is then blacklisted, and with it
+-- every trace that calls it. The same holds for `return tonumber(v)`.
 local function new_client(sock, peer)
   next_id = next_id + 1
-  return setmetatable({ sock = sock, peer = peer, id = next_id, quit = false,
-                        gone = false, nsubs = 0, proto = 2, waited = 0 }, Client)
+  local c = setmetatable({ sock = sock, peer = peer, id = next_id, quit = false,
+                           gone = false, nsubs = 0, proto = 2, waited = 0 }, Client)
+  return c
 end
 
 -- Sends out[1..n] (or queues it for the writer thread, once there is
@@ -496,7 +502,7 @@ end
 -- closed. The replies go out before the loop waits for input: after a
 -- batch, every byte received then is parsed first.
 local function loop(c, sock)
-  local argv, out, n = {}, {}, 0
+  local argv, out, n = resp.lazy_argv(), {}, 0
   local buf, pos, len, need = "", 1, 0, nil
   local partial = nil   -- { n, a }: a request whose argument a - 1 was read apart
   local refused = nil   -- the error reply for it, if its value could not be kept
@@ -587,6 +593,8 @@ local function loop(c, sock)
             c.quit = true
             break
           end
+          -- The arguments before it are made now: buf goes (resp.lazy_argv).
+          for i = 1, x - 1 do local _ = argv[i] end
           argv[x] = v or ""
           refused = refused or e
           buf, pos, len = "", 1, 0
