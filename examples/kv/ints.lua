@@ -20,12 +20,12 @@ function M.is_min(v)
   return type(v) ~= "number" and v == I64_MIN
 end
 
--- The integer in s as Redis's string2ll accepts it (an optional '-', no
--- '+', no spaces, no leading zeros, within int64), or nil. A Lua number
--- when exact, else an int64_t cdata.
 local POW10 = {}
 for k = 0, 15 do POW10[k] = 10 ^ k end
 
+-- The integer in s as Redis's string2ll accepts it (an optional '-', no
+-- '+', no spaces, no leading zeros, within int64), or nil. A Lua number
+-- when exact, else an int64_t cdata.
 function M.parse(s)
   local len = #s
   if len == 0 or len > 20 then return nil end
@@ -69,7 +69,7 @@ end
 -- What parse(s) returns for s = buf[p .. p + l - 1], without making s
 -- when it is up to 15 characters of digits (strtoll reads them where they
 -- lie; a string made per request costs more: resp.lazy_argv).
-ffi.cdef "long long strtoll(const char *s, char **end, int base);"
+pcall(ffi.cdef, "long long strtoll(const char *s, char **end, int base);")
 local strtoll, ends, cstr = ffi.C.strtoll, ffi.new("char *[1]"), ffi.typeof("const char *")
 local sub = string.sub
 
