@@ -455,7 +455,16 @@ reg("pfadd", function(_, argv, argc, out, n)
   for j = 3, argc do
     local index, count = pat_len(argv[j])
     local r = hll_set(b, index, count)
-    if r == -1 then return put(out, n, INVALID) end
+    if r == -1 then
+      -- A corrupt sparse HLL: the elements before this one stay set, as
+      -- in Redis, which logs nothing then (and so replays another HLL).
+      -- kv logs the bytes the key now holds; no event, as in Redis.
+      if updated > 0 then
+        R.prop = resp.encode({ "SET", k, bytes.flat(b), "KEEPTTL" }, 4)
+        R.noted = true
+      end
+      return put(out, n, INVALID)
+    end
     updated = updated + r
   end
   if updated > 0 then

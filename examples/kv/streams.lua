@@ -457,7 +457,9 @@ end
 
 -- The record that logs an approximate trim as the exact one it was
 -- (Redis's streamRewriteApproxSpecifier and streamRewriteTrimArgument):
--- argv with "~" made "=" and the threshold what the stream is now.
+-- argv with "~" made "=" and the threshold what the stream is now: its
+-- length, or its first ID; for a stream trimmed empty the highest ID
+-- there is (streamGetEdgeID), so that the replay trims it empty too.
 local function exact_record(argv, argc, a, s, id_at, id)
   local t = {}
   for i = 1, argc do t[i] = argv[i] end
@@ -467,7 +469,7 @@ local function exact_record(argv, argc, a, s, id_at, id)
       t[a.arg_at] = tostring(s.n)
     else
       local x = first_live(s)
-      t[a.arg_at] = x and x.id or id_str(key_id(s.last))
+      t[a.arg_at] = x and x.id or id_str(MAX64, MAX64)
     end
   end
   if id_at then t[id_at] = id end
