@@ -115,9 +115,10 @@ reg("setbit", function(_, argv, _, out, n)
   -- Without a branch on the bit's value: random bits would take each
   -- way half the time, one of them through a side exit.
   local shift = 7 - off % 8
-  local cur = b.buf[byte]
+  local p = bytes.base(b)
+  local cur = p[byte]
   local was = band(rshift(cur, shift), 1)
-  b.buf[byte] = bor(band(cur, bnot(lshift(1, shift))), lshift(on, shift))
+  p[byte] = bor(band(cur, bnot(lshift(1, shift))), lshift(on, shift))
   local ones = b.ones
   if ones >= 0 then b.ones = ones + on - was end
   R.prop = true
